@@ -1,0 +1,143 @@
+"""The decision rules: plain functions over (PartitionView, Thresholds, now).
+
+Each rule of CONTRACT.md is one function here, the way Kafka's LogCleanerManager keeps
+`maxCompactionDelay` apart from the cleaner threads. Nothing in this module does IO.
+"""
+
+from __future__ import annotations
+
+from policy.config import Thresholds
+from policy.model import ActionRecord, Decision, PartitionView, Segment
+
+
+def live_segments(view: PartitionView) -> list[Segment]:
+    """Closed segments still on disk (not wholly below the log start), in offset order."""
+    return sorted(s for s in view.segments if s.end_offset > view.log_start)
+
+
+def earliest_uncompacted_ts(view: PartitionView) -> int | None:
+    """KIP-354 `earliest`: smallest first-batch max timestamp over dirty, non-active segments."""
+    cleaned = view.cleaned_up_to if view.cleaned_up_to is not None else -1
+    dirty = [s.first_batch_max_ts for s in live_segments(view) if s.end_offset > cleaned]
+    return min(dirty) if dirty else None
+
+
+def compaction_delay_ms(view: PartitionView, max_lag_ms: int, now: int) -> int | None:
+    """KIP-354 `(now - max.compaction.lag.ms) - earliest`; positive means overdue. None: nothing dirty."""
+    earliest = earliest_uncompacted_ts(view)
+    if earliest is None:
+        return None
+    return now - max_lag_ms - earliest
+
+
+def decide_compaction(view: PartitionView, th: Thresholds, now: int) -> Decision | None:
+    """A record may stay uncompacted at most max.compaction.lag.ms; strictly past it we act."""
+    if th.max_compaction_lag_ms is None:
+        return None
+    delay = compaction_delay_ms(view, th.max_compaction_lag_ms, now)
+    if delay is None or delay <= 0:
+        return None
+    return Decision(
+        action="compact",
+        topic=view.topic,
+        partition=view.partition,
+        reason="max_compaction_lag",
+        delay_ms=delay,
+        earliest_ts=earliest_uncompacted_ts(view),
+    )
+
+
+def _deletable_end(view: PartitionView, age_ms: int, now: int, limit: int | None) -> int | None:
+    """End of the longest run of oldest segments that are older than age_ms and end at or below limit.
+
+    deleteRecords removes everything below its offset, so the run must be a prefix: the first segment
+    that is too young or reaches past `limit` stops it.
+    """
+    end = None
+    for seg in live_segments(view):
+        if limit is not None and seg.end_offset > limit:
+            break
+        if now - seg.closed_at <= age_ms:
+            break
+        end = seg.end_offset
+    return end
+
+
+def consumed_retention_offset(view: PartitionView, th: Thresholds, now: int) -> int | None:
+    """KIP-68 level 1: delete segments every counted group has read, once they are old enough.
+
+    Unknown minimum (a counted group without a position here, or no groups) means nothing is deleted.
+    """
+    if th.consumed_retention_ms is None or view.min_committed is None:
+        return None
+    return _deletable_end(view, th.consumed_retention_ms, now, limit=view.min_committed)
+
+
+def forced_retention_offset(view: PartitionView, th: Thresholds, now: int) -> int | None:
+    """KIP-68 level 2: plain time retention, whatever the groups did."""
+    if th.forced_retention_ms is None:
+        return None
+    return _deletable_end(view, th.forced_retention_ms, now, limit=None)
+
+
+def decide_deletion(view: PartitionView, th: Thresholds, now: int) -> Decision | None:
+    """The furthest safe delete_records offset, labelled with the level that allows it."""
+    consumed = consumed_retention_offset(view, th, now)
+    forced = forced_retention_offset(view, th, now)
+    if forced is not None and (consumed is None or forced > consumed):
+        before, reason = forced, "forced_retention"
+    elif consumed is not None:
+        before, reason = consumed, "consumed_retention"
+    else:
+        return None
+    if before <= view.log_start:
+        return None  # already gone: deleteRecords below the log start is a no-op
+    return Decision("delete_records", view.topic, view.partition, reason, before_offset=before)  # type: ignore[arg-type]
+
+
+def decide(view: PartitionView, th: Thresholds, now: int) -> list[Decision]:
+    return [d for d in (decide_compaction(view, th, now), decide_deletion(view, th, now)) if d is not None]
+
+
+def is_answered(record: ActionRecord, view: PartitionView) -> bool:
+    """Whether the cluster has done what the action asked, as seen through segment events."""
+    if record.action == "delete_records":
+        return record.before_offset is not None and view.log_start >= record.before_offset
+    if record.action == "compact":
+        earliest = earliest_uncompacted_ts(view)
+        return earliest is None or earliest != record.earliest_ts
+    return False
+
+
+def should_record(decision: Decision, existing: ActionRecord | None, now: int, retry_ms: int) -> bool:
+    """No duplicate actions: an unanswered action is decided again only after the retry interval."""
+    if existing is None:
+        return True
+    if decision.action == "delete_records" and (decision.before_offset or 0) > (existing.before_offset or 0):
+        return True  # more became deletable: the new offset supersedes the old one at once
+    if existing.status == "pending":
+        return False  # still in the outbox
+    return now - existing.decided_at >= retry_ms
+
+
+def next_deadline(view: PartitionView, th: Thresholds, records: list[ActionRecord], now: int) -> int | None:
+    """Next time evaluating this partition could decide something new, after evaluating it at `now`.
+
+    Time alone makes actions due (KIP-354 lag crossing, segments ageing past a retention), so the
+    scheduler needs a wake-up even when no events arrive. Thresholds already crossed were acted on at
+    `now`; their follow-up is the retry of the live record.
+    """
+    candidates = [rec.decided_at + th.action_retry_ms for rec in records]
+    if th.max_compaction_lag_ms is not None:
+        earliest = earliest_uncompacted_ts(view)
+        if earliest is not None:
+            candidates.append(earliest + th.max_compaction_lag_ms + 1)
+    segments = live_segments(view)
+    if th.forced_retention_ms is not None:
+        candidates.extend(s.closed_at + th.forced_retention_ms + 1 for s in segments)
+    if th.consumed_retention_ms is not None and view.min_committed is not None:
+        candidates.extend(
+            s.closed_at + th.consumed_retention_ms + 1 for s in segments if s.end_offset <= view.min_committed
+        )
+    future = [c for c in candidates if c > now]
+    return min(future) if future else None

@@ -1,0 +1,15 @@
+"""The null sink: decides and records, touches nothing. The default."""
+
+from __future__ import annotations
+
+from policy.model import ActionRecord
+
+
+class DryRunSink:
+    name = "dry_run"
+
+    def execute(self, rec: ActionRecord) -> ActionRecord:
+        return rec.with_status("dry_run")
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,113 @@
+"""Acts on a real Kafka cluster through the AdminClient.
+
+- delete_records: KIP-107 DeleteRecords, after checking the offset against the high watermark.
+- compact: Kafka has no "compact now" call, so the topic config named by `compaction.nudge` is set to a
+  value that makes the cleaner pick the log up at once; the value it replaced is remembered and put
+  back (restore_config) once the partition shows up compacted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    ResourceType,
+)
+
+from policy.model import ActionRecord
+from state.store import RedisState
+
+# Values that make KIP-354's check fire immediately, or make the cleaner see the log as dirty enough.
+NUDGE_VALUES = {"max.compaction.lag.ms": "1", "min.cleanable.dirty.ratio": "0", "segment.ms": "1000"}
+_DEFAULT_SOURCES = {ConfigSource.DEFAULT_CONFIG.value, ConfigSource.STATIC_BROKER_CONFIG.value}
+
+
+class KafkaAdminSink:
+    name = "kafka_admin"
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        state: RedisState,
+        extra: Mapping[str, str] | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        conf = {"bootstrap.servers": bootstrap_servers, **(extra or {})}
+        self.admin = AdminClient(conf)
+        self._watermarks = Consumer({**conf, "group.id": "compactd-admin-watermarks", "enable.auto.commit": False})
+        self.state = state
+        self.timeout_s = timeout_s
+
+    def execute(self, rec: ActionRecord) -> ActionRecord:
+        try:
+            if rec.action == "delete_records":
+                return self._delete_records(rec)
+            if rec.action == "compact":
+                return self._nudge(rec)
+            if rec.action == "restore_config":
+                return self._restore(rec)
+            return rec.with_status("skipped", why=f"unknown action {rec.action}")
+        except KafkaException as exc:
+            return rec.with_status("failed", error=str(exc.args[0]))
+        except Exception as exc:  # a sink must answer with a status, never take the job down
+            return rec.with_status("failed", error=f"{type(exc).__name__}: {exc}")
+
+    def _delete_records(self, rec: ActionRecord) -> ActionRecord:
+        assert rec.before_offset is not None
+        if rec.topic.startswith("__"):
+            return rec.with_status("skipped", why="internal topic")
+        low, high = self._watermarks.get_watermark_offsets(
+            TopicPartition(rec.topic, rec.partition), timeout=self.timeout_s, cached=False
+        )
+        if rec.before_offset > high:
+            return rec.with_status("skipped", why="offset beyond high watermark", high_watermark=high)
+        if rec.before_offset <= low:
+            return rec.with_status("sent", low_watermark=low, why="already below log start")
+        futures = self.admin.delete_records(
+            [TopicPartition(rec.topic, rec.partition, rec.before_offset)], request_timeout=self.timeout_s
+        )
+        for fut in futures.values():
+            result = fut.result(timeout=self.timeout_s)
+            return rec.with_status("sent", low_watermark=getattr(result, "low_watermark", None))
+        return rec.with_status("failed", error="no result from delete_records")
+
+    def _describe(self, topic: str) -> dict[str, Any]:
+        res = ConfigResource(ResourceType.TOPIC, topic)
+        entries = self.admin.describe_configs([res], request_timeout=self.timeout_s)[res].result(self.timeout_s)
+        return entries
+
+    def _alter(self, topic: str, key: str, value: str | None) -> None:
+        op = AlterConfigOpType.DELETE if value is None else AlterConfigOpType.SET
+        res = ConfigResource(
+            ResourceType.TOPIC, topic, incremental_configs=[ConfigEntry(key, value, incremental_operation=op)]
+        )
+        self.admin.incremental_alter_configs([res], request_timeout=self.timeout_s)[res].result(self.timeout_s)
+
+    def _nudge(self, rec: ActionRecord) -> ActionRecord:
+        key = rec.detail.get("nudge", "max.compaction.lag.ms")
+        value = NUDGE_VALUES[key]
+        entry = self._describe(rec.topic).get(key)
+        current = None if entry is None or entry.source in _DEFAULT_SOURCES else entry.value
+        # A second nudge of the same topic sees our own value: the first remembered one is kept.
+        previous = self.state.remember_config(rec.topic, key, current)
+        if current != value:
+            self._alter(rec.topic, key, value)
+        return rec.with_status("sent", nudge=key, value=value, previous=previous)
+
+    def _restore(self, rec: ActionRecord) -> ActionRecord:
+        restored = {}
+        for key, previous in self.state.nudged(rec.topic).items():
+            self._alter(rec.topic, key, previous)
+            self.state.forget_config(rec.topic, key)
+            restored[key] = previous
+        return rec.with_status("sent", restored=restored)
+
+    def close(self) -> None:
+        self._watermarks.close()

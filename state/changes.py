@@ -1,0 +1,31 @@
+"""What one micro-batch changes, after Spark reduced it to one entry per distinct key."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from policy.model import Segment
+
+
+@dataclass
+class TopicChanges:
+    segments: list[tuple[int, Segment]] = field(default_factory=list)
+    compacted: list[tuple[int, int]] = field(default_factory=list)
+    log_start: list[tuple[int, int]] = field(default_factory=list)
+    # (group, partition, committed offset or None for an offset tombstone)
+    offsets: list[tuple[str, int, int | None]] = field(default_factory=list)
+    group_deletes: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.segments or self.compacted or self.log_start or self.offsets or self.group_deletes)
+
+
+@dataclass
+class BatchChanges:
+    topics: dict[str, TopicChanges] = field(default_factory=lambda: defaultdict(TopicChanges))
+    # groups deleted in this batch, applied to every topic the group has offsets on
+    group_deletes: list[str] = field(default_factory=list)
+
+    def topic(self, name: str) -> TopicChanges:
+        return self.topics[name]

@@ -1,0 +1,271 @@
+"""Redis state, the system of record: partitions, group offsets, deadlines, and the action outbox.
+
+Key layout (prefix default `cd`):
+  <prefix>:{<topic>}:...          per-topic state; one hash tag per topic keeps the merge script on one
+                                  Cluster slot (p:<n> hash, seg:<n> zset, off hash, cz:<n> zset of
+                                  counted groups' offsets, gp:<g> set, groups/counted/parts sets, applied)
+  <prefix>:{sched}:deadlines      zset "<topic>/<partition>" -> next evaluation time (ms)
+  <prefix>:{act}:rec / :outbox / :last / :nudge   the action outbox and its bookkeeping (one slot)
+  <prefix>:topics, <prefix>:gt:<group>            indexes (single-key operations only)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from importlib import resources
+from typing import Any
+
+import redis
+
+from policy.model import ActionRecord, PartitionView, Segment
+from state.changes import BatchChanges, TopicChanges
+
+MAX_SAFE_INT = 2**53  # Lua and zset scores are doubles: integers above this lose digits
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class RedisState:
+    """Narrow interface over Redis: merge a batch, read views, schedule deadlines, keep the outbox."""
+
+    def __init__(self, client: redis.Redis, prefix: str = "cd") -> None:
+        self.r = client
+        self.prefix = prefix
+        source = resources.files("state").joinpath("lua/merge.lua").read_text()
+        self._merge = self.r.register_script(source)
+        self.k_deadlines = f"{prefix}:{{sched}}:deadlines"
+        self.k_rec = f"{prefix}:{{act}}:rec"
+        self.k_outbox = f"{prefix}:{{act}}:outbox"
+        self.k_last = f"{prefix}:{{act}}:last"
+        self.k_nudge = f"{prefix}:{{act}}:nudge"
+        self.k_topics = f"{prefix}:topics"
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str = "cd") -> RedisState:
+        return cls(redis.Redis.from_url(url), prefix)
+
+    def topic_base(self, topic: str) -> str:
+        return f"{self.prefix}:{{{topic}}}"
+
+    # ---- merge ---------------------------------------------------------------------------------
+
+    def merge(
+        self, stream_id: str, batch_id: int, changes: BatchChanges, counts: Callable[[str, str], bool]
+    ) -> tuple[dict[str, set[int]], bool]:
+        """Apply a batch idempotently. Returns (touched partitions per topic, whether any topic was replayed).
+
+        `counts(group, topic)` says whether a group holds the topic's data back (groups.include/exclude).
+        Index updates outside the per-topic script are idempotent, so a crash between steps is repaired
+        by the replay of the same batch id.
+        """
+        pipe = self.r.pipeline(transaction=False)
+        for topic, tc in changes.topics.items():
+            for group, _, off in tc.offsets:
+                if off is not None:
+                    pipe.sadd(f"{self.prefix}:gt:{group}", topic)
+        pipe.execute()
+        deleted_in: dict[str, list[str]] = {}
+        for group in changes.group_deletes:
+            for topic in self.r.smembers(f"{self.prefix}:gt:{group}"):
+                deleted_in.setdefault(_s(topic), []).append(group)
+        topics = set(changes.topics) | set(deleted_in)
+        touched: dict[str, set[int]] = {}
+        replayed = False
+        for topic in sorted(topics):
+            tc = changes.topics.get(topic, TopicChanges())
+            payload = self._payload(topic, tc, deleted_in.get(topic, []), counts)
+            res = self._merge(keys=[self.topic_base(topic)], args=[stream_id, batch_id, payload])
+            if res == -1:
+                replayed = True
+                # state already has this batch; still report what it touched so deadlines get refreshed
+                touched[topic] = {p for p in self._partitions_in(tc)}
+            else:
+                touched[topic] = {int(_s(n)) for n in res}
+        pipe = self.r.pipeline(transaction=False)
+        if topics:
+            pipe.sadd(self.k_topics, *topics)
+        pipe.execute()
+        for group in changes.group_deletes:
+            for topic in self.r.smembers(f"{self.prefix}:gt:{group}"):
+                if not self.r.sismember(f"{self.topic_base(_s(topic))}:groups", group):
+                    self.r.srem(f"{self.prefix}:gt:{group}", topic)
+        return touched, replayed
+
+    @staticmethod
+    def _partitions_in(tc: TopicChanges) -> Iterable[int]:
+        yield from (p for p, _ in tc.segments)
+        yield from (p for p, _ in tc.compacted)
+        yield from (p for p, _ in tc.log_start)
+        yield from (p for _, p, _ in tc.offsets)
+
+    @staticmethod
+    def _payload(topic: str, tc: TopicChanges, gdel: list[str], counts: Callable[[str, str], bool]) -> str:
+        return json.dumps(
+            {
+                "gdel": gdel,
+                "offsets": [[g, p, -1 if o is None else o, int(counts(g, topic))] for g, p, o in tc.offsets],
+                "compacted": [list(c) for c in tc.compacted],
+                "logstart": [list(c) for c in tc.log_start],
+                "segments": [
+                    [p, s.base_offset, s.end_offset, s.first_batch_max_ts, s.size_bytes, s.closed_at]
+                    for p, s in tc.segments
+                ],
+            },
+            separators=(",", ":"),
+        )
+
+    # ---- reads ---------------------------------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        return sorted(_s(t) for t in self.r.smembers(self.k_topics))
+
+    def partitions(self, topic: str) -> list[int]:
+        return sorted(int(_s(n)) for n in self.r.smembers(f"{self.topic_base(topic)}:parts"))
+
+    def all_partitions(self) -> list[tuple[str, int]]:
+        return [(t, p) for t in self.topics() for p in self.partitions(t)]
+
+    def views(self, keys: Iterable[tuple[str, int]]) -> list[PartitionView]:
+        """Read many partitions in one round trip."""
+        keys = list(keys)
+        pipe = self.r.pipeline(transaction=False)
+        for topic, n in keys:
+            base = self.topic_base(topic)
+            pipe.hgetall(f"{base}:p:{n}")
+            pipe.zrange(f"{base}:seg:{n}", 0, -1)
+            pipe.zrange(f"{base}:cz:{n}", 0, 0, withscores=True)
+            pipe.zcard(f"{base}:cz:{n}")
+            pipe.scard(f"{base}:counted")
+        res = pipe.execute()
+        out = []
+        for i, (topic, n) in enumerate(keys):
+            h, segs, lowest, zcard, counted = res[5 * i : 5 * i + 5]
+            h = {_s(k): int(v) for k, v in h.items()}
+            segments = []
+            for m in segs:
+                b, e, ts, size, closed = (int(x) for x in _s(m).split(":"))
+                segments.append(Segment(b, e, ts, size, closed))
+            known = counted > 0 and zcard == counted
+            out.append(
+                PartitionView(
+                    topic=topic,
+                    partition=n,
+                    segments=tuple(segments),
+                    cleaned_up_to=h.get("cleaned"),
+                    log_start=h.get("log_start", 0),
+                    min_committed=int(lowest[0][1]) if known and lowest else None,
+                    counted_groups=counted,
+                )
+            )
+        return out
+
+    def view(self, topic: str, partition: int) -> PartitionView:
+        return self.views([(topic, partition)])[0]
+
+    def group_offsets(self, topic: str) -> dict[tuple[str, int], int]:
+        raw = self.r.hgetall(f"{self.topic_base(topic)}:off")
+        out = {}
+        for k, v in raw.items():
+            n, _, g = _s(k).partition("|")
+            out[(g, int(n))] = int(v)
+        return out
+
+    # ---- deadlines -----------------------------------------------------------------------------
+
+    def set_deadlines(self, deadlines: dict[tuple[str, int], int | None]) -> None:
+        pipe = self.r.pipeline(transaction=False)
+        for (topic, n), at in deadlines.items():
+            if at is None:
+                pipe.zrem(self.k_deadlines, f"{topic}/{n}")
+            else:
+                pipe.zadd(self.k_deadlines, {f"{topic}/{n}": at})
+        pipe.execute()
+
+    def due(self, now: int, limit: int = 10_000) -> list[tuple[str, int]]:
+        members = self.r.zrangebyscore(self.k_deadlines, "-inf", now, start=0, num=limit)
+        out = []
+        for m in members:
+            topic, _, n = _s(m).rpartition("/")
+            out.append((topic, int(n)))
+        return out
+
+    def deadline(self, topic: str, partition: int) -> int | None:
+        score = self.r.zscore(self.k_deadlines, f"{topic}/{partition}")
+        return None if score is None else int(score)
+
+    # ---- actions / outbox ----------------------------------------------------------------------
+
+    def records(self, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], list[ActionRecord]]:
+        keys = list(keys)
+        kinds = ("compact", "delete_records")
+        fields = [f"{t}/{n}/{k}" for t, n in keys for k in kinds]
+        vals = self.r.hmget(self.k_rec, fields) if fields else []
+        out: dict[tuple[str, int], list[ActionRecord]] = {k: [] for k in keys}
+        for i, raw in enumerate(vals):
+            if raw is not None:
+                out[keys[i // len(kinds)]].append(ActionRecord.from_json(raw))
+        return out
+
+    def enqueue(self, rec: ActionRecord) -> None:
+        """Record a decision and put it in the outbox in one transaction."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(self.k_rec, rec.slot, rec.to_json())
+        pipe.zadd(self.k_outbox, {rec.slot: rec.decided_at})
+        pipe.execute()
+
+    def outbox(self, limit: int = 1000) -> list[ActionRecord]:
+        slots = self.r.zrange(self.k_outbox, 0, limit - 1)
+        if not slots:
+            return []
+        vals = self.r.hmget(self.k_rec, slots)
+        return [ActionRecord.from_json(v) for v in vals if v is not None]
+
+    def outbox_depth(self) -> int:
+        return int(self.r.zcard(self.k_outbox))
+
+    def complete(self, rec: ActionRecord) -> None:
+        """Leave the outbox with the final status; the record stays until the cluster answers it."""
+        pipe = self.r.pipeline(transaction=True)
+        if rec.action == "restore_config":
+            pipe.hdel(self.k_rec, rec.slot)
+        else:
+            pipe.hset(self.k_rec, rec.slot, rec.to_json())
+        pipe.zrem(self.k_outbox, rec.slot)
+        pipe.hset(self.k_last, f"{rec.topic}/{rec.partition}", rec.to_json())
+        pipe.execute()
+
+    def answer(self, rec: ActionRecord, now: int) -> None:
+        """The cluster did what was asked: the record leaves the live set."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hdel(self.k_rec, rec.slot)
+        pipe.zrem(self.k_outbox, rec.slot)
+        pipe.hset(self.k_last, f"{rec.topic}/{rec.partition}", rec.with_status(rec.status, answered_at=now).to_json())
+        pipe.execute()
+
+    def last_actions(self) -> dict[str, ActionRecord]:
+        return {_s(k): ActionRecord.from_json(v) for k, v in self.r.hgetall(self.k_last).items()}
+
+    def live_compactions(self, topic: str) -> int:
+        return sum(1 for k in self.r.hkeys(self.k_rec) if _s(k).startswith(f"{topic}/") and _s(k).endswith("/compact"))
+
+    # ---- compaction nudge bookkeeping ----------------------------------------------------------
+
+    def remember_config(self, topic: str, key: str, previous: str | None) -> str | None:
+        """Keep the value a nudge replaced; the first nudge of a topic wins. Returns what is stored."""
+        field = f"{topic}|{key}"
+        self.r.hsetnx(self.k_nudge, field, json.dumps(previous))
+        return json.loads(self.r.hget(self.k_nudge, field))
+
+    def nudged(self, topic: str) -> dict[str, str | None]:
+        out: dict[str, Any] = {}
+        for k, v in self.r.hgetall(self.k_nudge).items():
+            t, _, key = _s(k).partition("|")
+            if t == topic:
+                out[key] = json.loads(v)
+        return out
+
+    def forget_config(self, topic: str, key: str) -> None:
+        self.r.hdel(self.k_nudge, f"{topic}|{key}")

@@ -1,0 +1,113 @@
+"""Input events (CONTRACT.md §1) as pydantic models. Unknown fields are ignored; anything else invalid is
+rejected with a reason that goes to the DLQ."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+# Offsets and timestamps travel through Lua and zset scores (doubles): above 2**53 they would lose digits,
+# and no real cluster comes close, so larger values are rejected as absurd.
+MAX_INT = 2**53
+Offset = Annotated[int, Field(ge=0, le=MAX_INT, strict=True)]
+Millis = Annotated[int, Field(ge=0, le=MAX_INT, strict=True)]
+Partition = Annotated[int, Field(ge=0, le=2**31 - 1, strict=True)]
+TopicName = Annotated[str, Field(min_length=1, max_length=249, pattern=r"^[a-zA-Z0-9._-]+$")]
+GroupId = Annotated[str, Field(min_length=1, max_length=1024)]
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class SegmentRolled(_Event):
+    type: Literal["segment_rolled"]
+    topic: TopicName
+    partition: Partition
+    base_offset: Offset
+    end_offset: Offset
+    first_batch_max_ts: Millis
+    size_bytes: Offset = 0
+    ts: Millis
+
+    @model_validator(mode="after")
+    def _range(self) -> SegmentRolled:
+        if self.end_offset <= self.base_offset:
+            raise ValueError("end_offset must be greater than base_offset")
+        return self
+
+
+class Compacted(_Event):
+    type: Literal["compacted"]
+    topic: TopicName
+    partition: Partition
+    cleaned_up_to: Offset
+    ts: Millis
+
+
+class LogStart(_Event):
+    type: Literal["log_start"]
+    topic: TopicName
+    partition: Partition
+    log_start_offset: Offset
+    ts: Millis
+
+
+class OffsetCommit(_Event):
+    type: Literal["offset_commit"]
+    group: GroupId
+    topic: TopicName
+    partition: Partition
+    offset: Offset
+    ts: Millis
+
+
+class OffsetDelete(_Event):
+    type: Literal["offset_delete"]
+    group: GroupId
+    topic: TopicName
+    partition: Partition
+    ts: Millis
+
+
+class GroupDelete(_Event):
+    type: Literal["group_delete"]
+    group: GroupId
+    ts: Millis
+
+
+SegmentEvent = Annotated[SegmentRolled | Compacted | LogStart, Field(discriminator="type")]
+OffsetEvent = Annotated[OffsetCommit | OffsetDelete | GroupDelete, Field(discriminator="type")]
+SEGMENT_EVENTS: TypeAdapter[SegmentRolled | Compacted | LogStart] = TypeAdapter(SegmentEvent)
+OFFSET_EVENTS: TypeAdapter[OffsetCommit | OffsetDelete | GroupDelete] = TypeAdapter(OffsetEvent)
+
+AnyEvent = SegmentRolled | Compacted | LogStart | OffsetCommit | OffsetDelete | GroupDelete
+
+
+class Rejected(Exception):
+    """An input record that fails the contract; `reason` is a short, stable code plus a human message."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def parse(adapter: TypeAdapter, value: bytes | None, max_bytes: int) -> AnyEvent:
+    """Validate one record's value or raise Rejected."""
+    if value is None:
+        raise Rejected("null_value", "record has no value")
+    if len(value) > max_bytes:
+        raise Rejected("oversized", f"value is {len(value)} bytes, limit {max_bytes}")
+    try:
+        return adapter.validate_json(value)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        kind = err["type"]
+        loc = ".".join(str(p) for p in err["loc"])
+        if kind == "json_invalid":
+            raise Rejected("malformed_json", f"not JSON: {err['msg']}") from None
+        if kind in ("union_tag_invalid", "union_tag_not_found"):
+            raise Rejected("unknown_type", err["msg"]) from None
+        raise Rejected("invalid_field", f"{loc}: {err['msg']}"[:300]) from None

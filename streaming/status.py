@@ -1,0 +1,63 @@
+"""`compactd status`: what an operator asks first — which partitions are overdue, what holds data back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from policy.config import resolve
+from policy.model import ActionRecord, PartitionView
+from policy.rules import compaction_delay_ms, decide_deletion
+from state.store import RedisState
+from streaming.controller import now_ms
+from streaming.settings import Settings
+
+COLUMNS = ("partition", "compaction_delay_s", "min_committed", "deletable", "last_action")
+
+
+def status_row(
+    view: PartitionView, layers: Mapping[str, Mapping[str, Any]], last: ActionRecord | None, now: int
+) -> dict[str, Any]:
+    th = resolve(layers, view.topic, view.partition)
+    delay = None
+    if th.max_compaction_lag_ms is not None:
+        raw = compaction_delay_ms(view, th.max_compaction_lag_ms, now)
+        delay = None if raw is None else round(max(raw, 0) / 1000, 1)
+    deletion = decide_deletion(view, th, now)
+    return {
+        "partition": view.key,
+        "compaction_delay_s": delay,
+        "min_committed": view.min_committed,
+        "log_start": view.log_start,
+        "deletable": 0
+        if deletion is None or deletion.before_offset is None
+        else deletion.before_offset - view.log_start,
+        "last_action": None
+        if last is None
+        else f"{last.action}({last.before_offset if last.before_offset is not None else ''}) {last.status}",
+    }
+
+
+def status_rows(state: RedisState, layers: Mapping[str, Mapping[str, Any]], now: int) -> list[dict[str, Any]]:
+    views = state.views(state.all_partitions())
+    last = state.last_actions()
+    return [status_row(v, layers, last.get(v.key), now) for v in views]
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    cells = [[("-" if r[c] is None else str(r[c])) for c in COLUMNS] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(COLUMNS)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)
+
+
+def print_status(settings: Settings, as_json: bool = False) -> None:
+    state = RedisState.from_url(settings.redis_url, settings.redis_prefix)
+    rows = status_rows(state, settings.thresholds, now_ms())
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+    else:
+        print(format_table(rows))
