@@ -88,10 +88,12 @@ class RedisState:
         if topics:
             pipe.sadd(self.k_topics, *topics)
         pipe.execute()
-        for group in changes.group_deletes:
-            for topic in self.r.smembers(f"{self.prefix}:gt:{group}"):
-                if not self.r.sismember(f"{self.topic_base(_s(topic))}:groups", group):
-                    self.r.srem(f"{self.prefix}:gt:{group}", topic)
+        # Drop index entries of groups that no longer hold offsets on a topic.
+        emptied = {(g, t) for t, gs in deleted_in.items() for g in gs}
+        emptied |= {(g, t) for t, tc in changes.topics.items() for g, _, off in tc.offsets if off is None}
+        for group, topic in sorted(emptied):
+            if not self.r.sismember(f"{self.topic_base(topic)}:groups", group):
+                self.r.srem(f"{self.prefix}:gt:{group}", topic)
         return touched, replayed
 
     @staticmethod

@@ -7,6 +7,8 @@ lock keeps the two from interleaving.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -53,6 +55,10 @@ class Controller:
         self.clock = clock
         self.deletes_allowed = deletes_allowed
         self.lock = threading.Lock()
+        # Test hook for crash tests: COMPACTD_FAULT=<after_merge|after_enqueue>:<batch_id> kills the process
+        # with SIGKILL at that point of that batch, the way an OOM kill or a node loss would.
+        point, _, batch = os.environ.get("COMPACTD_FAULT", "").partition(":")
+        self._fault = (point, int(batch)) if batch.isdigit() else None
 
     # ---- configuration ----
 
@@ -68,11 +74,17 @@ class Controller:
         with self.lock:
             started = time.monotonic()
             touched, replayed = self.state.merge(stream_id, batch_id, changes, self.counts)
+            self._maybe_crash("after_merge", batch_id)
             self.metrics.batches.labels("replayed" if replayed else "merged").inc()
             keys = [(t, p) for t, parts in touched.items() for p in sorted(parts)]
             self._evaluate(keys, "batch")
+            self._maybe_crash("after_enqueue", batch_id)
             self._dispatch()
             self.metrics.batch_seconds.observe(time.monotonic() - started)
+
+    def _maybe_crash(self, point: str, batch_id: int) -> None:
+        if self._fault == (point, batch_id):
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def tick(self) -> None:
         """Evaluate the partitions whose deadline has passed, and drain the outbox."""

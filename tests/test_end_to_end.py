@@ -94,3 +94,87 @@ def test_once_run_deletes_consumed_segments_and_compacts_overdue(spark, cluster,
     view = RedisState.from_url(redis_url).view(orders, 0)
     assert view.min_committed == 1500
     assert [s.base_offset for s in view.segments] == [0, 1000, 2000]
+
+
+def test_bad_input_goes_to_dlq_and_changes_nothing(spark, cluster, job_settings, rclient) -> None:
+    settings = job_settings(max_event_bytes=1024)
+    seg, com = settings.topics.segments, settings.topics.commits
+    cluster.create(seg)
+    cluster.create(com)
+    bad = [
+        (seg, b"{definitely not json", "malformed_json"),
+        (seg, b'{"type":"segment_rolled","pad":"' + b"x" * 2000 + b'"}', "oversized"),
+        (seg, b'{"type":"segment_merged","topic":"t","partition":0,"ts":1}', "unknown_type"),
+        (seg, b'{"type":"log_start","topic":"t","partition":0,"log_start_offset":-5,"ts":1}', "invalid_field"),
+        (com, b'{"type":"offset_commit","group":"g","topic":"t","partition":0,"offset":1e30,"ts":1}', "invalid_field"),
+        (com, None, "null_value"),
+    ]
+    for topic, value, _ in bad:
+        cluster.send_raw(topic, value, key=b"bad-key")
+    cluster.flush()
+
+    with Job(settings, spark=spark) as job:
+        job.run(once=True)
+        rejected = job.metrics.dlq_records
+
+    dlq = cluster.read_all(settings.topics.dlq)
+    assert sorted(d["reason"] for d in dlq) == sorted(r for _, _, r in bad)
+    first = next(d for d in dlq if d["reason"] == "malformed_json")
+    import base64
+
+    assert base64.b64decode(first["value_b64"]) == b"{definitely not json"
+    assert base64.b64decode(first["key_b64"]) == b"bad-key" and first["source_topic"] == seg
+    assert rejected.labels("segments", "oversized")._value.get() >= 1
+    assert cluster.read_all(settings.topics.actions) == []
+    # no compactd state was written: only the job's own bookkeeping is absent too
+    assert [k for k in rclient.keys("cd:*")] == []
+
+
+def test_deadline_fires_without_new_events_within_one_trigger(spark, cluster, job_settings, redis_url) -> None:
+    import threading
+
+    lag, interval = 8_000, 1_000
+    ctopic = cluster.name("ct")
+    settings = job_settings(
+        trigger_interval_ms=interval, thresholds={f"topic:{ctopic}": {"max.compaction.lag.ms": lag}}
+    )
+    first_batch_max_ts = int(time.time() * 1000)
+    cluster.create(settings.topics.segments)
+    cluster.send(
+        settings.topics.segments,
+        [
+            {
+                "type": "segment_rolled",
+                "topic": ctopic,
+                "partition": 0,
+                "base_offset": 0,
+                "end_offset": 50,
+                "first_batch_max_ts": first_batch_max_ts,
+                "size_bytes": 1,
+                "ts": first_batch_max_ts,
+            }
+        ],
+    )
+    deadline = first_batch_max_ts + lag + 1
+    state = RedisState.from_url(redis_url)
+    stop = threading.Event()
+    with Job(settings, spark=spark) as job:
+        runner = threading.Thread(target=job.run, kwargs={"stop": stop})
+        runner.start()
+        try:
+            while not state.view(ctopic, 0).segments:
+                assert time.time() * 1000 < deadline, "segment event not merged before its deadline"
+                time.sleep(0.1)
+            assert state.deadline(ctopic, 0) == deadline
+            assert state.records([(ctopic, 0)])[(ctopic, 0)] == []  # not due yet
+            while not state.records([(ctopic, 0)])[(ctopic, 0)]:
+                assert time.time() * 1000 < deadline + 10_000, "no decision after the deadline passed"
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            runner.join(120)
+    rec = state.records([(ctopic, 0)])[(ctopic, 0)][0]
+    assert rec.action == "compact" and rec.status == "dry_run" and rec.dry_run
+    assert deadline <= rec.decided_at <= deadline + interval + 500
+    audit = cluster.read_all(settings.topics.actions)
+    assert [(a["action"], a["status"]) for a in audit] == [("compact", "dry_run")]

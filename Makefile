@@ -1,0 +1,39 @@
+# compactd: every routine task is a target. `make demo` and `make test` install what they need.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.stamp-deps
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: deps system-deps demo test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[test,dashboards]"
+	touch $@
+
+# Redis comes from Debian; the Kafka-protocol broker (noida-db) and Spark come from PyPI.
+system-deps:
+	@command -v redis-server >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
+	@command -v java >/dev/null || { echo "Java 17 is required (apt-get install openjdk-17-jre-headless)"; exit 1; }
+
+deps: system-deps $(STAMP)
+
+demo: deps
+	$(BIN)/compactd demo $(if $(DURATION),--duration $(DURATION))
+
+test: deps
+	$(BIN)/pytest -q
+
+lint: deps
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: deps
+	$(BIN)/python bench/throughput.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .demo
