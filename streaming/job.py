@@ -108,7 +108,7 @@ class Job:
 
     def process_batch(self, df: DataFrame, batch_id: int) -> None:
         decoded = df.mapInArrow(self.decoder, DECODED_DDL)
-        collected = collect_changes(aggregate(decoded).toLocalIterator())
+        collected = collect_changes(aggregate(decoded).collect())
         now = now_ms()
         self.dlq.publish(collected.rejected, now)
         for row in collected.rejected:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,7 @@ ARROW_SCHEMA = pa.schema(
 Offsets = dict[str, dict[str, int]]
 
 
-def client_config(options: dict[str, str]) -> dict[str, Any]:
+def client_config(options: Mapping[str, str]) -> dict[str, Any]:
     """librdkafka settings from `kafka.*` options. noida-db answers a fetch with a partition's whole backlog,
     so the receive limit is raised by default."""
     conf: dict[str, Any] = {"receive.message.max.bytes": 1_000_000_000}
@@ -83,7 +83,7 @@ def split_limit(start: Offsets, available: Offsets, max_rows: int) -> Offsets:
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str]) -> None:
         self.options = options
         self.topics = [t.strip() for t in options["subscribe"].split(",") if t.strip()]
         self.conf = client_config(options)
@@ -126,6 +126,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._watermarks("high")
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if self._target is not None and isinstance(limit, ReadAllAvailable):
+            # Spark passes ReadAllAvailable to Python sources under Trigger.AvailableNow; Spark's own Kafka
+            # source still splits by maxOffsetsPerTrigger there, and so do we (bounded batches on catch-up).
+            limit = self.getDefaultReadLimit()
         high = self._target if self._target is not None else self._watermarks("high")
         low = self._watermarks("low") if any(p not in start.get(t, {}) for t, ps in high.items() for p in ps) else {}
         # new partitions (or topics) start from their earliest offset
@@ -236,4 +240,5 @@ class KafkaSource(DataSource):
         return KAFKA_SCHEMA_DDL
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return KafkaStreamReader(dict(self.options))
+        # Spark's options are case-insensitive (keys arrive lowercased): keep the mapping as it is.
+        return KafkaStreamReader(self.options)
