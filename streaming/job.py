@@ -42,6 +42,7 @@ def spark_session(master: str = "local[2]") -> SparkSession:
         .appName("compactd")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
         .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
         .getOrCreate()

@@ -33,10 +33,13 @@ def status_row(
         "deletable": 0
         if deletion is None or deletion.before_offset is None
         else deletion.before_offset - view.log_start,
-        "last_action": None
-        if last is None
-        else f"{last.action}({last.before_offset if last.before_offset is not None else ''}) {last.status}",
+        "last_action": None if last is None else describe(last),
     }
+
+
+def describe(rec: ActionRecord) -> str:
+    target = f" <{rec.before_offset}" if rec.before_offset is not None else ""
+    return f"{rec.action}{target} {rec.status}" + (" (answered)" if "answered_at" in rec.detail else "")
 
 
 def status_rows(state: RedisState, layers: Mapping[str, Mapping[str, Any]], now: int) -> list[dict[str, Any]]:
