@@ -112,5 +112,6 @@ class ActionRecord:
 
 def action_id(decision: Decision, attempts: int) -> str:
     """Deterministic id: a replayed batch that decides the same thing produces the same id."""
-    raw = f"{decision.topic}/{decision.partition}/{decision.action}/{decision.reason}/{decision.before_offset}/{decision.earliest_ts}/{attempts}"
+    d = decision
+    raw = f"{d.topic}/{d.partition}/{d.action}/{d.reason}/{d.before_offset}/{d.earliest_ts}/{attempts}"
     return hashlib.sha256(raw.encode()).hexdigest()[:24]

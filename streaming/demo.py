@@ -89,17 +89,36 @@ class SimulatedCluster:
             st.end += 50
             st.first_ts = st.first_ts or now
             if time.monotonic() - st.last_roll >= ROLL_EVERY_S:
-                self._event(self.s.topics.segments, f"{topic}/{p}", {
-                    "type": "segment_rolled", "topic": topic, "partition": p, "base_offset": st.base,
-                    "end_offset": st.end, "first_batch_max_ts": st.first_ts, "size_bytes": (st.end - st.base) * 60,
-                    "ts": now})
+                self._event(
+                    self.s.topics.segments,
+                    f"{topic}/{p}",
+                    {
+                        "type": "segment_rolled",
+                        "topic": topic,
+                        "partition": p,
+                        "base_offset": st.base,
+                        "end_offset": st.end,
+                        "first_batch_max_ts": st.first_ts,
+                        "size_bytes": (st.end - st.base) * 60,
+                        "ts": now,
+                    },
+                )
                 st.base, st.rolled_end, st.first_ts, st.last_roll = st.end, st.end, None, time.monotonic()
         for p in range(PARTITIONS):
             st = self.parts[("clicks", p)]
             for group, behind in (("billing", 0), ("analytics", 400)):
-                self._event(self.s.topics.commits, group, {
-                    "type": "offset_commit", "group": group, "topic": "clicks", "partition": p,
-                    "offset": max(st.end - behind, 0), "ts": now})
+                self._event(
+                    self.s.topics.commits,
+                    group,
+                    {
+                        "type": "offset_commit",
+                        "group": group,
+                        "topic": "clicks",
+                        "partition": p,
+                        "offset": max(st.end - behind, 0),
+                        "ts": now,
+                    },
+                )
         self._cleaner(now)
         self._log_starts(now)
         self.producer.flush(10)
@@ -116,8 +135,11 @@ class SimulatedCluster:
         self.cleaner_queue = [c for c in self.cleaner_queue if c[0] > time.monotonic()]
         for _, topic, p in due:
             upto = self.parts[(topic, p)].rolled_end
-            self._event(self.s.topics.segments, f"{topic}/{p}", {
-                "type": "compacted", "topic": topic, "partition": p, "cleaned_up_to": upto, "ts": now})
+            self._event(
+                self.s.topics.segments,
+                f"{topic}/{p}",
+                {"type": "compacted", "topic": topic, "partition": p, "cleaned_up_to": upto, "ts": now},
+            )
             self.log.append(f"cleaner: {topic}/{p} compacted up to {upto}")
 
     def _log_starts(self, now: int) -> None:
@@ -125,8 +147,11 @@ class SimulatedCluster:
             low, _ = self.watermarks.get_watermark_offsets(TopicPartition(topic, p), timeout=5, cached=False)
             if low > st.log_start:
                 st.log_start = low
-                self._event(self.s.topics.segments, f"{topic}/{p}", {
-                    "type": "log_start", "topic": topic, "partition": p, "log_start_offset": low, "ts": now})
+                self._event(
+                    self.s.topics.segments,
+                    f"{topic}/{p}",
+                    {"type": "log_start", "topic": topic, "partition": p, "log_start_offset": low, "ts": now},
+                )
                 self.log.append(f"broker: {topic}/{p} log start moved to {low}")
 
     def run(self, stop: threading.Event) -> None:

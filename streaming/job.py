@@ -108,8 +108,10 @@ class Job:
         return reader.load()
 
     def process_batch(self, df: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
         decoded = df.mapInArrow(self.decoder, DECODED_DDL)
         collected = collect_changes(aggregate(decoded).collect())
+        spark_s = time.monotonic() - started
         now = now_ms()
         self.dlq.publish(collected.rejected, now)
         for row in collected.rejected:
@@ -117,6 +119,14 @@ class Job:
         for (stream, kind), n in collected.counts.items():
             self.metrics.input_records.labels(stream, kind).inc(n)
         self.controller.on_batch(self.stream_id, batch_id, collected.changes)
+        log.info(
+            "batch %d: %d records, %d rejected; spark %.2fs, merge+decide+act %.2fs",
+            batch_id,
+            sum(collected.counts.values()),
+            len(collected.rejected),
+            spark_s,
+            time.monotonic() - started - spark_s,
+        )
 
     def start(self, once: bool = False) -> StreamingQuery:
         if self.spark is None:

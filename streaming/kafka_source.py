@@ -41,7 +41,12 @@ Offsets = dict[str, dict[str, int]]
 def client_config(options: Mapping[str, str]) -> dict[str, Any]:
     """librdkafka settings from `kafka.*` options. noida-db answers a fetch with a partition's whole backlog,
     so the receive limit is raised by default."""
-    conf: dict[str, Any] = {"receive.message.max.bytes": 1_000_000_000}
+    conf: dict[str, Any] = {
+        "receive.message.max.bytes": 1_000_000_000,
+        # reads are bounded ranges, not long polls: short broker waits and a deep prefetch queue
+        "fetch.wait.max.ms": 10,
+        "queued.min.messages": 1_000_000,
+    }
     for key, value in options.items():
         if key.startswith("kafka."):
             conf[key[6:]] = value

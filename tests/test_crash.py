@@ -64,23 +64,48 @@ def test_kill_9_mid_batch_then_restart_matches_crash_free_run(spark, cluster, jo
     events = []
     for p in (0, 1):
         for i, age in enumerate((6 * HOUR, 3 * HOUR, 2 * HOUR, 1000)):
-            events.append({"type": "segment_rolled", "topic": orders, "partition": p, "base_offset": i * 100,
-                           "end_offset": (i + 1) * 100, "first_batch_max_ts": now - age, "size_bytes": 1,
-                           "ts": now - age})
-    events.append({"type": "segment_rolled", "topic": ctopic, "partition": 0, "base_offset": 0, "end_offset": 10,
-                   "first_batch_max_ts": now - 2 * HOUR, "size_bytes": 1, "ts": now - 2 * HOUR})
+            events.append(
+                {
+                    "type": "segment_rolled",
+                    "topic": orders,
+                    "partition": p,
+                    "base_offset": i * 100,
+                    "end_offset": (i + 1) * 100,
+                    "first_batch_max_ts": now - age,
+                    "size_bytes": 1,
+                    "ts": now - age,
+                }
+            )
+    events.append(
+        {
+            "type": "segment_rolled",
+            "topic": ctopic,
+            "partition": 0,
+            "base_offset": 0,
+            "end_offset": 10,
+            "first_batch_max_ts": now - 2 * HOUR,
+            "size_bytes": 1,
+            "ts": now - 2 * HOUR,
+        }
+    )
     cluster.send(seg, events)
-    cluster.send(com, [
-        {"type": "offset_commit", "group": "a", "topic": orders, "partition": 0, "offset": 250, "ts": now},
-        {"type": "offset_commit", "group": "b", "topic": orders, "partition": 0, "offset": 390, "ts": now},
-        {"type": "offset_commit", "group": "a", "topic": orders, "partition": 1, "offset": 150, "ts": now},
-        {"type": "offset_delete", "group": "b", "topic": orders, "partition": 0, "ts": now},
-        {"type": "offset_commit", "group": "b", "topic": orders, "partition": 0, "offset": 300, "ts": now},
-    ])
+    cluster.send(
+        com,
+        [
+            {"type": "offset_commit", "group": "a", "topic": orders, "partition": 0, "offset": 250, "ts": now},
+            {"type": "offset_commit", "group": "b", "topic": orders, "partition": 0, "offset": 390, "ts": now},
+            {"type": "offset_commit", "group": "a", "topic": orders, "partition": 1, "offset": 150, "ts": now},
+            {"type": "offset_delete", "group": "b", "topic": orders, "partition": 0, "ts": now},
+            {"type": "offset_commit", "group": "b", "topic": orders, "partition": 0, "offset": 300, "ts": now},
+        ],
+    )
 
     # Reference: the same input, no crash, dry run (the broker is left for the crash run to act on).
-    ref = job_settings(redis_prefix="ref", checkpoint_dir=str(tmp_path / "ref"),
-                       **{**common, "thresholds": {**thresholds, "global": {"dry.run": True}}})
+    ref = job_settings(
+        redis_prefix="ref",
+        checkpoint_dir=str(tmp_path / "ref"),
+        **{**common, "thresholds": {**thresholds, "global": {"dry.run": True}}},
+    )
     ref.topics.actions = cluster.name("ref-actions")
     with Job(ref, spark=spark) as job:
         job.run(once=True)

@@ -222,7 +222,7 @@ def test_invalid_layers_are_rejected_with_a_reason(scope: str, values: dict, fra
 
 
 def test_forced_below_consumed_across_scopes_is_rejected() -> None:
-    with pytest.raises(ConfigError, match="forced.retention.ms"):
+    with pytest.raises(ConfigError, match=r"forced\.retention\.ms"):
         resolve({"global": {"forced.retention.ms": 5}, "topic:t": {"consumed.retention.ms": 10}}, "t", 0)
 
 
