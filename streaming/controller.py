@@ -27,6 +27,9 @@ from streaming.metrics import Metrics
 log = logging.getLogger("compactd.controller")
 
 
+NOT_CAUGHT_UP = "offsets not caught up"
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -133,6 +136,8 @@ class Controller:
         """Drop records the cluster has answered; put a nudged topic config back when none is left."""
         live = []
         for rec in records:
+            if rec.detail.get("why") == NOT_CAUGHT_UP and self.deletes_allowed():
+                continue  # held back by the readiness gate, which is open now: decide afresh
             if is_answered(rec, view):
                 self.state.answer(rec, now)
                 if rec.action == "compact" and rec.status == "sent":
@@ -194,7 +199,7 @@ class Controller:
             if rec.dry_run:
                 done = self.dry.execute(rec)
             elif rec.action == "delete_records" and not self.deletes_allowed():
-                done = rec.with_status("skipped", why="offsets not caught up")
+                done = rec.with_status("skipped", why=NOT_CAUGHT_UP)
             else:
                 done = self.sink.execute(rec)
             if self.audit is not None and done.action != "restore_config":

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from streaming.events import (
+    MAX_INT,
     OFFSET_EVENTS,
     SEGMENT_EVENTS,
     Compacted,
@@ -22,6 +23,15 @@ from streaming.events import (
     Rejected,
     SegmentRolled,
     parse,
+)
+from streaming.offsets_codec import (
+    DecodeError,
+    GroupKey,
+    OffsetKey,
+    OtherKey,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
 )
 
 DECODED_SCHEMA = pa.schema(
@@ -62,8 +72,36 @@ class Decoder:
     segments_topic: str
     commits_topic: str
     max_event_bytes: int = 64 * 1024
+    offsets_topic: str = "__consumer_offsets"
 
-    def row(self, src_topic: str, value: bytes | None) -> dict:
+    def binary_row(self, key: bytes | None, value: bytes | None) -> dict:
+        """A `__consumer_offsets` record → the same rows as the JSON offset events."""
+        out: dict = {"stream": "consumer_offsets"}
+        try:
+            if key is None:
+                raise DecodeError("record has no key")
+            k = decode_key(key)
+            if isinstance(k, OtherKey):
+                return {**out, "kind": f"skipped_key_v{k.version}"}
+            if isinstance(k, GroupKey):
+                if value is None:
+                    return {**out, "kind": "group_delete", "grp": k.group}
+                decode_group_value(value)  # validated and counted; membership does not move offsets
+                return {**out, "kind": "group_metadata", "grp": k.group}
+            assert isinstance(k, OffsetKey)
+            out.update(grp=k.group, topic=k.topic, partition=k.partition)
+            if value is None:
+                return {**out, "kind": "offset_delete"}
+            v = decode_offset_value(value)
+        except DecodeError as exc:
+            return {**out, "error": "undecodable", "message": str(exc)}
+        if not 0 <= v.offset <= MAX_INT or not 0 <= k.partition < 2**31:
+            return {**out, "error": "invalid_field", "message": f"absurd offset {v.offset} or partition"}
+        return {**out, "kind": "offset_commit", "value_offset": v.offset, "ts": v.commit_timestamp}
+
+    def row(self, src_topic: str, value: bytes | None, key: bytes | None = None) -> dict:
+        if src_topic == self.offsets_topic:
+            return self.binary_row(key, value)
         if src_topic == self.segments_topic:
             stream, adapter = "segments", SEGMENT_EVENTS
         elif src_topic == self.commits_topic:
@@ -105,7 +143,7 @@ class Decoder:
             parts = batch.column("partition").to_pylist()
             offsets = batch.column("offset").to_pylist()
             for key, value, src_topic, src_part, src_off in zip(keys, values, topics, parts, offsets, strict=True):
-                out = self.row(src_topic, value)
+                out = self.row(src_topic, value, key)
                 out.update(src_topic=src_topic, src_partition=src_part, src_offset=src_off)
                 if out.get("error"):
                     out.update(raw_key=key, raw_value=value)

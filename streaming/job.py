@@ -25,8 +25,9 @@ from streaming.decode import DECODED_DDL, Decoder
 from streaming.dlq import DeadLetters
 from streaming.kafka_source import KafkaSource
 from streaming.metrics import Metrics, default_metrics
+from streaming.readiness import Readiness, batch_end_offsets
 from streaming.settings import Settings
-from streaming.topics import ensure_topics
+from streaming.topics import ensure_topics, high_watermarks
 
 log = logging.getLogger("compactd.job")
 
@@ -79,6 +80,7 @@ class Job:
         self.state = RedisState.from_url(settings.redis_url, settings.redis_prefix)
         self.audit = AuditLog(settings.bootstrap_servers, settings.topics.actions, settings.kafka)
         self.dlq = DeadLetters(settings.bootstrap_servers, settings.topics.dlq, settings.kafka)
+        self.readiness = Readiness(settings.topics.consumer_offsets, None)
         self.controller = Controller(
             self.state,
             settings.thresholds,
@@ -86,13 +88,35 @@ class Job:
             self.audit,
             self.metrics,
             clock=clock,
+            deletes_allowed=lambda: self.readiness.ready(),
         )
-        self.decoder = Decoder(settings.topics.segments, settings.topics.commits, settings.max_event_bytes)
+        self.decoder = Decoder(
+            settings.topics.segments,
+            settings.topics.commits,
+            settings.max_event_bytes,
+            settings.topics.consumer_offsets,
+        )
         self.stream_id = stream_id_for(settings.checkpoint_dir)
         self.query: StreamingQuery | None = None
 
     def source_topics(self) -> list[str]:
-        return [self.settings.topics.segments, self.settings.topics.commits]
+        t = self.settings.topics
+        offsets = t.consumer_offsets if self.settings.offsets_source == "consumer_offsets" else t.commits
+        return [t.segments, offsets]
+
+    @property
+    def spark_checkpoint(self) -> Path:
+        return Path(self.settings.checkpoint_dir) / "spark"
+
+    def _arm_readiness(self) -> None:
+        """Snapshot the offsets topic's high watermarks; deletes wait until the stream has read that far."""
+        if self.settings.offsets_source != "consumer_offsets":
+            return
+        topic = self.settings.topics.consumer_offsets
+        targets = high_watermarks(self.settings, topic)
+        self.readiness = Readiness(topic, targets)
+        self.readiness.observe(batch_end_offsets(self.spark_checkpoint))
+        log.info("readiness gate on %s: targets %s, ready=%s", topic, targets, self.readiness.ready())
 
     def _read(self) -> DataFrame:
         assert self.spark is not None
@@ -109,6 +133,7 @@ class Job:
 
     def process_batch(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
+        opened = self.readiness.observe(batch_end_offsets(self.spark_checkpoint, batch_id))
         decoded = df.mapInArrow(self.decoder, DECODED_DDL)
         collected = collect_changes(aggregate(decoded).collect())
         spark_s = time.monotonic() - started
@@ -119,6 +144,9 @@ class Job:
         for (stream, kind), n in collected.counts.items():
             self.metrics.input_records.labels(stream, kind).inc(n)
         self.controller.on_batch(self.stream_id, batch_id, collected.changes)
+        if opened:  # deletes held back while catching up are decided now, everywhere
+            log.info("offsets caught up at batch %d: deletes enabled", batch_id)
+            self.controller.evaluate_all()
         log.info(
             "batch %d: %d records, %d rejected; spark %.2fs, merge+decide+act %.2fs",
             batch_id,
@@ -133,10 +161,11 @@ class Job:
             self.spark = spark_session(self.settings.spark_master)
         if self.settings.create_topics:
             ensure_topics(self.settings)
+        self._arm_readiness()
         writer = (
             self._read()
             .writeStream.foreachBatch(self.process_batch)
-            .option("checkpointLocation", str(Path(self.settings.checkpoint_dir) / "spark"))
+            .option("checkpointLocation", str(self.spark_checkpoint))
             .queryName(f"compactd-{self.stream_id[:8]}")
         )
         if once:

@@ -46,6 +46,8 @@ def client_config(options: Mapping[str, str]) -> dict[str, Any]:
         # reads are bounded ranges, not long polls: short broker waits and a deep prefetch queue
         "fetch.wait.max.ms": 10,
         "queued.min.messages": 1_000_000,
+        # offsets written inside transactions only count once committed
+        "isolation.level": "read_committed",
     }
     for key, value in options.items():
         if key.startswith("kafka."):

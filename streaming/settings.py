@@ -27,6 +27,7 @@ class TopicNames(BaseModel):
     config: str = "compactd.config"
     actions: str = "compactd.actions"
     dlq: str = "compactd.dlq"
+    consumer_offsets: str = "__consumer_offsets"  # read when offsets_source = consumer_offsets
 
 
 class Settings(BaseSettings):
