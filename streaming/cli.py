@@ -64,6 +64,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--workdir", default=_env_default("workdir"), help="keep demo data here (default: temp dir)")
 
+    agent = sub.add_parser("agent", help="publish segment events from Kafka log directories")
+    agent.add_argument(
+        "--log-dir",
+        action="append",
+        required=_env_default("log_dir") is None,
+        default=_env_default("log_dir").split(",") if _env_default("log_dir") else None,
+    )
+    agent.add_argument("--bootstrap-servers", default=_env_default("bootstrap_servers") or "127.0.0.1:9092")
+    agent.add_argument("--segments-topic", default=_env_default("segments_topic") or "compactd.segments")
+    agent.add_argument("--interval-ms", type=int, default=int(_env_default("interval_ms") or 10_000))
+    agent.add_argument("--once", action="store_true", help="scan once, publish, exit")
+
+    segments = sub.add_parser("segments", help="Kafka log directories")
+    seg_sub = segments.add_subparsers(dest="segments_command", required=True, parser_class=_Parser)
+    inspect = seg_sub.add_parser("inspect", help="JSON line per segment file")
+    inspect.add_argument("dir")
+
+    offsets = sub.add_parser("offsets", help="__consumer_offsets records")
+    off_sub = offsets.add_subparsers(dest="offsets_command", required=True, parser_class=_Parser)
+    decode = off_sub.add_parser("decode", help="decode one record given as hex")
+    decode.add_argument("--key", required=True)
+    decode.add_argument("--value", default=None, help="omit for a tombstone")
+
     cfg = sub.add_parser("config", help="show configuration")
     cfg_sub = cfg.add_subparsers(dest="config_command", required=True, parser_class=_Parser)
     get = cfg_sub.add_parser("get", help="effective thresholds for a scope")
@@ -121,7 +144,67 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(duration_s=args.duration, workdir=args.workdir)
 
 
-COMMANDS = {"run": cmd_run, "status": cmd_status, "config": cmd_config, "demo": cmd_demo}
+def cmd_agent(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from streaming.agent import KafkaPublisher, SegmentAgent, run_agent
+
+    dirs = [Path(d) for d in args.log_dir]
+    for d in dirs:
+        if not d.is_dir():
+            raise UsageError(f"log dir not found: {d}")
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+    run_agent(
+        SegmentAgent(dirs),
+        KafkaPublisher(args.bootstrap_servers, args.segments_topic),
+        args.interval_ms / 1000,
+        stop,
+        once=args.once,
+    )
+    return 0
+
+
+def cmd_segments(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from streaming.logdir import scan_log_dir
+
+    path = Path(args.dir)
+    if not path.is_dir():
+        raise UsageError(f"not a directory: {path}")
+    for seg in scan_log_dir(path):
+        print(json.dumps(seg.to_json()))
+    return 0
+
+
+def cmd_offsets(args: argparse.Namespace) -> int:
+    import json
+
+    from streaming.offsets_codec import DecodeError, decode_record
+
+    try:
+        key = bytes.fromhex(args.key)
+        value = None if args.value is None else bytes.fromhex(args.value)
+        print(json.dumps(decode_record(key, value)))
+    except ValueError as exc:  # bad hex, or DecodeError
+        kind = "cannot decode" if isinstance(exc, DecodeError) else "bad hex"
+        raise UsageError(f"{kind}: {exc}") from None
+    return 0
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "status": cmd_status,
+    "config": cmd_config,
+    "demo": cmd_demo,
+    "agent": cmd_agent,
+    "segments": cmd_segments,
+    "offsets": cmd_offsets,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
