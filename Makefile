@@ -34,6 +34,7 @@ lint: deps
 
 bench: deps
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/decode_offsets.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .demo
