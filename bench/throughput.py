@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import random
 import sys
 import tempfile
@@ -78,6 +79,8 @@ def fill(bootstrap: str, events: int, data_topics: int, partitions: int, source_
 
 
 def main() -> None:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    logging.getLogger("compactd").setLevel(logging.INFO)  # per-batch phase timings on stderr
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=300_000)
     ap.add_argument("--topics", type=int, default=20)

@@ -37,6 +37,7 @@ class RedisState:
         source = resources.files("state").joinpath("lua/merge.lua").read_text()
         self._merge = self.r.register_script(source)
         self.k_deadlines = f"{prefix}:{{sched}}:deadlines"
+        self.k_compaction_due = f"{prefix}:{{sched}}:compaction-due"
         self.k_rec = f"{prefix}:{{act}}:rec"
         self.k_outbox = f"{prefix}:{{act}}:outbox"
         self.k_last = f"{prefix}:{{act}}:last"
@@ -185,6 +186,20 @@ class RedisState:
             else:
                 pipe.zadd(self.k_deadlines, {f"{topic}/{n}": at})
         pipe.execute()
+
+    def set_compaction_due(self, due: dict[tuple[str, int], int | None]) -> None:
+        """When each partition's oldest dirty record crosses max.compaction.lag.ms (None: nothing dirty)."""
+        pipe = self.r.pipeline(transaction=False)
+        for (topic, n), at in due.items():
+            if at is None:
+                pipe.zrem(self.k_compaction_due, f"{topic}/{n}")
+            else:
+                pipe.zadd(self.k_compaction_due, {f"{topic}/{n}": at})
+        pipe.execute()
+
+    def oldest_compaction_due(self) -> int | None:
+        first = self.r.zrange(self.k_compaction_due, 0, 0, withscores=True)
+        return int(first[0][1]) if first else None
 
     def due(self, now: int, limit: int = 10_000) -> list[tuple[str, int]]:
         members = self.r.zrangebyscore(self.k_deadlines, "-inf", now, start=0, num=limit)

@@ -39,8 +39,16 @@ def aggregate(decoded: DataFrame) -> DataFrame:
         .withColumn("e_offset", F.when(err, F.col("src_offset")))
         .groupBy("k", "topic", "partition", "grp", "base_offset", "e_topic", "e_partition", "e_offset")
         .agg(F.max_by(record, order).alias("r"), F.count(F.lit(1)).alias("n"))
-        .select("k", "r", "n")
+        .select("k", "n", "r.*")
+        .withColumn("ord_a", F.col("ord.a"))
+        .withColumn("ord_b", F.col("ord.b"))
+        .drop("ord")
     )
+
+
+def collect_rows(aggregated: DataFrame) -> list[dict[str, Any]]:
+    """Bring the (small) aggregate to the driver through Arrow: far cheaper than building Row objects."""
+    return aggregated.toArrow().to_pylist()
 
 
 @dataclass
@@ -50,16 +58,16 @@ class Collected:
     counts: Counter = field(default_factory=Counter)  # (stream, kind) -> input records
 
 
-def collect_changes(rows: Iterable[Any]) -> Collected:
-    """Driver side: aggregated rows → typed changes, DLQ rows, and input counts."""
+def collect_changes(rows: Iterable[dict[str, Any]]) -> Collected:
+    """Driver side: aggregated rows (flat dicts) → typed changes, DLQ rows, and input counts."""
     out = Collected()
     offsets: list[tuple[str, str, int, int | None, tuple[int, int]]] = []
     group_deleted: dict[str, tuple[int, int]] = {}
     for row in rows:
-        k, r, n = row["k"], row["r"], row["n"]
+        k, r, n = row["k"], row, row["n"]
         out.counts[(r["stream"], r["kind"] if k != "error" else "rejected")] += n
         if k == "error":
-            out.rejected.append(r.asDict())
+            out.rejected.append(r)
         elif k == "segment_rolled":
             seg = Segment(r["base_offset"], r["end_offset"], r["first_batch_max_ts"], r["size_bytes"], r["ts"])
             out.changes.topic(r["topic"]).segments.append((r["partition"], seg))
@@ -69,9 +77,9 @@ def collect_changes(rows: Iterable[Any]) -> Collected:
             out.changes.topic(r["topic"]).log_start.append((r["partition"], r["value_offset"]))
         elif k == "offset":
             value = r["value_offset"] if r["kind"] == "offset_commit" else None
-            offsets.append((r["grp"], r["topic"], r["partition"], value, (r["ord"]["a"], r["ord"]["b"])))
+            offsets.append((r["grp"], r["topic"], r["partition"], value, (r["ord_a"], r["ord_b"])))
         elif k == "group_delete":
-            group_deleted[r["grp"]] = (r["ord"]["a"], r["ord"]["b"])
+            group_deleted[r["grp"]] = (r["ord_a"], r["ord_b"])
     for group, topic, partition, value, order in offsets:
         # an offset event older than its group's deletion in the same batch is void
         if group in group_deleted and order < group_deleted[group]:

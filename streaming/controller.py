@@ -16,7 +16,7 @@ from typing import Any
 
 from policy.config import Thresholds, group_counts, resolve
 from policy.model import ActionRecord, Decision, PartitionView, action_id
-from policy.rules import compaction_delay_ms, decide, is_answered, next_deadline, should_record
+from policy.rules import decide, earliest_uncompacted_ts, is_answered, next_deadline, should_record
 from sinks.audit import AuditLog
 from sinks.base import ActionSink
 from sinks.dry_run import DryRunSink
@@ -28,6 +28,7 @@ log = logging.getLogger("compactd.controller")
 
 
 NOT_CAUGHT_UP = "offsets not caught up"
+EVAL_CHUNK = 2000
 
 
 def now_ms() -> int:
@@ -104,14 +105,17 @@ class Controller:
     # ---- decide ----
 
     def _evaluate(self, keys: Iterable[tuple[str, int]], trigger: str) -> None:
+        """Evaluate in chunks: Redis round trips stay bounded however many partitions are due."""
         keys = list(dict.fromkeys(keys))
-        if not keys:
-            return
+        for start in range(0, len(keys), EVAL_CHUNK):
+            self._evaluate_chunk(keys[start : start + EVAL_CHUNK], trigger)
+
+    def _evaluate_chunk(self, keys: list[tuple[str, int]], trigger: str) -> None:
         now = self.clock()
         views = self.state.views(keys)
         records = self.state.records(keys)
         deadlines: dict[tuple[str, int], int | None] = {}
-        max_delay = 0
+        compaction_due: dict[tuple[str, int], int | None] = {}
         for view in views:
             th = self.thresholds(view.topic, view.partition)
             live = self._settle(view, records[(view.topic, view.partition)], now)
@@ -125,12 +129,15 @@ class Controller:
                 self.state.enqueue(rec)
                 live = [r for r in live if r.action != rec.action] + [rec]
             deadlines[(view.topic, view.partition)] = next_deadline(view, th, live, now)
-            if th.max_compaction_lag_ms is not None:
-                delay = compaction_delay_ms(view, th.max_compaction_lag_ms, now)
-                max_delay = max(max_delay, delay or 0)
+            earliest = earliest_uncompacted_ts(view)
+            lag = th.max_compaction_lag_ms
+            compaction_due[(view.topic, view.partition)] = None if lag is None or earliest is None else earliest + lag
         self.state.set_deadlines(deadlines)
+        self.state.set_compaction_due(compaction_due)
         self.metrics.evaluations.labels(trigger).inc(len(views))
-        self.metrics.max_compaction_delay.set(max_delay / 1000)
+        oldest = self.state.oldest_compaction_due()
+        # KIP-354's max-compaction-delay-secs, over every partition compactd tracks
+        self.metrics.max_compaction_delay.set(0 if oldest is None else max(now - oldest, 0) / 1000)
 
     def _settle(self, view: PartitionView, records: list[ActionRecord], now: int) -> list[ActionRecord]:
         """Drop records the cluster has answered; put a nudged topic config back when none is left."""

@@ -19,7 +19,7 @@ from sinks.audit import AuditLog
 from sinks.base import ActionSink
 from sinks.kafka_admin import KafkaAdminSink
 from state.store import RedisState
-from streaming.aggregate import aggregate, collect_changes
+from streaming.aggregate import aggregate, collect_changes, collect_rows
 from streaming.controller import Controller, now_ms
 from streaming.decode import DECODED_DDL, Decoder
 from streaming.dlq import DeadLetters
@@ -135,7 +135,7 @@ class Job:
         started = time.monotonic()
         opened = self.readiness.observe(batch_end_offsets(self.spark_checkpoint, batch_id))
         decoded = df.mapInArrow(self.decoder, DECODED_DDL)
-        collected = collect_changes(aggregate(decoded).collect())
+        collected = collect_changes(collect_rows(aggregate(decoded)))
         spark_s = time.monotonic() - started
         now = now_ms()
         self.dlq.publish(collected.rejected, now)

@@ -33,7 +33,7 @@ class Metrics:
         self.partitions = Gauge("compactd_partitions_tracked", "Partitions known to state", registry=registry)
         self.max_compaction_delay = Gauge(
             "compactd_max_compaction_delay_seconds",
-            "KIP-354 max-compaction-delay-secs over evaluated partitions (max(now-earliest-lag, 0)/1000)",
+            "KIP-354 max-compaction-delay-secs over all tracked partitions: max(now - earliest - lag, 0) / 1000",
             registry=registry,
         )
         self.outbox_depth = Gauge("compactd_outbox_depth", "Actions decided and not yet carried out", registry=registry)
