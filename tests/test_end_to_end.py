@@ -19,12 +19,16 @@ def test_once_run_deletes_consumed_segments_and_compacts_overdue(spark, cluster,
     cluster.create(orders, 1, {"cleanup.policy": "delete"})
     cluster.create(ctopic, 1, {"cleanup.policy": "compact"})
     cluster.fill(orders, 3000)
+    from streaming.embedded import free_port
+
+    metrics_port = free_port()
     settings = job_settings(
+        metrics_port=metrics_port,
         thresholds={
             "global": {"dry.run": False},
             f"topic:{orders}": {"consumed.retention.ms": HOUR},
             f"topic:{ctopic}": {"max.compaction.lag.ms": HOUR},
-        }
+        },
     )
     seg = settings.topics.segments
     cluster.send(
@@ -93,6 +97,11 @@ def test_once_run_deletes_consumed_segments_and_compacts_overdue(spark, cluster,
     assert cluster.watermarks(orders) == (1000, 3000)
     view = RedisState.from_url(redis_url).view(orders, 0)
     assert view.min_committed == 1500
+    import urllib.request
+
+    scraped = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+    assert 'compactd_actions_total{action="delete_records",reason="consumed_retention",status="sent"}' in scraped
+    assert 'compactd_input_records_total{kind="segment_rolled",stream="segments"}' in scraped
     assert [s.base_offset for s in view.segments] == [0, 1000, 2000]
 
 
