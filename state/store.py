@@ -178,24 +178,22 @@ class RedisState:
 
     # ---- deadlines -----------------------------------------------------------------------------
 
-    def set_deadlines(self, deadlines: dict[tuple[str, int], int | None]) -> None:
+    def _zput(self, key: str, scores: dict[tuple[str, int], int | None]) -> None:
+        """Set or remove (None) the score of each "<topic>/<partition>" member in one round trip."""
         pipe = self.r.pipeline(transaction=False)
-        for (topic, n), at in deadlines.items():
+        for (topic, n), at in scores.items():
             if at is None:
-                pipe.zrem(self.k_deadlines, f"{topic}/{n}")
+                pipe.zrem(key, f"{topic}/{n}")
             else:
-                pipe.zadd(self.k_deadlines, {f"{topic}/{n}": at})
+                pipe.zadd(key, {f"{topic}/{n}": at})
         pipe.execute()
+
+    def set_deadlines(self, deadlines: dict[tuple[str, int], int | None]) -> None:
+        self._zput(self.k_deadlines, deadlines)
 
     def set_compaction_due(self, due: dict[tuple[str, int], int | None]) -> None:
         """When each partition's oldest dirty record crosses max.compaction.lag.ms (None: nothing dirty)."""
-        pipe = self.r.pipeline(transaction=False)
-        for (topic, n), at in due.items():
-            if at is None:
-                pipe.zrem(self.k_compaction_due, f"{topic}/{n}")
-            else:
-                pipe.zadd(self.k_compaction_due, {f"{topic}/{n}": at})
-        pipe.execute()
+        self._zput(self.k_compaction_due, due)
 
     def oldest_compaction_due(self) -> int | None:
         first = self.r.zrange(self.k_compaction_due, 0, 0, withscores=True)

@@ -43,6 +43,22 @@ def rclient(redis_url: str) -> redis.Redis:
     return redis.Redis.from_url(redis_url)
 
 
+def dump_redis(r: redis.Redis, pattern: str = "*") -> dict:
+    """Every key matching `pattern` with its contents, comparable across runs."""
+    out: dict = {}
+    for key in sorted(r.keys(pattern)):
+        kind = r.type(key)
+        if kind == b"hash":
+            out[key] = r.hgetall(key)
+        elif kind == b"set":
+            out[key] = r.smembers(key)
+        elif kind == b"zset":
+            out[key] = r.zrange(key, 0, -1, withscores=True)
+        else:
+            out[key] = r.get(key)
+    return out
+
+
 @pytest.fixture(scope="session")
 def spark():
     from streaming.job import spark_session

@@ -13,6 +13,7 @@ import redis
 import yaml
 
 from streaming.job import Job
+from tests.conftest import dump_redis
 
 pytestmark = pytest.mark.spark
 HOUR = 3_600_000
@@ -27,19 +28,11 @@ def run_cli(config: Path, log: Path, fault: str | None = None) -> int:
 
 def merge_state(r: redis.Redis, prefix: str) -> dict:
     """Everything merged from events, minus bookkeeping that legitimately differs between runs."""
-    out = {}
-    for key in r.keys(f"{prefix}:{{*"):
-        name = key.decode().removeprefix(prefix)
-        if name.endswith(":applied") or "{act}" in name or "{sched}" in name:
-            continue
-        t = r.type(key)
-        if t == b"hash":
-            out[name] = r.hgetall(key)
-        elif t == b"set":
-            out[name] = r.smembers(key)
-        elif t == b"zset":
-            out[name] = r.zrange(key, 0, -1, withscores=True)
-    return out
+    return {
+        key.decode().removeprefix(prefix): value
+        for key, value in dump_redis(r, f"{prefix}:{{*").items()
+        if not key.endswith(b":applied") and b"{act}" not in key and b"{sched}" not in key
+    }
 
 
 def essence(actions: list[dict]) -> list[tuple]:

@@ -7,25 +7,11 @@ import redis
 from policy.model import ActionRecord, Segment
 from state.changes import BatchChanges
 from state.store import RedisState
+from tests.conftest import dump_redis
 
 
 def everyone(group: str, topic: str) -> bool:
     return True
-
-
-def dump(r: redis.Redis) -> dict:
-    out = {}
-    for key in sorted(r.keys("*")):
-        t = r.type(key)
-        if t == b"hash":
-            out[key] = r.hgetall(key)
-        elif t == b"set":
-            out[key] = r.smembers(key)
-        elif t == b"zset":
-            out[key] = r.zrange(key, 0, -1, withscores=True)
-        else:
-            out[key] = r.get(key)
-    return out
 
 
 def commits(*items: tuple[str, str, int, int | None], deletes: tuple[str, ...] = ()) -> BatchChanges:
@@ -43,11 +29,11 @@ def test_replayed_batch_changes_nothing(rclient: redis.Redis) -> None:
     c.topic("orders").offsets.append(("g", 0, 50))
     touched, replayed = st.merge("s1", 0, c, everyone)
     assert touched == {"orders": {0}} and not replayed
-    before = dump(rclient)
+    before = dump_redis(rclient)
     # the same batch id again, even with different content (a replay never re-applies)
     c.topic("orders").offsets[0] = ("g", 0, 7)
     _, replayed = st.merge("s1", 0, c, everyone)
-    assert replayed and dump(rclient) == before
+    assert replayed and dump_redis(rclient) == before
     # an older batch id is also a replay; a new stream id is not
     assert st.merge("s1", -1, c, everyone)[1]
     assert not st.merge("s2", 0, c, everyone)[1]
