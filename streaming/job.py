@@ -121,7 +121,7 @@ class Job:
     def _read(self) -> DataFrame:
         assert self.spark is not None
         reader = (
-            self.spark.readStream.format("compactd-kafka")
+            self.spark.readStream.format(self.settings.spark_source)
             .option("kafka.bootstrap.servers", self.settings.bootstrap_servers)
             .option("subscribe", ",".join(self.source_topics()))
             .option("startingOffsets", self.settings.starting_offsets)

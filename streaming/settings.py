@@ -48,6 +48,8 @@ class Settings(BaseSettings):
     metrics_port: int = Field(0, ge=0, description="Prometheus /metrics port on the driver; 0 = off")
     spark_master: str = "local[2]"
     starting_offsets: Literal["earliest", "latest"] = "earliest"
+    # "kafka" = Spark's own connector (needs the spark-sql-kafka jar); same options, same row shape.
+    spark_source: Literal["compactd-kafka", "kafka"] = "compactd-kafka"
     create_topics: bool = True
 
     @field_validator("thresholds")

@@ -187,3 +187,19 @@ def test_deadline_fires_without_new_events_within_one_trigger(spark, cluster, jo
     assert deadline <= rec.decided_at <= deadline + interval + 500
     audit = cluster.read_all(settings.topics.actions)
     assert [(a["action"], a["status"]) for a in audit] == [("compact", "dry_run")]
+
+
+def test_spark_kafka_connector_is_one_setting_away(spark, job_settings) -> None:
+    """The same options go to Spark's own `kafka` format; this machine has no connector jar, so Spark says so."""
+    from pyspark.errors import AnalysisException
+
+    with (
+        Job(job_settings(spark_source="kafka"), spark=spark) as job,
+        pytest.raises(AnalysisException, match="(?i)kafka"),
+    ):
+        job._read()
+    with Job(job_settings(), spark=spark) as job:
+        compactd = job._read()
+    assert compactd.schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,timestampType:int>"
+    )
