@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from state.store import RedisState
@@ -124,7 +124,13 @@ class SimulatedCluster:
         self.producer.flush(10)
 
     def _cleaner(self, now: int) -> None:
-        for msg in self.actions.consume(100, timeout=0.05):
+        # resume/pause around the read: an assigned consumer otherwise re-fetches non-stop from a broker that
+        # answers empty fetches at once (noida-db does), burning CPU on both sides
+        assigned = self.actions.assignment()
+        self.actions.resume(assigned)
+        msgs = self.actions.consume(100, timeout=0.2)
+        self.actions.pause(assigned)
+        for msg in msgs:
             if msg.error() is not None:
                 continue
             action = json.loads(msg.value())
@@ -155,7 +161,10 @@ class SimulatedCluster:
                 self.log.append(f"broker: {topic}/{p} log start moved to {low}")
 
     def run(self, stop: threading.Event) -> None:
-        self.actions.subscribe([self.s.topics.actions])
+        # assign, not subscribe: the cleaner reads every action and needs no group rebalance to start
+        topic = self.s.topics.actions
+        parts = self.actions.list_topics(topic, timeout=10).topics[topic].partitions
+        self.actions.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
         while not stop.is_set():
             try:
                 self.step()

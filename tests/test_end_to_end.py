@@ -195,7 +195,7 @@ def test_spark_kafka_connector_is_one_setting_away(spark, job_settings) -> None:
 
     with (
         Job(job_settings(spark_source="kafka"), spark=spark) as job,
-        pytest.raises(AnalysisException, match="(?i)kafka"),
+        pytest.raises(AnalysisException, match=r"(?i)kafka"),
     ):
         job._read()
     with Job(job_settings(), spark=spark) as job:
