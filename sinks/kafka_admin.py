@@ -111,3 +111,4 @@ class KafkaAdminSink:
 
     def close(self) -> None:
         self._watermarks.close()
+        del self.admin  # the handle, and its broker connections, go with the last reference

@@ -47,3 +47,7 @@ class DeadLetters:
         if n and self._producer.flush(30):
             raise RuntimeError("DLQ records not delivered within 30s")
         return n
+
+    def close(self) -> None:
+        self._producer.flush(30)
+        del self._producer

@@ -210,6 +210,7 @@ class Job:
 
     def close(self) -> None:
         self.audit.close()
+        self.dlq.close()
         self.controller.sink.close()
 
     def __enter__(self) -> Job:
