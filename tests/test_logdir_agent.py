@@ -8,13 +8,17 @@ import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streaming.agent import SegmentAgent
 from streaming.cli import main
 from streaming.logdir import (
     CheckpointError,
+    SegmentError,
     encode_batch_v2,
     encode_message_v1,
+    first_batch,
     read_checkpoint,
     scan_log_dir,
     write_checkpoint,
@@ -139,3 +143,31 @@ def test_segments_inspect_cli(tmp_path: Path, capsys) -> None:
         for r in rows
     ] == [("orders", 0, 0, 2, T + 1, 61), ("orders", 0, 5, None, None, 0)]
     assert main(["segments", "inspect", str(tmp_path / "nope")]) == 2
+
+
+def test_segment_deleted_between_listing_and_reading_is_skipped(tmp_path: Path) -> None:
+    p = tmp_path / "orders-0"
+    segment(p, 0, encode_batch_v2(0, T, T + 1))
+    # a dangling entry is what a reader sees when retention deletes the file after the directory listing
+    (p / f"{10:020d}.log").symlink_to(tmp_path / "gone.log")
+    segment(p, 20, b"")
+    assert [s.base_offset for s in scan_log_dir(tmp_path)] == [0, 20]
+    assert [e["base_offset"] for e in SegmentAgent([tmp_path]).scan() if e["type"] == "segment_rolled"] == [0]
+
+
+@settings(max_examples=3000)
+@given(st.binary(max_size=300))
+def test_fuzz_segment_header_decoder_only_raises_segment_error(data: bytes) -> None:
+    try:
+        magic, ts = first_batch(data, lambda total: data[:total])
+    except SegmentError:
+        return
+    assert magic in (0, 1, 2) and (ts is None or isinstance(ts, int))
+
+
+@given(
+    st.integers(0, 2**62), st.integers(-1, 2**62), st.integers(-1, 2**62), st.integers(1, 1000), st.binary(max_size=64)
+)
+def test_batch_header_round_trip(base: int, base_ts: int, max_ts: int, records: int, payload: bytes) -> None:
+    raw = encode_batch_v2(base, base_ts, max_ts, records, payload)
+    assert first_batch(raw[:61], lambda total: raw[:total]) == (2, max_ts)
