@@ -72,17 +72,19 @@ class RedisState:
         for group in changes.group_deletes:
             for topic in self.r.smembers(f"{self.prefix}:gt:{group}"):
                 deleted_in.setdefault(_s(topic), []).append(group)
-        topics = set(changes.topics) | set(deleted_in)
+        topics = sorted(set(changes.topics) | set(deleted_in))
+        empty = TopicChanges()
+        pipe = self.r.pipeline(transaction=False)  # one round trip for every topic's script
+        for topic in topics:
+            payload = self._payload(topic, changes.topics.get(topic, empty), deleted_in.get(topic, []), counts)
+            self._merge(keys=[self.topic_base(topic)], args=[stream_id, batch_id, payload], client=pipe)
         touched: dict[str, set[int]] = {}
         replayed = False
-        for topic in sorted(topics):
-            tc = changes.topics.get(topic, TopicChanges())
-            payload = self._payload(topic, tc, deleted_in.get(topic, []), counts)
-            res = self._merge(keys=[self.topic_base(topic)], args=[stream_id, batch_id, payload])
+        for topic, res in zip(topics, pipe.execute(), strict=True):
             if res == -1:
                 replayed = True
                 # state already has this batch; still report what it touched so deadlines get refreshed
-                touched[topic] = {p for p in self._partitions_in(tc)}
+                touched[topic] = set(self._partitions_in(changes.topics.get(topic, empty)))
             else:
                 touched[topic] = {int(_s(n)) for n in res}
         pipe = self.r.pipeline(transaction=False)

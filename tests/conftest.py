@@ -39,7 +39,9 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def redis_url(redis_service: Service) -> str:
     """A fresh logical view of the server: every test gets an empty database."""
     url = f"redis://127.0.0.1:{redis_service.port}/0"
-    redis.Redis.from_url(url).flushall()
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    client.script_flush()  # every test proves the scripts load themselves
     return url
 
 
