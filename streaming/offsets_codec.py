@@ -19,37 +19,48 @@ class DecodeError(ValueError):
     """Bytes that do not parse as the record they claim to be; the message says where."""
 
 
+_I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+
+
 class _Reader:
+    """Cursor over a record: precompiled structs read in place, every read bounds-checked."""
+
+    __slots__ = ("data", "n", "pos")
+
     def __init__(self, data: bytes) -> None:
-        self.data = memoryview(data)
+        self.data = bytes(data)
+        self.n = len(self.data)
         self.pos = 0
 
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise DecodeError(f"truncated: need {n} bytes at offset {self.pos}, have {len(self.data) - self.pos}")
-        out = bytes(self.data[self.pos : self.pos + n])
-        self.pos += n
-        return out
+    def _need(self, k: int) -> int:
+        pos = self.pos
+        if k < 0 or pos + k > self.n:
+            raise DecodeError(f"truncated: need {k} bytes at offset {pos}, have {self.n - pos}")
+        self.pos = pos + k
+        return pos
 
-    def _unpack(self, fmt: str, size: int) -> Any:
-        return struct.unpack(fmt, self.take(size))[0]
+    def take(self, k: int) -> bytes:
+        pos = self._need(k)
+        return self.data[pos : pos + k]
 
     def i8(self) -> int:
-        return self._unpack(">b", 1)
+        pos = self._need(1)
+        b = self.data[pos]
+        return b - 256 if b > 127 else b
 
     def i16(self) -> int:
-        return self._unpack(">h", 2)
+        return _I16.unpack_from(self.data, self._need(2))[0]
 
     def i32(self) -> int:
-        return self._unpack(">i", 4)
+        return _I32.unpack_from(self.data, self._need(4))[0]
 
     def i64(self) -> int:
-        return self._unpack(">q", 8)
+        return _I64.unpack_from(self.data, self._need(8))[0]
 
     def uvarint(self) -> int:
         value, shift = 0, 0
         while True:
-            b = self.take(1)[0]
+            b = self.data[self._need(1)]
             value |= (b & 0x7F) << shift
             if not b & 0x80:
                 return value
@@ -89,8 +100,8 @@ class _Reader:
         n = self.uvarint() - 1 if compact else self.i32()
         if n < 0:
             raise DecodeError(f"null or negative array length at offset {self.pos}")
-        if n > len(self.data) - self.pos:  # every element takes at least one byte
-            raise DecodeError(f"array of {n} elements cannot fit in {len(self.data) - self.pos} bytes")
+        if n > self.n - self.pos:  # every element takes at least one byte
+            raise DecodeError(f"array of {n} elements cannot fit in {self.n - self.pos} bytes")
         return n
 
     def tagged_fields(self) -> dict[int, bytes]:
@@ -101,8 +112,8 @@ class _Reader:
         return tags
 
     def end(self, what: str) -> None:
-        if self.pos != len(self.data):
-            raise DecodeError(f"{what}: {len(self.data) - self.pos} unexpected trailing bytes")
+        if self.pos != self.n:
+            raise DecodeError(f"{what}: {self.n - self.pos} unexpected trailing bytes")
 
     @staticmethod
     def _utf8(raw: bytes) -> str:
