@@ -55,6 +55,41 @@ def client_config(options: Mapping[str, str]) -> dict[str, Any]:
     return conf
 
 
+_CONSUMER_ONLY = ("receive.message.max.bytes", "fetch.wait.max.ms", "queued.min.messages", "isolation.level")
+
+
+def admin_config(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """The consumer settings minus the ones an AdminClient rejects."""
+    return {k: v for k, v in conf.items() if k not in _CONSUMER_ONLY}
+
+
+def list_end_offsets(admin: Any, topics: list[str], which: str, isolation: str = "read_committed") -> Offsets:
+    """Earliest ("low") or latest ("high") offset of every partition of `topics`, in one ListOffsets round.
+
+    Under read_committed "high" is the last stable offset: a consumer cannot read past an open transaction, so a
+    batch planned up to the high watermark would stall on it.
+    """
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    spec = OffsetSpec.earliest() if which == "low" else OffsetSpec.latest()
+    # Whole-cluster metadata, filtered: asking for one topic by name can auto-create it on some brokers.
+    metadata = admin.list_topics(timeout=10).topics
+    request = {}
+    for topic in topics:
+        md = metadata.get(topic)
+        if md is None or md.error is not None:
+            continue  # not created yet: picked up once it exists
+        request.update({TopicPartition(topic, p): spec for p in md.partitions})
+    if not request:
+        return {}
+    level = IsolationLevel.READ_COMMITTED if isolation == "read_committed" else IsolationLevel.READ_UNCOMMITTED
+    out: Offsets = {}
+    for tp, fut in admin.list_offsets(request, isolation_level=level, request_timeout=10).items():
+        out.setdefault(tp.topic, {})[str(tp.partition)] = fut.result(timeout=10).offset
+    return out
+
+
 @dataclass(frozen=True)
 class KafkaRange(InputPartition):
     topic: str
@@ -97,31 +132,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.conf.setdefault("bootstrap.servers", options.get("kafka.bootstrap.servers", "127.0.0.1:9092"))
         self.max_rows = int(options.get("maxOffsetsPerTrigger", "0"))
         self.starting = options.get("startingOffsets", "earliest")
-        self._consumer: Any = None
+        self._admin: Any = None
         self._target: Offsets | None = None
 
-    @property
-    def consumer(self) -> Any:
-        if self._consumer is None:
-            from confluent_kafka import Consumer
-
-            self._consumer = Consumer(
-                {**self.conf, "group.id": f"compactd-source-{uuid.uuid4()}", "enable.auto.commit": False}
-            )
-        return self._consumer
-
     def _watermarks(self, which: str) -> Offsets:
-        from confluent_kafka import TopicPartition
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
 
-        out: Offsets = {}
-        for topic in self.topics:
-            md = self.consumer.list_topics(topic, timeout=10).topics.get(topic)
-            if md is None or md.error is not None:
-                continue  # not created yet: picked up once it exists
-            for p in md.partitions:
-                lo, hi = self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
-                out.setdefault(topic, {})[str(p)] = lo if which == "low" else hi
-        return out
+            self._admin = AdminClient(admin_config(self.conf))
+        return list_end_offsets(self._admin, self.topics, which, self.conf.get("isolation.level", "read_committed"))
 
     def initialOffset(self) -> dict:
         return self._watermarks("low" if self.starting == "earliest" else "high")
@@ -169,8 +188,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass  # progress lives in Spark's checkpoint, not in a consumer group
 
     def stop(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
+        self._admin = None
 
 
 def read_range(

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from streaming.kafka_source import list_end_offsets
 from streaming.settings import Settings
 
 
@@ -24,18 +25,7 @@ def ensure_topics(settings: Settings, partitions: int = 1, timeout_s: float = 30
                 raise RuntimeError(f"cannot create topic {topic}: {exc.args[0]}") from exc
 
 
-def high_watermarks(settings: Settings, topic: str, timeout_s: float = 30.0) -> dict[str, int]:
-    """High watermark per partition (keys as the source's offsets use them); {} if the topic does not exist."""
-    consumer = Consumer(
-        {"bootstrap.servers": settings.bootstrap_servers, "group.id": "compactd-watermarks", **settings.kafka}
-    )
-    try:
-        md = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        if md is None or md.error is not None:
-            return {}
-        return {
-            str(p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s, cached=False)[1]
-            for p in md.partitions
-        }
-    finally:
-        consumer.close()
+def high_watermarks(settings: Settings, topic: str) -> dict[str, int]:
+    """Where each partition ends for a read_committed reader (keys as the source's offsets use them)."""
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, **settings.kafka})
+    return list_end_offsets(admin, [topic], "high").get(topic, {})
