@@ -69,15 +69,19 @@ class Controller:
     def thresholds(self, topic: str, partition: int | None = None) -> Thresholds:
         return resolve(self.layers, topic, partition)
 
-    def counts(self, group: str, topic: str) -> bool:
-        return group_counts(group, self.thresholds(topic))
-
     # ---- entry points ----
 
     def on_batch(self, stream_id: str, batch_id: int, changes: BatchChanges) -> None:
         with self.lock:
             started = time.monotonic()
-            touched, replayed = self.state.merge(stream_id, batch_id, changes, self.counts)
+            per_topic: dict[str, Thresholds] = {}  # resolve each topic's thresholds once per batch
+
+            def counts(group: str, topic: str) -> bool:
+                if topic not in per_topic:
+                    per_topic[topic] = self.thresholds(topic)
+                return group_counts(group, per_topic[topic])
+
+            touched, replayed = self.state.merge(stream_id, batch_id, changes, counts)
             self._maybe_crash("after_merge", batch_id)
             self.metrics.batches.labels("replayed" if replayed else "merged").inc()
             keys = [(t, p) for t, parts in touched.items() for p in sorted(parts)]

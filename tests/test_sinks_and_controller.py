@@ -144,3 +144,25 @@ def test_group_delete_lets_consumed_retention_advance(cluster, rclient) -> None:
     got = cluster.read_all(actions)
     assert [(a["before_offset"], a["reason"], a["status"]) for a in got] == [(200, "consumed_retention", "sent")]
     assert cluster.watermarks(topic) == (200, 300)
+
+
+def test_excluded_groups_do_not_hold_data_back(cluster, rclient) -> None:
+    topic = cluster.name("ex")
+    cluster.create(topic, 1, {"cleanup.policy": "delete"})
+    cluster.fill(topic, 300)
+    clock = [T0]
+    ctl, actions = make_controller(
+        cluster,
+        rclient,
+        clock,
+        {
+            "global": {"dry.run": False, "groups.exclude": ["console-consumer-.*"]},
+            f"topic:{topic}": {"consumed.retention.ms": H},
+        },
+    )
+    c = segment_batch(topic, Segment(0, 100, 0, 1, T0 - 2 * H), Segment(100, 200, 0, 1, T0 - 2 * H))
+    c.topic(topic).offsets += [("billing", 0, 200), ("console-consumer-4711", 0, 3)]
+    ctl.on_batch("s", 0, c)
+    got = cluster.read_all(actions)
+    assert [(a["before_offset"], a["reason"]) for a in got] == [(200, "consumed_retention")]
+    assert ctl.state.group_offsets(topic)[("console-consumer-4711", 0)] == 3  # still tracked, just not counted
