@@ -133,7 +133,10 @@ class Job:
 
     def process_batch(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        opened = self.readiness.observe(batch_end_offsets(self.spark_checkpoint, batch_id))
+        # the offset log is only read while the gate is closed
+        opened = not self.readiness.ready() and self.readiness.observe(
+            batch_end_offsets(self.spark_checkpoint, batch_id)
+        )
         decoded = df.mapInArrow(self.decoder, DECODED_DDL)
         collected = collect_changes(collect_rows(aggregate(decoded)))
         spark_s = time.monotonic() - started

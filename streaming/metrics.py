@@ -30,7 +30,6 @@ class Metrics:
         self.evaluations = Counter(
             "compactd_partition_evaluations", "Partitions evaluated by the policy", ["trigger"], registry=registry
         )
-        self.partitions = Gauge("compactd_partitions_tracked", "Partitions known to state", registry=registry)
         self.max_compaction_delay = Gauge(
             "compactd_max_compaction_delay_seconds",
             "KIP-354 max-compaction-delay-secs over all tracked partitions: max(now - earliest - lag, 0) / 1000",
