@@ -8,17 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
 import pyarrow as pa
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from streaming.decode import Decoder
-from streaming.kafka_source import ARROW_SCHEMA
-from streaming.offsets_codec import (
+from compactd.codec.offsets import (
     GroupValue,
     Member,
     OffsetValue,
@@ -28,6 +21,8 @@ from streaming.offsets_codec import (
     encode_offset_key,
     encode_offset_value,
 )
+from compactd.streaming.decode import Decoder
+from compactd.streaming.kafka_source import ARROW_SCHEMA
 
 
 def records(n: int) -> tuple[list[bytes], list[bytes | None]]:

@@ -16,15 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from compactd.app.settings import Settings
+from compactd.demo.embedded import kafka_broker, redis_server
+from compactd.state.redis_store import RedisState
+from compactd.streaming.job import Job, spark_session
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from state.store import RedisState
-from streaming.embedded import kafka_broker, redis_server
-from streaming.job import Job, spark_session
-from streaming.settings import Settings
 
 
 def fill(bootstrap: str, events: int, data_topics: int, partitions: int, source_partitions: int) -> None:

@@ -6,8 +6,9 @@ Each rule of CONTRACT.md is one function here, the way Kafka's LogCleanerManager
 
 from __future__ import annotations
 
-from policy.config import Thresholds
-from policy.model import ActionRecord, Decision, PartitionView, Segment
+from compactd.policy.thresholds import Thresholds
+
+from compactd.model import ActionRecord, Decision, PartitionView, Segment
 
 
 def live_segments(view: PartitionView) -> list[Segment]:

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from policy.model import ActionRecord
+from compactd.model import ActionRecord
 
 
 class ActionSink(Protocol):
-    """Carries out an action and answers with the record's final status (`sent`, `failed`, `skipped`...)."""
+    """Carries out an action and answers with the record's final status (`sent`, `failed`, `skipped`...).
+
+    A sink never raises for a refused or failed action: it answers `failed` with `detail.error`.
+    `start()` connects (the constructor only configures); `close()` releases what `start()` took.
+    """
 
     name: str
+
+    def start(self) -> None: ...
 
     def execute(self, rec: ActionRecord) -> ActionRecord: ...
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from policy.model import ActionRecord
+from compactd.model import ActionRecord
 
 
 class DryRunSink:
     name = "dry_run"
+
+    def start(self) -> None:
+        pass
 
     def execute(self, rec: ActionRecord) -> ActionRecord:
         return rec.with_status("dry_run")

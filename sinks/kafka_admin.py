@@ -8,12 +8,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
+from compactd.kafka.admin import admin_client
+from compactd.kafka.config import KafkaConnection
+from compactd.state.protocols import NudgeMemory
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import (
-    AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
@@ -21,8 +22,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from policy.model import ActionRecord
-from state.store import RedisState
+from compactd.model import ActionRecord
 
 # Values that make KIP-354's check fire immediately, or make the cleaner see the log as dirty enough.
 NUDGE_VALUES = {"max.compaction.lag.ms": "1", "min.cleanable.dirty.ratio": "0", "segment.ms": "1000"}
@@ -32,21 +32,21 @@ _DEFAULT_SOURCES = {ConfigSource.DEFAULT_CONFIG.value, ConfigSource.STATIC_BROKE
 class KafkaAdminSink:
     name = "kafka_admin"
 
-    def __init__(
-        self,
-        bootstrap_servers: str,
-        state: RedisState,
-        extra: Mapping[str, str] | None = None,
-        timeout_s: float = 30.0,
-    ) -> None:
-        conf = {"bootstrap.servers": bootstrap_servers, **(extra or {})}
-        self.admin = AdminClient(conf)
-        self._watermarks = Consumer({**conf, "group.id": "compactd-admin-watermarks", "enable.auto.commit": False})
+    def __init__(self, conn: KafkaConnection, state: NudgeMemory, timeout_s: float = 30.0) -> None:
+        self.conn = conn
         self.state = state
         self.timeout_s = timeout_s
+        self.admin: Any = None
+        self._watermarks: Any = None
+
+    def start(self) -> None:
+        if self.admin is None:
+            self.admin = admin_client(self.conn, self.timeout_s)
+            self._watermarks = Consumer(self.conn.client("consumer", forced={"group.id": "compactd-admin-watermarks"}))
 
     def execute(self, rec: ActionRecord) -> ActionRecord:
         try:
+            self.start()
             if rec.action == "delete_records":
                 return self._delete_records(rec)
             if rec.action == "compact":
@@ -110,5 +110,7 @@ class KafkaAdminSink:
         return rec.with_status("sent", restored=restored)
 
     def close(self) -> None:
-        self._watermarks.close()
-        del self.admin  # the handle, and its broker connections, go with the last reference
+        if self._watermarks is not None:
+            self._watermarks.close()
+        # the admin handle, and its broker connections, go with the last reference
+        self.admin = self._watermarks = None

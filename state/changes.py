@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from policy.model import Segment
+from compactd.model import Segment
 
 
 @dataclass

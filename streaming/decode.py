@@ -10,8 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-
-from streaming.events import (
+from compactd.codec.events import (
     MAX_INT,
     OFFSET_EVENTS,
     SEGMENT_EVENTS,
@@ -24,7 +23,7 @@ from streaming.events import (
     SegmentRolled,
     parse,
 )
-from streaming.offsets_codec import (
+from compactd.codec.offsets import (
     DecodeError,
     GroupKey,
     OffsetKey,

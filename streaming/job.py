@@ -1,224 +1,136 @@
-"""The Structured Streaming job: source → decode → aggregate (Spark) → controller (merge, decide, act)."""
+"""The Structured Streaming query: source → decode → aggregate in Spark, one handler call per micro-batch.
+
+What happens to a batch's rows on the driver (DLQ, merge, decide, act) is the handler's business: the
+application layer wires it to the controller. This module only builds, runs and stops the query.
+"""
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
-import threading
+import re
 import time
-import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from compactd.kafka.admin import Offsets
+from compactd.kafka.config import KafkaConnection
+from compactd.streaming.aggregate import Collected, aggregate, collect_changes, collect_rows
+from compactd.streaming.checkpoint import batch_end_offsets
+from compactd.streaming.decode import DECODED_DDL, Decoder
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from sinks.audit import AuditLog
-from sinks.base import ActionSink
-from sinks.kafka_admin import KafkaAdminSink
-from state.store import RedisState
-from streaming.aggregate import aggregate, collect_changes, collect_rows
-from streaming.controller import Controller, now_ms
-from streaming.decode import DECODED_DDL, Decoder
-from streaming.dlq import DeadLetters
-from streaming.kafka_source import KafkaSource
-from streaming.metrics import Metrics, default_metrics
-from streaming.readiness import Readiness, batch_end_offsets
-from streaming.settings import Settings
-from streaming.topics import ensure_topics, high_watermarks
 
-log = logging.getLogger("compactd.job")
+@dataclass
+class Batch:
+    """One micro-batch as the driver sees it, after Spark reduced it."""
+
+    batch_id: int
+    collected: Collected
+    spark_seconds: float
+    checkpoint: Path
+
+    def end_offsets(self) -> Offsets:
+        """Source offsets this batch ends at (Spark's offset log; read only when needed)."""
+        return batch_end_offsets(self.checkpoint, self.batch_id)
 
 
-def spark_session(master: str = "local[2]") -> SparkSession:
-    """A local session whose Python workers use this interpreter (and so this virtualenv)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    root = str(Path(__file__).resolve().parent.parent)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("compactd")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
-        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("WARN")
-    spark.dataSource.register(KafkaSource)
-    return spark
+BatchHandler = Callable[[Batch], None]
 
 
-def stream_id_for(checkpoint_dir: str) -> str:
-    """Identity of the stream that owns a checkpoint: batch ids are only comparable within it."""
-    path = Path(checkpoint_dir)
-    path.mkdir(parents=True, exist_ok=True)
-    marker = path / "compactd-stream-id"
-    if not marker.exists():
-        tmp = path / f".stream-id.{uuid.uuid4()}"
-        tmp.write_text(str(uuid.uuid4()))
-        os.replace(tmp, marker)
-    return marker.read_text().strip()
+@dataclass(frozen=True)
+class StreamSpec:
+    """Everything the query needs to know, with no knowledge of settings files."""
+
+    conn: KafkaConnection
+    topics: Sequence[str]
+    decoder: Decoder
+    checkpoint: Path
+    trigger_interval_ms: int = 1000
+    max_rows_per_trigger: int = 500_000
+    starting_offsets: str = "earliest"
+    source_format: str = "compactd-kafka"
+    name: str = "compactd"
 
 
-class Job:
-    def __init__(
-        self,
-        settings: Settings,
-        spark: SparkSession | None = None,
-        metrics: Metrics | None = None,
-        sink: ActionSink | None = None,
-        clock: Callable[[], int] = now_ms,
-    ) -> None:
-        self.settings = settings
+class StreamingJob:
+    def __init__(self, spec: StreamSpec, spark: SparkSession, handler: BatchHandler) -> None:
+        self.spec = spec
         self.spark = spark
-        self.metrics = metrics or default_metrics()
-        self.state = RedisState.from_url(settings.redis_url, settings.redis_prefix)
-        self.audit = AuditLog(settings.bootstrap_servers, settings.topics.actions, settings.kafka)
-        self.dlq = DeadLetters(settings.bootstrap_servers, settings.topics.dlq, settings.kafka)
-        self.readiness = Readiness(settings.topics.consumer_offsets, None)
-        self.controller = Controller(
-            self.state,
-            settings.thresholds,
-            sink or KafkaAdminSink(settings.bootstrap_servers, self.state, settings.kafka),
-            self.audit,
-            self.metrics,
-            clock=clock,
-            deletes_allowed=lambda: self.readiness.ready(),
-        )
-        self.decoder = Decoder(
-            settings.topics.segments,
-            settings.topics.commits,
-            settings.max_event_bytes,
-            settings.topics.consumer_offsets,
-        )
-        self.stream_id = stream_id_for(settings.checkpoint_dir)
+        self.handler = handler
         self.query: StreamingQuery | None = None
-
-    def source_topics(self) -> list[str]:
-        t = self.settings.topics
-        offsets = t.consumer_offsets if self.settings.offsets_source == "consumer_offsets" else t.commits
-        return [t.segments, offsets]
-
-    @property
-    def spark_checkpoint(self) -> Path:
-        return Path(self.settings.checkpoint_dir) / "spark"
-
-    def _arm_readiness(self) -> None:
-        """Snapshot the offsets topic's high watermarks; deletes wait until the stream has read that far."""
-        if self.settings.offsets_source != "consumer_offsets":
-            return
-        topic = self.settings.topics.consumer_offsets
-        targets = high_watermarks(self.settings, topic)
-        self.readiness = Readiness(topic, targets)
-        self.readiness.observe(batch_end_offsets(self.spark_checkpoint))
-        log.info("readiness gate on %s: targets %s, ready=%s", topic, targets, self.readiness.ready())
+        self.batch_error: BaseException | None = None
 
     def _read(self) -> DataFrame:
-        assert self.spark is not None
+        s = self.spec
         reader = (
-            self.spark.readStream.format(self.settings.spark_source)
-            .option("kafka.bootstrap.servers", self.settings.bootstrap_servers)
-            .option("subscribe", ",".join(self.source_topics()))
-            .option("startingOffsets", self.settings.starting_offsets)
-            .option("maxOffsetsPerTrigger", str(self.settings.max_rows_per_trigger))
+            self.spark.readStream.format(s.source_format)
+            .option("subscribe", ",".join(s.topics))
+            .option("startingOffsets", s.starting_offsets)
+            .option("maxOffsetsPerTrigger", str(s.max_rows_per_trigger))
         )
-        for key, value in self.settings.kafka.items():
-            reader = reader.option(f"kafka.{key}", value)
+        for key, value in s.conn.spark_options().items():
+            reader = reader.option(key, value)
         return reader.load()
 
     def process_batch(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        # the offset log is only read while the gate is closed
-        opened = not self.readiness.ready() and self.readiness.observe(
-            batch_end_offsets(self.spark_checkpoint, batch_id)
-        )
-        decoded = df.mapInArrow(self.decoder, DECODED_DDL)
+        decoded = df.mapInArrow(self.spec.decoder, DECODED_DDL)
         collected = collect_changes(collect_rows(aggregate(decoded)))
-        spark_s = time.monotonic() - started
-        now = now_ms()
-        self.dlq.publish(collected.rejected, now)
-        for row in collected.rejected:
-            self.metrics.dlq_records.labels(row["stream"], row["error"]).inc()
-        for (stream, kind), n in collected.counts.items():
-            self.metrics.input_records.labels(stream, kind).inc(n)
-        self.controller.on_batch(self.stream_id, batch_id, collected.changes)
-        if opened:  # deletes held back while catching up are decided now, everywhere
-            log.info("offsets caught up at batch %d: deletes enabled", batch_id)
-            self.controller.evaluate_all()
-        log.info(
-            "batch %d: %d records, %d rejected; spark %.2fs, merge+decide+act %.2fs",
-            batch_id,
-            sum(collected.counts.values()),
-            len(collected.rejected),
-            spark_s,
-            time.monotonic() - started - spark_s,
-        )
+        try:
+            self.handler(Batch(batch_id, collected, time.monotonic() - started, self.spec.checkpoint))
+        except BaseException as exc:
+            self.batch_error = exc  # reported as it is, not through Spark's wrapping of it
+            raise
 
     def start(self, once: bool = False) -> StreamingQuery:
-        if self.spark is None:
-            self.spark = spark_session(self.settings.spark_master)
-        if self.settings.create_topics:
-            ensure_topics(self.settings)
-        self._arm_readiness()
         writer = (
             self._read()
             .writeStream.foreachBatch(self.process_batch)
-            .option("checkpointLocation", str(self.spark_checkpoint))
-            .queryName(f"compactd-{self.stream_id[:8]}")
+            .option("checkpointLocation", str(self.spec.checkpoint))
+            .queryName(self.spec.name)
         )
         if once:
             writer = writer.trigger(availableNow=True)
         else:
-            writer = writer.trigger(processingTime=f"{self.settings.trigger_interval_ms} milliseconds")
+            writer = writer.trigger(processingTime=f"{self.spec.trigger_interval_ms} milliseconds")
         self.query = writer.start()
         return self.query
 
-    def run(self, once: bool = False, stop: threading.Event | None = None) -> None:
-        """`once`: consume what is there, evaluate every deadline, return. Else tick until `stop` or failure."""
-        self.metrics.serve(self.settings.metrics_port)
-        query = self.start(once)
-        if once:
-            query.awaitTermination()
-            self.controller.evaluate_all()
-            return
-        stop = stop or threading.Event()
-        interval = self.settings.trigger_interval_ms / 1000
-        try:
-            while query.isActive and not stop.is_set():
-                try:
-                    self.controller.tick()
-                except Exception:  # Redis or Kafka hiccup: log, keep the stream alive, retry next tick
-                    log.exception("deadline tick failed")
-                stop.wait(interval)
-        finally:
-            self.stop()
-        exc = query.exception()
-        if exc is not None:
-            raise RuntimeError(f"streaming query failed: {exc}")
+    def failure(self) -> str | None:
+        """Why the query stopped, on one line; None if it did not fail."""
+        if self.batch_error is not None:
+            return describe(self.batch_error)
+        exc = self.query.exception() if self.query is not None else None
+        return None if exc is None else root_cause(str(exc))
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 120.0) -> None:
         """Stop between batches: stopping inside foreachBatch has crashed Spark's stream thread."""
         query = self.query
         if query is None or not query.isActive:
             return
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + timeout_s
         while query.status.get("isTriggerActive") and time.monotonic() < deadline:
             time.sleep(0.1)
         query.stop()
 
-    def close(self) -> None:
-        self.audit.close()
-        self.dlq.close()
-        self.controller.sink.close()
 
-    def __enter__(self) -> Job:
-        return self
+def describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-        self.close()
+
+_PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Timeout|Failed|Unavailable)): (.+)$")
+
+
+def root_cause(message: str) -> str:
+    """The innermost Python error line of a Spark failure (tasks report Python tracebacks inside JVM errors)."""
+    found = None
+    for line in message.splitlines():
+        m = _PY_ERROR.match(line.strip())
+        if m and not m.group(1).startswith(("org.apache", "py4j", "java.")):
+            found = f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2)}"
+    if found:
+        return found
+    first = next((ln.strip() for ln in message.splitlines() if ln.strip()), "unknown error")
+    return first[:300]

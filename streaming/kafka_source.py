@@ -17,9 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from compactd.kafka.admin import Offsets, admin_client, list_end_offsets
+from compactd.kafka.config import KafkaConnection, KafkaValue
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
+
+from compactd.errors import SourceReadError
 
 KAFKA_SCHEMA_DDL = (
     "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, timestampType int"
@@ -35,59 +39,17 @@ ARROW_SCHEMA = pa.schema(
         ("timestampType", pa.int32()),
     ]
 )
-Offsets = dict[str, dict[str, int]]
 
 
-def client_config(options: Mapping[str, str]) -> dict[str, Any]:
-    """librdkafka settings from `kafka.*` options. noida-db answers a fetch with a partition's whole backlog,
-    so the receive limit is raised by default."""
-    conf: dict[str, Any] = {
-        "receive.message.max.bytes": 1_000_000_000,
-        # reads are bounded ranges, not long polls: short broker waits and a deep prefetch queue
-        "fetch.wait.max.ms": 10,
-        "queued.min.messages": 1_000_000,
-        # offsets written inside transactions only count once committed
-        "isolation.level": "read_committed",
-    }
-    for key, value in options.items():
-        if key.startswith("kafka."):
-            conf[key[6:]] = value
-    return conf
-
-
-_CONSUMER_ONLY = ("receive.message.max.bytes", "fetch.wait.max.ms", "queued.min.messages", "isolation.level")
-
-
-def admin_config(conf: Mapping[str, Any]) -> dict[str, Any]:
-    """The consumer settings minus the ones an AdminClient rejects."""
-    return {k: v for k, v in conf.items() if k not in _CONSUMER_ONLY}
-
-
-def list_end_offsets(admin: Any, topics: list[str], which: str, isolation: str = "read_committed") -> Offsets:
-    """Earliest ("low") or latest ("high") offset of every partition of `topics`, in one ListOffsets round.
-
-    Under read_committed "high" is the last stable offset: a consumer cannot read past an open transaction, so a
-    batch planned up to the high watermark would stall on it.
-    """
-    from confluent_kafka import IsolationLevel, TopicPartition
-    from confluent_kafka.admin import OffsetSpec
-
-    spec = OffsetSpec.earliest() if which == "low" else OffsetSpec.latest()
-    # Whole-cluster metadata, filtered: asking for one topic by name can auto-create it on some brokers.
-    metadata = admin.list_topics(timeout=10).topics
-    request = {}
-    for topic in topics:
-        md = metadata.get(topic)
-        if md is None or md.error is not None:
-            continue  # not created yet: picked up once it exists
-        request.update({TopicPartition(topic, p): spec for p in md.partitions})
-    if not request:
-        return {}
-    level = IsolationLevel.READ_COMMITTED if isolation == "read_committed" else IsolationLevel.READ_UNCOMMITTED
-    out: Offsets = {}
-    for tp, fut in admin.list_offsets(request, isolation_level=level, request_timeout=10).items():
-        out.setdefault(tp.topic, {})[str(tp.partition)] = fut.result(timeout=10).offset
-    return out
+# Reader tuning: noida-db (and any broker) may answer a fetch with a partition's whole backlog, so the receive
+# limit is raised; reads are bounded ranges, not long polls (short broker waits, deep prefetch queue); offsets
+# written inside transactions only count once committed. Users' `kafka.*` options override each of these.
+READER_DEFAULTS: dict[str, KafkaValue] = {
+    "receive.message.max.bytes": 1_000_000_000,
+    "fetch.wait.max.ms": 10,
+    "queued.min.messages": 1_000_000,
+    "isolation.level": "read_committed",
+}
 
 
 @dataclass(frozen=True)
@@ -128,8 +90,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = options
         self.topics = [t.strip() for t in options["subscribe"].split(",") if t.strip()]
-        self.conf = client_config(options)
-        self.conf.setdefault("bootstrap.servers", options.get("kafka.bootstrap.servers", "127.0.0.1:9092"))
+        self.conn = KafkaConnection.from_spark_options(options)
+        self.conf = self.conn.client("consumer", READER_DEFAULTS)
         self.max_rows = int(options.get("maxOffsetsPerTrigger", "0"))
         self.starting = options.get("startingOffsets", "earliest")
         self._admin: Any = None
@@ -137,10 +99,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _watermarks(self, which: str) -> Offsets:
         if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
-            self._admin = AdminClient(admin_config(self.conf))
-        return list_end_offsets(self._admin, self.topics, which, self.conf.get("isolation.level", "read_committed"))
+            self._admin = admin_client(self.conn)
+        return list_end_offsets(self._admin, self.topics, which, str(self.conf["isolation.level"]))
 
     def initialOffset(self) -> dict:
         return self._watermarks("low" if self.starting == "earliest" else "high")
@@ -202,11 +162,11 @@ def read_range(
     """
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+    # a private group id: progress lives in Spark's checkpoint, nothing is committed
     consumer = Consumer(
         {
             **conf,
             "group.id": f"compactd-read-{uuid.uuid4()}",
-            "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": True,
         }
@@ -219,7 +179,7 @@ def read_range(
     try:
         while position < rng.end:
             if time.monotonic() > deadline:
-                raise TimeoutError(
+                raise SourceReadError(
                     f"{rng.topic}/{rng.partition}: read stalled at {position} of [{rng.start},{rng.end})"
                 )
             msgs = consumer.consume(num_messages=10_000, timeout=0.5)
@@ -229,7 +189,7 @@ def read_range(
                     if err.code() == KafkaError._PARTITION_EOF:
                         position = max(position, m.offset())
                         continue
-                    raise RuntimeError(f"{rng.topic}/{rng.partition}: {err}")
+                    raise SourceReadError(f"{rng.topic}/{rng.partition}: {err.str()}")
                 off = m.offset()
                 if off >= rng.end:
                     position = rng.end

@@ -1,0 +1,145 @@
+"""The segment agent: runs beside a broker, turns its log directories into segment events.
+
+Each scan publishes what changed since the last one: `segment_rolled` for closed segments (new, or rewritten by
+the cleaner), `compacted` when `cleaner-offset-checkpoint` advances, and `log_start` when
+`log-start-offset-checkpoint` advances or the oldest segments disappear. After a restart everything is published
+once more; the events are idempotent downstream.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from compactd.agent.logdir import CheckpointError, SegmentFile, read_checkpoint, scan_log_dir
+from compactd.kafka.config import KafkaConnection
+from compactd.kafka.writer import JsonTopicWriter
+
+from compactd.clock import now_ms
+from compactd.keys import partition_key
+
+log = logging.getLogger("compactd.agent")
+Event = dict[str, Any]
+
+
+class SegmentAgent:
+    def __init__(self, log_dirs: Iterable[Path], clock: Callable[[], int] = now_ms) -> None:
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.clock = clock
+        self._segments: dict[tuple[str, int, int], tuple[int, int, int]] = {}
+        self._cleaned: dict[tuple[str, int], int] = {}
+        self._log_start: dict[tuple[str, int], int] = {}
+        self._reported: set[tuple[str, str]] = set()
+        self.errors = 0
+
+    def _report(self, where: str, error: str) -> None:
+        """Each broken file is reported once per distinct problem, not on every scan."""
+        if (where, error) not in self._reported:
+            self._reported.add((where, error))
+            self.errors += 1
+            log.warning("%s: %s", where, error)
+
+    def scan(self) -> list[Event]:
+        now = self.clock()
+        events: list[Event] = []
+        for log_dir in self.log_dirs:
+            try:
+                segments = scan_log_dir(log_dir)
+            except OSError as exc:
+                self._report(str(log_dir), f"cannot scan: {exc}")
+                continue
+            events += self._rolled(segments)
+            events += self._compacted(log_dir, now)
+            events += self._log_starts(log_dir, segments, now)
+        return events
+
+    def _rolled(self, segments: list[SegmentFile]) -> list[Event]:
+        out = []
+        for s in segments:
+            if s.active:
+                continue
+            if s.error is not None:
+                self._report(s.path, s.error)
+                continue
+            assert s.end_offset is not None and s.first_batch_max_ts is not None
+            key = (s.topic, s.partition, s.base_offset)
+            value = (s.end_offset, s.first_batch_max_ts, s.size_bytes)
+            if self._segments.get(key) == value:
+                continue
+            self._segments[key] = value
+            out.append(
+                {
+                    "type": "segment_rolled",
+                    "topic": s.topic,
+                    "partition": s.partition,
+                    "base_offset": s.base_offset,
+                    "end_offset": s.end_offset,
+                    "first_batch_max_ts": s.first_batch_max_ts,
+                    "size_bytes": s.size_bytes,
+                    "ts": s.mtime_ms,
+                }
+            )
+        return out
+
+    def _checkpoint(self, path: Path) -> Mapping[tuple[str, int], int]:
+        try:
+            return read_checkpoint(path)
+        except (CheckpointError, OSError, UnicodeDecodeError) as exc:
+            self._report(str(path), str(exc))
+            return {}
+
+    def _compacted(self, log_dir: Path, now: int) -> list[Event]:
+        out = []
+        for (topic, p), offset in self._checkpoint(log_dir / "cleaner-offset-checkpoint").items():
+            if offset > self._cleaned.get((topic, p), -1):
+                self._cleaned[(topic, p)] = offset
+                out.append({"type": "compacted", "topic": topic, "partition": p, "cleaned_up_to": offset, "ts": now})
+        return out
+
+    def _log_starts(self, log_dir: Path, segments: list[SegmentFile], now: int) -> list[Event]:
+        starts = dict(self._checkpoint(log_dir / "log-start-offset-checkpoint"))
+        lowest: dict[tuple[str, int], int] = {}
+        for s in segments:  # the oldest segment still on disk bounds the log start from below
+            key = (s.topic, s.partition)
+            lowest[key] = min(lowest.get(key, s.base_offset), s.base_offset)
+        for key, base in lowest.items():
+            starts[key] = max(starts.get(key, 0), base)
+        out = []
+        for (topic, p), offset in sorted(starts.items()):
+            if offset > self._log_start.get((topic, p), 0):
+                self._log_start[(topic, p)] = offset
+                out.append({"type": "log_start", "topic": topic, "partition": p, "log_start_offset": offset, "ts": now})
+        return out
+
+
+class KafkaPublisher:
+    """Segment events to the segments topic, keyed `<topic>/<partition>`; a scan's events are flushed together."""
+
+    def __init__(self, conn: KafkaConnection, topic: str) -> None:
+        self.topic = topic
+        self._writer = JsonTopicWriter(conn, topic, {"linger.ms": 20}, what="segment events")
+
+    def publish(self, events: list[Event]) -> None:
+        for ev in events:
+            self._writer.write(partition_key(ev["topic"], ev["partition"]), ev)
+        if events:
+            self._writer.flush(30)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def run_agent(
+    agent: SegmentAgent, publisher: KafkaPublisher, interval_s: float, stop: threading.Event, once: bool = False
+) -> None:
+    while not stop.is_set():
+        events = agent.scan()
+        publisher.publish(events)
+        if events:
+            log.info("published %d segment events", len(events))
+        if once:
+            return
+        stop.wait(interval_s)

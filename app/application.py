@@ -1,0 +1,294 @@
+"""The application: wires Redis, Kafka clients, sinks, the controller and the Spark job.
+
+Constructors only configure; `start()` checks Redis and Kafka (bounded, a few seconds each), then starts each
+component in order, and on a failed start closes the ones already started, in reverse. `close()` stops the query
+between batches and closes everything in reverse order; it is safe to call more than once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from compactd.app.settings import Settings
+from compactd.control.controller import Controller, Probe, _no_probe
+from compactd.kafka.admin import check_reachable, ensure_topics, high_watermarks
+from compactd.policy.readiness import Readiness
+from compactd.sinks.audit import AuditLog
+from compactd.sinks.base import ActionSink
+from compactd.sinks.dlq import DeadLetters
+from compactd.sinks.kafka_admin import KafkaAdminSink
+from compactd.state.redis_store import RedisState
+from compactd.streaming.checkpoint import batch_end_offsets, stream_id_for
+from compactd.streaming.decode import Decoder
+from compactd.streaming.job import Batch, StreamingJob, StreamSpec, root_cause
+from pyspark.sql import SparkSession
+
+from compactd.clock import now_ms
+from compactd.errors import ConfigError, DependencyUnavailable, QueryFailed
+from compactd.metrics import Metrics, default_metrics
+
+log = logging.getLogger("compactd.job")
+
+CHECK_TIMEOUT_S = 5.0
+IDLE_LOG_EVERY_S = 60.0
+
+
+@dataclass
+class RunSummary:
+    """What one `run` did, for its closing line."""
+
+    batches: int = 0
+    events: int = 0
+    rejected: int = 0
+    partitions: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def line(self, outcomes: dict[str, int]) -> str:
+        acts = ", ".join(f"{n} {status}" for status, n in sorted(outcomes.items())) or "none"
+        return (
+            f"{self.events} events ({self.rejected} rejected) in {self.batches} batches, "
+            f"{self.partitions} partitions evaluated, actions: {acts}; {time.monotonic() - self.started:.1f}s"
+        )
+
+
+class Application:
+    def __init__(
+        self,
+        settings: Settings,
+        spark: SparkSession | None = None,
+        metrics: Metrics | None = None,
+        sink: ActionSink | None = None,
+        clock: Callable[[], int] = now_ms,
+        probe: Probe = _no_probe,
+        verbose: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.spark = spark
+        self.verbose = verbose
+        self.metrics = metrics or default_metrics()
+        conn = settings.kafka_connection()
+        self.conn = conn
+        self.state = RedisState.from_url(settings.redis_url, settings.redis_prefix, timeout_s=CHECK_TIMEOUT_S)
+        self.audit = AuditLog(conn, settings.topics.actions)
+        self.dlq = DeadLetters(conn, settings.topics.dlq)
+        self.sink: ActionSink = sink or KafkaAdminSink(conn, self.state)
+        self.readiness = Readiness(settings.topics.consumer_offsets, None)
+        self.controller = Controller(
+            self.state,
+            settings.thresholds,
+            self.sink,
+            self.audit,
+            self.metrics,
+            clock=clock,
+            deletes_allowed=lambda: self.readiness.ready(),
+            probe=probe,
+        )
+        self.decoder = Decoder(
+            settings.topics.segments,
+            settings.topics.commits,
+            settings.max_event_bytes,
+            settings.topics.consumer_offsets,
+        )
+        self.stream_id = ""
+        self.job: StreamingJob | None = None
+        self.summary = RunSummary()
+        self._closers: list[Callable[[], None]] = []
+        self._last_log = time.monotonic()
+        self._idle_batches = 0
+
+    @property
+    def spark_checkpoint(self) -> Path:
+        return Path(self.settings.checkpoint_dir) / "spark"
+
+    # ---- start, in order ----
+
+    def check_dependencies(self) -> None:
+        """Redis and Kafka answer, within a few seconds each; both are checked so both problems show at once."""
+        problems: list[DependencyUnavailable] = []
+        try:
+            self.state.start()
+        except DependencyUnavailable as exc:
+            problems.append(exc)
+        try:
+            check_reachable(self.conn, CHECK_TIMEOUT_S)
+        except DependencyUnavailable as exc:
+            problems.append(exc)
+        if len(problems) == 1:
+            raise problems[0]
+        if problems:
+            raise DependencyUnavailable(
+                " and ".join(p.component for p in problems),
+                ", ".join(p.address for p in problems),
+                " and ".join(p.setting for p in problems),
+                "; ".join(f"{p.component}: {p.cause}" for p in problems),
+            )
+
+    def start(self, once: bool = False) -> None:
+        try:
+            self.check_dependencies()
+            self._closers.append(self.state.close)
+            # only now, with both dependencies answering, does anything touch the checkpoint directory
+            self.stream_id = stream_id_for(self.settings.checkpoint_dir)
+            self._serve_metrics()
+            if self.settings.create_topics:
+                ensure_topics(self.conn, self.settings.own_topics())
+            for component in (self.dlq, self.audit, self.sink):
+                component.start()
+                self._closers.append(component.close)
+            self._arm_readiness()
+            self._start_stream(once)
+        except BaseException:
+            self.close()
+            raise
+
+    def _serve_metrics(self) -> None:
+        try:
+            self.metrics.serve(self.settings.metrics_port)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot serve metrics on port {self.settings.metrics_port} ({exc.strerror}); "
+                "check --metrics-port / metrics_port"
+            ) from None
+
+    def _arm_readiness(self) -> None:
+        """Snapshot the offsets topic's high watermarks; deletes wait until the stream has read that far."""
+        if self.settings.offsets_source != "consumer_offsets":
+            return
+        topic = self.settings.topics.consumer_offsets
+        targets = high_watermarks(self.conn, topic)
+        self.readiness = Readiness(topic, targets)
+        self.readiness.observe(batch_end_offsets(self.spark_checkpoint))
+        log.info("readiness gate on %s: targets %s, ready=%s", topic, targets, self.readiness.ready())
+
+    def _start_stream(self, once: bool) -> None:
+        if self.spark is None:
+            from compactd.streaming.session import spark_session
+
+            self.spark = spark_session(self.settings.spark_master, verbose=self.verbose)
+        s = self.settings
+        spec = StreamSpec(
+            conn=self.conn,
+            topics=s.source_topics(),
+            decoder=self.decoder,
+            checkpoint=self.spark_checkpoint,
+            trigger_interval_ms=s.trigger_interval_ms,
+            max_rows_per_trigger=s.max_rows_per_trigger,
+            starting_offsets=s.starting_offsets,
+            source_format=s.spark_source,
+            name=f"compactd-{self.stream_id[:8]}",
+        )
+        self.job = StreamingJob(spec, self.spark, self.on_batch)
+        self.job.start(once)
+        self._closers.append(self.job.stop)
+
+    # ---- per batch ----
+
+    def on_batch(self, batch: Batch) -> None:
+        """Driver side of a micro-batch: DLQ, metrics, merge → decide → act, and the readiness gate."""
+        started = time.monotonic()
+        # the offset log is only read while the gate is closed
+        opened = not self.readiness.ready() and self.readiness.observe(batch.end_offsets())
+        collected = batch.collected
+        self.dlq.publish(collected.rejected, now_ms())
+        for row in collected.rejected:
+            self.metrics.dlq_records.labels(row["stream"], row["error"]).inc()
+        for (stream, kind), n in collected.counts.items():
+            self.metrics.input_records.labels(stream, kind).inc(n)
+        before = sum(self.controller.outcomes.values())
+        touched = self.controller.on_batch(self.stream_id, batch.batch_id, collected.changes)
+        if opened:  # deletes held back while catching up are decided now, everywhere
+            log.info("offsets caught up at batch %d: deletes enabled", batch.batch_id)
+            self.controller.evaluate_all()
+        records = sum(collected.counts.values())
+        actions = sum(self.controller.outcomes.values()) - before
+        self.summary.batches += 1
+        self.summary.events += records
+        self.summary.rejected += len(collected.rejected)
+        self.summary.partitions += touched
+        self._log_batch(batch, records, len(collected.rejected), touched, actions, time.monotonic() - started)
+
+    def _log_batch(self, batch: Batch, records: int, rejected: int, touched: int, actions: int, act_s: float) -> None:
+        """One line per batch that did something; an idle stream says so once a minute."""
+        now = time.monotonic()
+        if records or actions:
+            log.info(
+                "batch %d: %d records (%d rejected), %d partitions, %d actions; spark %.2fs, merge+decide+act %.2fs",
+                batch.batch_id,
+                records,
+                rejected,
+                touched,
+                actions,
+                batch.spark_seconds,
+                act_s,
+            )
+            self._last_log, self._idle_batches = now, 0
+            return
+        self._idle_batches += 1
+        if now - self._last_log >= IDLE_LOG_EVERY_S:
+            log.info("idle: %d empty batches in the last %.0fs", self._idle_batches, now - self._last_log)
+            self._last_log, self._idle_batches = now, 0
+
+    # ---- run ----
+
+    def run(self, once: bool = False, stop: threading.Event | None = None) -> str:
+        """`once`: consume what is there, evaluate every partition, return. Else tick until `stop` or failure.
+
+        Returns the one-line summary of what was done; raises QueryFailed with the root cause on one line.
+        """
+        if self.job is None:
+            self.start(once)
+        assert self.job is not None and self.job.query is not None
+        query = self.job.query
+        if once:
+            try:
+                query.awaitTermination()
+            except Exception as exc:  # reported once, on one line
+                self._raise_if_failed()
+                raise QueryFailed(f"streaming query failed: {root_cause(str(exc))}") from None
+            self._raise_if_failed()
+            self.summary.partitions += self.controller.evaluate_all()
+            return self.summary.line(self.controller.outcomes)
+        stop = stop or threading.Event()
+        interval = self.settings.trigger_interval_ms / 1000
+        try:
+            while query.isActive and not stop.is_set():
+                try:
+                    self.controller.tick()
+                except Exception as exc:  # a Redis or Kafka hiccup: say so, keep the stream, retry next tick
+                    log.warning("deadline tick failed: %s: %s", type(exc).__name__, str(exc).splitlines()[0])
+                stop.wait(interval)
+        finally:
+            self.job.stop()
+        self._raise_if_failed()
+        return self.summary.line(self.controller.outcomes)
+
+    def _raise_if_failed(self) -> None:
+        assert self.job is not None
+        cause = self.job.failure()
+        if cause is not None:
+            raise QueryFailed(f"streaming query failed: {cause}")
+
+    # ---- stop, in reverse ----
+
+    def close(self) -> None:
+        errors: list[str] = []
+        while self._closers:
+            closer = self._closers.pop()
+            try:
+                closer()
+            except Exception as exc:  # keep closing the rest; report the first problem
+                errors.append(f"{type(exc).__name__}: {exc}")
+        if errors:
+            log.warning("while stopping: %s", "; ".join(errors))
+
+    def __enter__(self) -> Application:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,290 @@
+"""`compactd` command line. Exit status: 0 success, 2 bad usage or bad input, 1 other failure; errors are one line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from compactd.errors import CompactdError, ConfigError, InputError, UsageError
+
+# Options that map to top-level settings (flag -> settings field); each also reads COMPACTD_<OPTION>.
+JOB_OPTIONS = ("bootstrap_servers", "redis_url", "checkpoint_dir", "trigger_interval_ms", "metrics_port")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+log = logging.getLogger("compactd.cli")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=36, width=110)
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get(f"COMPACTD_{name.upper()}")
+
+
+def _setting_default(name: str) -> Any:
+    from compactd.app.settings import Settings
+
+    return Settings.model_fields[name].default
+
+
+def _job_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=_env("config"), help="YAML config file (env COMPACTD_CONFIG)")
+    for opt in JOB_OPTIONS:
+        p.add_argument(
+            f"--{opt.replace('_', '-')}",
+            dest=opt,
+            default=None,
+            help=f"env COMPACTD_{opt.upper()}; default {_setting_default(opt)!r} unless the config file sets it",
+        )
+
+
+def _log_level(value: str) -> str:
+    level = value.upper()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"invalid log level {value!r}: choose from {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="compactd",
+        description="Bounded compaction lag (KIP-354) and consumed retention (KIP-68) for Kafka.",
+        formatter_class=_Help,
+    )
+    parser.add_argument(
+        "--log-level", type=_log_level, default=_env("log_level") or "INFO", help="DEBUG also keeps Spark's own logs"
+    )
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="the Structured Streaming job", formatter_class=_Help)
+    _job_flags(run)
+    run.add_argument(
+        "--once",
+        action="store_true",
+        default=_env("once") == "1",
+        help="available-now trigger: process what is there, evaluate every partition, exit 0",
+    )
+
+    status = sub.add_parser("status", help="table of partitions", formatter_class=_Help)
+    _job_flags(status)
+    status.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+
+    demo = sub.add_parser(
+        "demo", help="embedded broker + Redis + simulated cluster + the job, live", formatter_class=_Help
+    )
+    demo.add_argument(
+        "--duration", type=float, default=float(_env("duration") or 0), help="stop after this many seconds; 0 = Ctrl-C"
+    )
+    demo.add_argument("--workdir", default=_env("workdir"), help="keep demo data here (default: a temp dir, removed)")
+
+    agent = sub.add_parser("agent", help="publish segment events from Kafka log directories", formatter_class=_Help)
+    agent.add_argument(
+        "--log-dir",
+        action="append",
+        required=_env("log_dir") is None,
+        default=(_env("log_dir") or "").split(",") if _env("log_dir") else None,
+        help="a broker log.dirs entry (repeat for each; env COMPACTD_LOG_DIR, comma-separated)",
+    )
+    agent.add_argument("--config", default=_env("config"), help="YAML config: bootstrap_servers, kafka:, topics:")
+    agent.add_argument(
+        "--bootstrap-servers", default=None, help="env COMPACTD_BOOTSTRAP_SERVERS; default 127.0.0.1:9092"
+    )
+    agent.add_argument("--segments-topic", default=_env("segments_topic"), help="default: topics.segments")
+    agent.add_argument("--interval-ms", type=int, default=int(_env("interval_ms") or 10_000), help="between scans")
+    agent.add_argument("--once", action="store_true", help="scan once, publish, exit")
+
+    segments = sub.add_parser("segments", help="Kafka log directories")
+    seg_sub = segments.add_subparsers(dest="segments_command", required=True, parser_class=_Parser)
+    inspect = seg_sub.add_parser("inspect", help="JSON line per segment file")
+    inspect.add_argument("dir")
+
+    offsets = sub.add_parser("offsets", help="__consumer_offsets records")
+    off_sub = offsets.add_subparsers(dest="offsets_command", required=True, parser_class=_Parser)
+    decode = off_sub.add_parser("decode", help="decode one record given as hex")
+    decode.add_argument("--key", required=True)
+    decode.add_argument("--value", default=None, help="omit for a tombstone")
+
+    cfg = sub.add_parser("config", help="show configuration")
+    cfg_sub = cfg.add_subparsers(dest="config_command", required=True, parser_class=_Parser)
+    get = cfg_sub.add_parser("get", help="effective thresholds for a scope", formatter_class=_Help)
+    _job_flags(get)
+    get.add_argument("scope", nargs="?", default="global", help="global, topic:<name> or partition:<topic>/<n>")
+    return parser
+
+
+def _settings(args: argparse.Namespace, options: Sequence[str] = JOB_OPTIONS) -> Any:
+    from compactd.app.settings import load_settings
+
+    flags = {opt: getattr(args, opt, None) for opt in options}
+    return load_settings(args.config, **flags)
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+    return stop
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from compactd.app.application import Application
+
+    settings = _settings(args)
+    stop = _stop_on_signals()
+    factory = args.app_factory or Application
+    with factory(settings, verbose=args.log_level == "DEBUG") as app:
+        summary = app.run(once=args.once, stop=stop)
+    if args.once:
+        print(f"compactd run --once: {summary}", flush=True)
+    else:
+        log.info("stopped: %s", summary)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from compactd.app.status import print_status
+
+    print_status(_settings(args), as_json=args.json)
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from compactd.policy.thresholds import Thresholds, parse_scope, resolve
+
+    settings = _settings(args)
+    kind, topic, partition = parse_scope(args.scope)
+    if kind == "global":
+        effective = Thresholds.model_validate(settings.thresholds.get("global", {}))
+    else:
+        assert topic is not None
+        effective = resolve(settings.thresholds, topic, partition)
+    values = effective.model_dump(by_alias=True, mode="json")
+    print(json.dumps({"scope": args.scope, "values": values}, sort_keys=True))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from compactd.demo.demo import run_demo
+
+    return run_demo(duration_s=args.duration, workdir=args.workdir)
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from compactd.agent.agent import KafkaPublisher, SegmentAgent, run_agent
+    from compactd.app.settings import load_settings
+    from compactd.kafka.admin import check_reachable
+
+    dirs = [Path(d) for d in args.log_dir]
+    for d in dirs:
+        if not d.is_dir():
+            raise UsageError(f"log dir not found: {d} (--log-dir)")
+    settings = load_settings(args.config, bootstrap_servers=args.bootstrap_servers)
+    conn = settings.kafka_connection()
+    check_reachable(conn)
+    publisher = KafkaPublisher(conn, args.segments_topic or settings.topics.segments)
+    try:
+        run_agent(SegmentAgent(dirs), publisher, args.interval_ms / 1000, _stop_on_signals(), once=args.once)
+    finally:
+        publisher.close()
+    return 0
+
+
+def cmd_segments(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from compactd.agent.logdir import scan_log_dir
+
+    path = Path(args.dir)
+    if not path.is_dir():
+        raise UsageError(f"not a directory: {path}")
+    for seg in scan_log_dir(path):
+        print(json.dumps(seg.to_json()))
+    return 0
+
+
+def cmd_offsets(args: argparse.Namespace) -> int:
+    from compactd.codec.offsets import decode_record
+
+    try:
+        key = bytes.fromhex(args.key)
+        value = None if args.value is None else bytes.fromhex(args.value)
+    except ValueError as exc:
+        raise InputError(f"bad hex: {exc}") from None
+    print(json.dumps(decode_record(key, value)))
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": cmd_run,
+    "status": cmd_status,
+    "config": cmd_config,
+    "demo": cmd_demo,
+    "agent": cmd_agent,
+    "segments": cmd_segments,
+    "offsets": cmd_offsets,
+}
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    # librdkafka's own lines (through compactd.kafka.config) only from WARNING up, unless debugging
+    logging.getLogger("compactd.librdkafka").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
+    if level != "DEBUG":
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _validation_line(exc: ValidationError) -> str:
+    err = exc.errors(include_url=False)[0]
+    loc = ".".join(str(p) for p in err["loc"]) or exc.title
+    return f"invalid setting {loc}: {err['msg']}"
+
+
+def main(argv: Sequence[str] | None = None, app_factory: Callable[..., Any] | None = None) -> int:
+    """The command line; `app_factory` lets tests wrap the Application (a probe that crashes it, say)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        args.app_factory = app_factory
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            return 2
+        configure_logging(args.log_level)
+        return COMMANDS[args.command](args)
+    except CompactdError as exc:
+        print(f"compactd: error: {_one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except ValidationError as exc:
+        print(f"compactd: error: {_one_line(_validation_line(exc))}", file=sys.stderr)
+        return ConfigError.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        print(f"compactd: error: {type(exc).__name__}: {_one_line(str(exc))[:500]}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

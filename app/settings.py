@@ -1,0 +1,98 @@
+"""Job configuration: flags beat COMPACTD_* environment variables beat the YAML file (docs/contract.md)."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+from compactd.kafka.config import KafkaConnection, KafkaValue
+from compactd.policy.thresholds import validate_layer
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from compactd.errors import ConfigError
+
+_yaml_file: ContextVar[Path | None] = ContextVar("compactd_yaml_file", default=None)
+
+
+class TopicNames(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    segments: str = "compactd.segments"
+    commits: str = "compactd.commits"
+    config: str = "compactd.config"
+    actions: str = "compactd.actions"
+    dlq: str = "compactd.dlq"
+    consumer_offsets: str = "__consumer_offsets"  # read when offsets_source = consumer_offsets
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="COMPACTD_", env_nested_delimiter="__", extra="forbid")
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    checkpoint_dir: str = "/var/lib/compactd/checkpoint"
+    trigger_interval_ms: int = Field(1000, gt=0)
+    thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    topics: TopicNames = Field(default_factory=TopicNames)
+    offsets_source: Literal["commits", "consumer_offsets"] = "commits"
+    # extra librdkafka settings for every client; YAML ints and booleans are taken as they are written
+    kafka: dict[str, KafkaValue] = Field(default_factory=dict)
+    # Extensions beyond the contract.
+    redis_prefix: str = "cd"
+    max_rows_per_trigger: int = Field(500_000, gt=0)
+    max_event_bytes: int = Field(64 * 1024, gt=0)
+    metrics_port: int = Field(0, ge=0, description="Prometheus /metrics port on the driver; 0 = off")
+    spark_master: str = "local[2]"
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    # "kafka" = Spark's own connector (needs the spark-sql-kafka jar); same options, same row shape.
+    spark_source: Literal["compactd-kafka", "kafka"] = "compactd-kafka"
+    create_topics: bool = True
+
+    @field_validator("thresholds")
+    @classmethod
+    def _valid_layers(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return {scope: validate_layer(scope, layer) for scope, layer in value.items()}
+
+    def kafka_connection(self) -> KafkaConnection:
+        return KafkaConnection(self.bootstrap_servers, dict(self.kafka))
+
+    def own_topics(self) -> list[str]:
+        t = self.topics
+        return [t.segments, t.commits, t.config, t.actions, t.dlq]
+
+    def source_topics(self) -> list[str]:
+        t = self.topics
+        return [t.segments, t.consumer_offsets if self.offsets_source == "consumer_offsets" else t.commits]
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = _yaml_file.get()
+        if path is not None:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+        return tuple(sources)
+
+
+def load_settings(config_file: str | Path | None = None, **flags: Any) -> Settings:
+    """Build settings from a YAML file (optional), the environment and flags (None = not given)."""
+    if config_file is not None and not Path(config_file).is_file():
+        raise ConfigError(f"config file not found: {config_file} (--config / COMPACTD_CONFIG)")
+    token = _yaml_file.set(Path(config_file) if config_file else None)
+    try:
+        return Settings(**{k: v for k, v in flags.items() if v is not None})
+    finally:
+        _yaml_file.reset(token)

@@ -1,0 +1,68 @@
+"""`compactd status`: what an operator asks first — which partitions are overdue, what holds data back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from compactd.app.settings import Settings
+from compactd.policy.rules import compaction_delay_ms, decide_deletion
+from compactd.policy.thresholds import resolve
+from compactd.state.redis_store import RedisState
+
+from compactd.clock import now_ms
+from compactd.model import ActionRecord, PartitionView
+
+COLUMNS = ("partition", "compaction_delay_s", "min_committed", "deletable", "last_action")
+
+
+def status_row(
+    view: PartitionView, layers: Mapping[str, Mapping[str, Any]], last: ActionRecord | None, now: int
+) -> dict[str, Any]:
+    th = resolve(layers, view.topic, view.partition)
+    delay = None
+    if th.max_compaction_lag_ms is not None:
+        raw = compaction_delay_ms(view, th.max_compaction_lag_ms, now)
+        delay = None if raw is None else round(max(raw, 0) / 1000, 1)
+    deletion = decide_deletion(view, th, now)
+    return {
+        "partition": view.key,
+        "compaction_delay_s": delay,
+        "min_committed": view.min_committed,
+        "log_start": view.log_start,
+        "deletable": 0
+        if deletion is None or deletion.before_offset is None
+        else deletion.before_offset - view.log_start,
+        "last_action": None if last is None else describe(last),
+    }
+
+
+def describe(rec: ActionRecord) -> str:
+    target = f" <{rec.before_offset}" if rec.before_offset is not None else ""
+    return f"{rec.action}{target} {rec.status}" + (" (answered)" if "answered_at" in rec.detail else "")
+
+
+def status_rows(state: RedisState, layers: Mapping[str, Mapping[str, Any]], now: int) -> list[dict[str, Any]]:
+    views = state.views(state.all_partitions())
+    last = state.last_actions()
+    return [status_row(v, layers, last.get(v.key), now) for v in views]
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    cells = [[("-" if r[c] is None else str(r[c])) for c in COLUMNS] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(COLUMNS)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)
+
+
+def print_status(settings: Settings, as_json: bool = False) -> None:
+    state = RedisState.from_url(settings.redis_url, settings.redis_prefix)
+    state.start()  # one line naming the setting if Redis does not answer
+    rows = status_rows(state, settings.thresholds, now_ms())
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+    else:
+        print(format_table(rows))

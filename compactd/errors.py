@@ -1,0 +1,58 @@
+"""One root exception, a named type for every failure; the CLI maps each to an exit status and one line.
+
+`exit_code` 2 means bad usage or bad input, 1 any other failure (an unreachable dependency, a failed query).
+"""
+
+from __future__ import annotations
+
+
+class CompactdError(Exception):
+    """Root of every error compactd raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(CompactdError):
+    """A bad flag, argument or command."""
+
+    exit_code = 2
+
+
+class ConfigError(CompactdError, ValueError):
+    """A setting or threshold that cannot be applied; the message names it."""
+
+    exit_code = 2
+
+
+class InputError(CompactdError, ValueError):
+    """Bytes handed to a command by hand (hex, a file) that do not parse."""
+
+    exit_code = 2
+
+
+class DecodeError(InputError):
+    """Bytes that do not parse as the record they claim to be; the message says where."""
+
+
+class DependencyUnavailable(CompactdError):
+    """Kafka or Redis cannot be reached: names the component, the address and the setting to change."""
+
+    def __init__(self, component: str, address: str, setting: str, cause: str) -> None:
+        self.component, self.address, self.setting, self.cause = component, address, setting, cause
+        super().__init__(f"{component} unreachable at {address} ({cause}); check {setting}")
+
+
+class SourceReadError(CompactdError):
+    """A Kafka range could not be read inside a Spark task (Spark retries the task where it can)."""
+
+
+class DeliveryTimeout(CompactdError):
+    """Records written to a Kafka topic were not acknowledged in time (or were refused)."""
+
+
+class UnsafeDecision(CompactdError):
+    """A decision broke a safety invariant; it is dropped and logged, never sent."""
+
+
+class QueryFailed(CompactdError):
+    """The Spark streaming query stopped with an error; the message is its root cause, on one line."""

@@ -1,0 +1,248 @@
+"""`compactd demo`: an embedded broker and Redis, a simulated cluster that reacts to actions, and the job.
+
+The simulated cluster stands in for the segment agent and the broker's cleaner:
+- producers write to `orders` (compacted) and `clicks` (delete policy) and roll a segment every few seconds;
+- groups `billing` (keeps up) and `analytics` (lags behind) commit on `clicks`;
+- a "cleaner" answers each sent compact action with a `compacted` event a few seconds later;
+- log start offsets are polled from the broker, so a deleteRecords shows up as a `log_start` event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from compactd.app.settings import Settings
+from compactd.app.status import format_table, status_rows
+from compactd.demo.embedded import Service, kafka_broker, redis_server
+from compactd.kafka.admin import admin_client, ensure_topics
+from compactd.state.redis_store import RedisState
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from compactd.clock import now_ms
+from compactd.keys import partition_key
+
+DEMO_TOPICS = {"orders": {"cleanup.policy": "compact"}, "clicks": {"cleanup.policy": "delete"}}
+PARTITIONS = 2
+ROLL_EVERY_S = 4.0
+CLEANER_DELAY_S = 5.0
+
+
+def demo_settings(bootstrap: str, redis_url: str, checkpoint: Path) -> Settings:
+    return Settings(
+        bootstrap_servers=bootstrap,
+        redis_url=redis_url,
+        checkpoint_dir=str(checkpoint),
+        trigger_interval_ms=1000,
+        thresholds={
+            "global": {"dry.run": False, "action.retry.ms": 15_000},
+            "topic:orders": {"max.compaction.lag.ms": 20_000},
+            "topic:clicks": {"consumed.retention.ms": 10_000, "forced.retention.ms": 60_000},
+        },
+    )
+
+
+@dataclass
+class _Part:
+    base: int = 0
+    end: int = 0
+    first_ts: int | None = None
+    last_roll: float = 0.0
+    rolled_end: int = 0
+    log_start: int = 0
+
+
+class SimulatedCluster:
+    def __init__(self, settings: Settings) -> None:
+        self.s = settings
+        conn = settings.kafka_connection()
+        self.producer = Producer(conn.client("producer"))
+        self.admin = admin_client(conn)
+        self.watermarks = Consumer(conn.client("consumer", forced={"group.id": "demo-watermarks"}))
+        self.actions = Consumer(
+            conn.client(
+                "consumer", forced={"group.id": f"demo-cleaner-{uuid.uuid4()}", "auto.offset.reset": "earliest"}
+            )
+        )
+        self.parts = {(t, p): _Part(last_roll=time.monotonic()) for t in DEMO_TOPICS for p in range(PARTITIONS)}
+        self.cleaner_queue: list[tuple[float, str, int]] = []
+        self.log: list[str] = []
+
+    def create_topics(self) -> None:
+        new = [NewTopic(t, PARTITIONS, 1, config=c) for t, c in DEMO_TOPICS.items()]
+        for fut in self.admin.create_topics(new).values():
+            with contextlib.suppress(Exception):
+                fut.result(30)
+
+    def _event(self, topic: str, key: str, event: dict) -> None:
+        self.producer.produce(topic, key=key.encode(), value=json.dumps(event).encode())
+
+    def step(self) -> None:
+        now = now_ms()
+        for (topic, p), st in self.parts.items():
+            for i in range(50):
+                self.producer.produce(topic, key=f"k{i % 20}".encode(), value=b"v", partition=p)
+            st.end += 50
+            st.first_ts = st.first_ts or now
+            if time.monotonic() - st.last_roll >= ROLL_EVERY_S:
+                self._event(
+                    self.s.topics.segments,
+                    partition_key(topic, p),
+                    {
+                        "type": "segment_rolled",
+                        "topic": topic,
+                        "partition": p,
+                        "base_offset": st.base,
+                        "end_offset": st.end,
+                        "first_batch_max_ts": st.first_ts,
+                        "size_bytes": (st.end - st.base) * 60,
+                        "ts": now,
+                    },
+                )
+                st.base, st.rolled_end, st.first_ts, st.last_roll = st.end, st.end, None, time.monotonic()
+        for p in range(PARTITIONS):
+            st = self.parts[("clicks", p)]
+            for group, behind in (("billing", 0), ("analytics", 400)):
+                self._event(
+                    self.s.topics.commits,
+                    group,
+                    {
+                        "type": "offset_commit",
+                        "group": group,
+                        "topic": "clicks",
+                        "partition": p,
+                        "offset": max(st.end - behind, 0),
+                        "ts": now,
+                    },
+                )
+        self._cleaner(now)
+        self._log_starts(now)
+        self.producer.flush(10)
+
+    def _cleaner(self, now: int) -> None:
+        # resume/pause around the read: an assigned consumer otherwise re-fetches non-stop from a broker that
+        # answers empty fetches at once (noida-db does), burning CPU on both sides
+        assigned = self.actions.assignment()
+        self.actions.resume(assigned)
+        msgs = self.actions.consume(100, timeout=0.2)
+        self.actions.pause(assigned)
+        for msg in msgs:
+            if msg.error() is not None:
+                continue
+            action = json.loads(msg.value())
+            if action["action"] == "compact" and action["status"] == "sent":
+                self.cleaner_queue.append((time.monotonic() + CLEANER_DELAY_S, action["topic"], action["partition"]))
+                self.log.append(f"cleaner: compaction of {action['topic']}/{action['partition']} scheduled")
+        due = [c for c in self.cleaner_queue if c[0] <= time.monotonic()]
+        self.cleaner_queue = [c for c in self.cleaner_queue if c[0] > time.monotonic()]
+        for _, topic, p in due:
+            upto = self.parts[(topic, p)].rolled_end
+            self._event(
+                self.s.topics.segments,
+                partition_key(topic, p),
+                {"type": "compacted", "topic": topic, "partition": p, "cleaned_up_to": upto, "ts": now},
+            )
+            self.log.append(f"cleaner: {topic}/{p} compacted up to {upto}")
+
+    def _log_starts(self, now: int) -> None:
+        for (topic, p), st in self.parts.items():
+            low, _ = self.watermarks.get_watermark_offsets(TopicPartition(topic, p), timeout=5, cached=False)
+            if low > st.log_start:
+                st.log_start = low
+                self._event(
+                    self.s.topics.segments,
+                    partition_key(topic, p),
+                    {"type": "log_start", "topic": topic, "partition": p, "log_start_offset": low, "ts": now},
+                )
+                self.log.append(f"broker: {topic}/{p} log start moved to {low}")
+
+    def run(self, stop: threading.Event) -> None:
+        # assign, not subscribe: the cleaner reads every action and needs no group rebalance to start
+        topic = self.s.topics.actions
+        parts = self.actions.list_topics(topic, timeout=10).topics[topic].partitions
+        self.actions.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        while not stop.is_set():
+            try:
+                self.step()
+            except Exception as exc:  # keep the demo alive through a hiccup, say what happened
+                self.log.append(f"simulator: {type(exc).__name__}: {exc}")
+            stop.wait(1.0)
+        self.actions.close()
+        self.watermarks.close()
+
+
+LEGEND = (
+    "columns: compaction_delay_s = seconds past max.compaction.lag.ms (KIP-354; negative = not due yet) · "
+    "min_committed = lowest offset every counted group has committed · deletable = offsets deleteRecords may "
+    "remove now (consumed or forced retention) · last_action = newest action record and its status"
+)
+
+
+def _printer(settings: Settings, sim: SimulatedCluster, stop: threading.Event, started: float) -> None:
+    state = RedisState.from_url(settings.redis_url, settings.redis_prefix)
+    tty = sys.stdout.isatty()
+    while not stop.wait(2.0):
+        rows = status_rows(state, settings.thresholds, now_ms())
+        out = ["\x1b[2J\x1b[H"] if tty else []
+        out.append(f"compactd demo — {time.monotonic() - started:5.0f}s — Ctrl-C to stop")
+        out.append(format_table(rows) if rows else "(waiting for the job's first batch: Spark takes ~20 s to start)")
+        out.append(LEGEND)
+        out.append("")
+        out.extend(sim.log[-8:])
+        print("\n".join(out), flush=True)
+
+
+def run_demo(duration_s: float = 0, workdir: str | None = None) -> int:
+    """Run until Ctrl-C or `duration_s`; a temp dir is removed at the end, a given `workdir` is kept."""
+    from compactd.app.application import Application
+
+    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="compactd-demo-"))
+    services: list[Service] = []
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        services.append(redis_server(root / "redis"))
+        services.append(kafka_broker(root / "broker"))
+        redis_port, broker_port = services[0].port, services[1].port
+        settings = demo_settings(f"127.0.0.1:{broker_port}", f"redis://127.0.0.1:{redis_port}/0", root / "checkpoint")
+        print(f"demo: broker 127.0.0.1:{broker_port}, redis 127.0.0.1:{redis_port}, data in {root}", flush=True)
+        ensure_topics(
+            settings.kafka_connection(), settings.own_topics()
+        )  # before the simulated cleaner subscribes to the actions topic
+        sim = SimulatedCluster(settings)
+        sim.create_topics()
+        started = time.monotonic()
+        threads = [
+            threading.Thread(target=sim.run, args=(stop,), daemon=True),
+            threading.Thread(target=_printer, args=(settings, sim, stop, started), daemon=True),
+        ]
+        if duration_s:
+            threads.append(threading.Thread(target=lambda: stop.wait(duration_s) or stop.set(), daemon=True))
+        for t in threads:
+            t.start()
+        with Application(settings) as app:
+            app.run(stop=stop)
+        for t in threads[:2]:
+            t.join(10)
+        state = RedisState.from_url(settings.redis_url, settings.redis_prefix)
+        print("\nfinal state:\n" + format_table(status_rows(state, settings.thresholds, now_ms())), flush=True)
+        return 0
+    finally:
+        stop.set()
+        for svc in reversed(services):
+            svc.stop()
+        if workdir:
+            print(f"demo data kept in {root}", flush=True)
+        else:
+            shutil.rmtree(root, ignore_errors=True)

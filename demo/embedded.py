@@ -1,0 +1,101 @@
+"""Local Redis and Kafka-protocol broker (noida-db) processes, for `compactd demo` and the test suite."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from compactd.errors import CompactdError
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise CompactdError(f"{what} exited with {proc.returncode} before listening on {port}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return
+        time.sleep(0.05)
+    raise CompactdError(f"{what} did not listen on {port} within {timeout}s")
+
+
+class Service:
+    """A child process in its own process group, so stopping it never leaves grandchildren behind."""
+
+    def __init__(self, name: str, argv: list[str], port: int, log: Path) -> None:
+        self.name, self.port, self.log = name, port, log
+        self._log = open(log, "ab")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        _wait_port(port, self.proc, name)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._log.close()
+
+
+def redis_server(workdir: Path, port: int | None = None) -> Service:
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise CompactdError("redis-server not found: run `make deps` (apt-get install redis-server)")
+    port = port or free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        exe,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "yes",
+        "--dir",
+        str(workdir),
+        "--daemonize",
+        "no",
+    ]
+    return Service("redis", argv, port, workdir / "redis.log")
+
+
+def noida_binary() -> Path:
+    import noida_db
+
+    return Path(noida_db.__file__).parent / "noida-db"
+
+
+def kafka_broker(workdir: Path, port: int | None = None) -> Service:
+    port = port or free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        str(noida_binary()),
+        "start",
+        "--data-dir",
+        str(workdir),
+        "--host",
+        "127.0.0.1",
+        "--only",
+        "kafka",
+        "--kafka-port",
+        str(port),
+    ]
+    return Service("noida-db", argv, port, workdir / "broker.log")

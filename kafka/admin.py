@@ -1,0 +1,89 @@
+"""Cluster metadata calls shared by the job, the source and the CLI: reachability, topics, end offsets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from compactd.kafka.config import KafkaConnection
+
+from compactd.errors import CompactdError, DependencyUnavailable
+
+Offsets = dict[str, dict[str, int]]
+
+
+def admin_client(conn: KafkaConnection, timeout_s: float = 10.0) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    # a dead bootstrap address should fail the first request quickly, not after librdkafka's long defaults
+    return AdminClient(conn.client("admin", {"socket.connection.setup.timeout.ms": int(timeout_s * 1000)}))
+
+
+def check_reachable(conn: KafkaConnection, timeout_s: float = 5.0) -> None:
+    """Bounded start-up check: one metadata request, or DependencyUnavailable naming the setting to change."""
+    from confluent_kafka import KafkaException
+
+    errors: list[str] = []
+    conf = conn.client("admin", {"socket.connection.setup.timeout.ms": int(timeout_s * 1000)})
+    conf["error_cb"] = lambda err: errors.append(err.str())
+    conf["log_level"] = 0  # the one-line error below says it all
+    try:
+        from confluent_kafka.admin import AdminClient
+
+        AdminClient(conf).list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        cause = errors[-1] if errors else str(exc.args[0].str() if exc.args else exc)
+        setting = "--bootstrap-servers / bootstrap_servers"
+        raise DependencyUnavailable("Kafka", conn.bootstrap_servers, setting, cause) from None
+    except ValueError as exc:  # librdkafka refused a setting of the kafka: map
+        raise DependencyUnavailable("Kafka", conn.bootstrap_servers, "the kafka: settings", str(exc)) from None
+
+
+def ensure_topics(conn: KafkaConnection, names: Iterable[str], partitions: int = 1, timeout_s: float = 30.0) -> None:
+    """Create compactd's own topics when missing (operators may pre-create them with their own layout)."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    admin = admin_client(conn)
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    wanted = [NewTopic(t, partitions, 1) for t in dict.fromkeys(names) if t not in existing]
+    if not wanted:
+        return
+    for topic, fut in admin.create_topics(wanted, request_timeout=timeout_s).items():
+        try:
+            fut.result(timeout_s)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise CompactdError(f"cannot create topic {topic}: {exc.args[0].str()}") from None
+
+
+def list_end_offsets(admin: Any, topics: list[str], which: str, isolation: str = "read_committed") -> Offsets:
+    """Earliest ("low") or latest ("high") offset of every partition of `topics`, in one ListOffsets round.
+
+    Under read_committed "high" is the last stable offset: a consumer cannot read past an open transaction, so a
+    batch planned up to the high watermark would stall on it.
+    """
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    spec = OffsetSpec.earliest() if which == "low" else OffsetSpec.latest()
+    # Whole-cluster metadata, filtered: asking for one topic by name can auto-create it on some brokers.
+    metadata = admin.list_topics(timeout=10).topics
+    request = {}
+    for topic in topics:
+        md = metadata.get(topic)
+        if md is None or md.error is not None:
+            continue  # not created yet: picked up once it exists
+        request.update({TopicPartition(topic, p): spec for p in md.partitions})
+    if not request:
+        return {}
+    level = IsolationLevel.READ_COMMITTED if isolation == "read_committed" else IsolationLevel.READ_UNCOMMITTED
+    out: Offsets = {}
+    for tp, fut in admin.list_offsets(request, isolation_level=level, request_timeout=10).items():
+        out.setdefault(tp.topic, {})[str(tp.partition)] = fut.result(timeout=10).offset
+    return out
+
+
+def high_watermarks(conn: KafkaConnection, topic: str) -> dict[str, int]:
+    """Where each partition ends for a read_committed reader (keys as the source's offsets use them)."""
+    return list_end_offsets(admin_client(conn), [topic], "high").get(topic, {})

@@ -1,0 +1,95 @@
+"""The one place that writes librdkafka settings: every Kafka client compactd creates gets them from here.
+
+`KafkaConnection` holds the bootstrap servers and the user's extra settings (`kafka:` in the config file:
+security.protocol, sasl.*, ssl.*, ...). Each client asks for a role; the result is our defaults for that role,
+then the user's settings (the user wins), then what the caller must force (a group id, a read mode).
+librdkafka's own log lines go through Python logging (`compactd.librdkafka`), repeated lines folded.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["producer", "consumer", "admin"]
+KafkaValue = str | int | float | bool
+
+LOG = logging.getLogger("compactd.librdkafka")
+
+# Keys that hold secrets: never logged, never shown by `config get`.
+SECRET_KEYS = re.compile(r"(password|secret|token|key\.pem|keystore\.password|sasl\.oauthbearer\.config)", re.I)
+
+ROLE_DEFAULTS: dict[str, dict[str, KafkaValue]] = {
+    "producer": {"linger.ms": 5},
+    "consumer": {"enable.auto.commit": False},
+    "admin": {},
+}
+
+
+class _RepeatFilter(logging.Filter):
+    """librdkafka repeats a failing connection's line on every retry: pass each distinct line once a minute."""
+
+    def __init__(self, window_s: float = 60.0) -> None:
+        super().__init__()
+        self.window_s = window_s
+        self._seen: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        shape = re.sub(r"\d+", "#", record.getMessage())
+        now = time.monotonic()
+        last = self._seen.get(shape)
+        if last is not None and now - last < self.window_s:
+            return False
+        if len(self._seen) > 1000:
+            self._seen.clear()
+        self._seen[shape] = now
+        return True
+
+
+LOG.addFilter(_RepeatFilter())
+
+
+def _spark_value(value: KafkaValue) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class KafkaConnection:
+    """Where the cluster is and how to talk to it; shared by the source, sinks, writers, admin and agent."""
+
+    bootstrap_servers: str
+    extra: Mapping[str, KafkaValue] = field(default_factory=dict)
+
+    def client(
+        self, role: Role, defaults: Mapping[str, KafkaValue] | None = None, forced: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """librdkafka settings for one client: role defaults < `defaults` < the user's settings < `forced`."""
+        conf: dict[str, Any] = {**ROLE_DEFAULTS[role], **(defaults or {})}
+        conf["bootstrap.servers"] = self.bootstrap_servers
+        conf.update(self.extra)
+        conf.update(forced or {})
+        conf.setdefault("logger", LOG)
+        return conf
+
+    def spark_options(self) -> dict[str, str]:
+        """The same settings as Spark Kafka source options (`kafka.` prefix, string values)."""
+        opts = {"kafka.bootstrap.servers": self.bootstrap_servers}
+        opts.update({f"kafka.{k}": _spark_value(v) for k, v in self.extra.items()})
+        return opts
+
+    @classmethod
+    def from_spark_options(cls, options: Mapping[str, str]) -> KafkaConnection:
+        """Inverse of `spark_options`, for the source running inside Spark (option keys may arrive lowercased)."""
+        extra = {k[6:]: v for k, v in options.items() if k.lower().startswith("kafka.")}
+        servers = extra.pop("bootstrap.servers", "127.0.0.1:9092")
+        return cls(str(servers), extra)
+
+    def redacted(self) -> dict[str, KafkaValue]:
+        """The user's settings with secret values masked, for logs and error lines."""
+        return {k: ("***" if SECRET_KEYS.search(k) else v) for k, v in self.extra.items()}

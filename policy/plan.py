@@ -1,0 +1,110 @@
+"""One partition's evaluation as a plan: pure code decides, the controller applies (Redis, sinks).
+
+An action record's lifecycle, in one place:
+
+    decided ──enqueue──▶ pending (in the outbox)
+    pending ──dispatch──▶ dry_run | sent | failed | skipped   (written to the audit topic, then leaves the outbox)
+    any     ──the cluster did it (is_answered)──▶ answered    (leaves the live set; kept as the partition's last)
+    unanswered after action.retry.ms ──▶ decided again with attempts + 1; a larger delete supersedes at once
+    skipped "offsets not caught up" ──readiness gate opens──▶ dropped and decided afresh
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from compactd.policy.rules import decide, earliest_uncompacted_ts, is_answered, next_deadline, should_record
+from compactd.policy.thresholds import Thresholds
+
+from compactd.errors import UnsafeDecision
+from compactd.model import ActionRecord, Decision, PartitionView, action_id
+
+NOT_CAUGHT_UP = "offsets not caught up"
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """What evaluating one partition at `now` wants done."""
+
+    topic: str
+    partition: int
+    answered: tuple[ActionRecord, ...] = ()  # the cluster did these: they leave the live set
+    enqueue: tuple[ActionRecord, ...] = ()  # new decisions (or retries) for the outbox
+    dropped: tuple[str, ...] = ()  # unsafe decisions, never sent; why, for the log
+    deadline: int | None = None  # next time evaluating could decide something new
+    compaction_due: int | None = None  # when the oldest dirty record crosses max.compaction.lag.ms
+
+    @property
+    def compactions_answered(self) -> bool:
+        """A sent compaction was answered: the topic's nudged config may be put back."""
+        return any(r.action == "compact" and r.status == "sent" for r in self.answered)
+
+
+def check_delete_safe(d: Decision, view: PartitionView) -> None:
+    """The safety invariant, checked once more right before a delete goes to the outbox."""
+    if d.before_offset is None or d.before_offset <= view.log_start:
+        raise UnsafeDecision(f"{view.key}: before_offset {d.before_offset} not above log start {view.log_start}")
+    if d.reason == "consumed_retention" and (view.min_committed is None or d.before_offset > view.min_committed):
+        raise UnsafeDecision(f"{view.key}: before_offset {d.before_offset} past min committed {view.min_committed}")
+
+
+def to_record(d: Decision, existing: ActionRecord | None, th: Thresholds, now: int) -> ActionRecord:
+    """A decision as an outbox record; a repeat of the same target counts as one more attempt."""
+    same_target = existing is not None and existing.before_offset == d.before_offset
+    attempts = existing.attempts + 1 if existing is not None and same_target else 1
+    detail: dict[str, Any] = {}
+    if d.action == "compact":
+        detail["nudge"] = th.compaction_nudge
+    return ActionRecord(
+        id=action_id(d, attempts),
+        action=d.action,
+        topic=d.topic,
+        partition=d.partition,
+        reason=d.reason,
+        dry_run=th.dry_run,
+        decided_at=now,
+        status="pending",
+        before_offset=d.before_offset,
+        delay_ms=d.delay_ms,
+        earliest_ts=d.earliest_ts,
+        attempts=attempts,
+        detail=detail,
+    )
+
+
+def plan_partition(
+    view: PartitionView, th: Thresholds, records: list[ActionRecord], now: int, deletes_allowed: bool
+) -> PartitionPlan:
+    answered: list[ActionRecord] = []
+    live: list[ActionRecord] = []
+    for rec in records:
+        if rec.detail.get("why") == NOT_CAUGHT_UP and deletes_allowed:
+            continue  # held back by the readiness gate, which is open now: decide afresh
+        (answered if is_answered(rec, view) else live).append(rec)
+    enqueue: list[ActionRecord] = []
+    dropped: list[str] = []
+    for decision in decide(view, th, now):
+        existing = next((r for r in live if r.action == decision.action), None)
+        if not should_record(decision, existing, now, th.action_retry_ms):
+            continue
+        if decision.action == "delete_records":
+            try:
+                check_delete_safe(decision, view)
+            except UnsafeDecision as exc:
+                dropped.append(str(exc))
+                continue
+        rec = to_record(decision, existing, th, now)
+        enqueue.append(rec)
+        live = [r for r in live if r.action != rec.action] + [rec]
+    earliest = earliest_uncompacted_ts(view)
+    lag = th.max_compaction_lag_ms
+    return PartitionPlan(
+        topic=view.topic,
+        partition=view.partition,
+        answered=tuple(answered),
+        enqueue=tuple(enqueue),
+        dropped=tuple(dropped),
+        deadline=next_deadline(view, th, live, now),
+        compaction_due=None if lag is None or earliest is None else earliest + lag,
+    )

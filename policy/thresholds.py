@@ -1,0 +1,113 @@
+"""Threshold keys and scope resolution (docs/contract.md, "Thresholds").
+
+Pure: no IO. Layers are plain dicts keyed by scope string; the most specific scope wins per key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from compactd.errors import ConfigError
+from compactd.keys import parse_partition_key
+
+NudgeKey = Literal["max.compaction.lag.ms", "min.cleanable.dirty.ratio", "segment.ms"]
+
+DEFAULT_RETRY_MS = 300_000
+
+
+class Thresholds(BaseModel):
+    """Effective settings for one partition after scope resolution."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
+
+    max_compaction_lag_ms: int | None = Field(None, alias="max.compaction.lag.ms", gt=0)
+    consumed_retention_ms: int | None = Field(None, alias="consumed.retention.ms", ge=0)
+    forced_retention_ms: int | None = Field(None, alias="forced.retention.ms", ge=0)
+    groups_include: tuple[str, ...] = Field((), alias="groups.include")
+    groups_exclude: tuple[str, ...] = Field((), alias="groups.exclude")
+    dry_run: bool = Field(True, alias="dry.run")
+    compaction_nudge: NudgeKey = Field("max.compaction.lag.ms", alias="compaction.nudge")
+    # Extension: how long an unanswered action waits before it is decided (and sent) again.
+    action_retry_ms: int = Field(DEFAULT_RETRY_MS, alias="action.retry.ms", gt=0)
+
+    @field_validator("groups_include", "groups_exclude", mode="before")
+    @classmethod
+    def _regex_list(cls, value: Any) -> tuple[str, ...]:
+        if isinstance(value, str):
+            value = [value]
+        out = tuple(value)
+        for pattern in out:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid regex {pattern!r}: {exc}") from exc
+        return out
+
+    @model_validator(mode="after")
+    def _forced_not_below_consumed(self) -> Thresholds:
+        if (
+            self.forced_retention_ms is not None
+            and self.consumed_retention_ms is not None
+            and self.forced_retention_ms < self.consumed_retention_ms
+        ):
+            raise ValueError("forced.retention.ms must be >= consumed.retention.ms")
+        return self
+
+
+KNOWN_KEYS = frozenset(f.alias for f in Thresholds.model_fields.values() if f.alias)
+
+
+def parse_scope(scope: str) -> tuple[str, str | None, int | None]:
+    """Split `global`, `topic:<t>`, `partition:<t>/<n>` into (kind, topic, partition)."""
+    if scope == "global":
+        return "global", None, None
+    if scope.startswith("topic:") and len(scope) > 6 and "/" not in scope[6:]:
+        return "topic", scope[6:], None
+    if scope.startswith("partition:"):
+        try:
+            topic, num = parse_partition_key(scope[10:])
+        except ConfigError:
+            pass
+        else:
+            return "partition", topic, num
+    raise ConfigError(f"invalid scope {scope!r}: expected global, topic:<name> or partition:<topic>/<n>")
+
+
+def validate_layer(scope: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """Reject unknown keys and bad values early, so a bad layer never reaches resolution."""
+    parse_scope(scope)
+    unknown = sorted(set(values) - KNOWN_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown config key(s) in {scope}: {', '.join(unknown)}")
+    try:
+        # Validate the keys on their own; cross-key rules are checked after merging.
+        Thresholds.model_validate({k: v for k, v in values.items()})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"]) or scope
+        raise ConfigError(f"invalid config in {scope}: {loc}: {first['msg']}") from exc
+    return dict(values)
+
+
+def resolve(layers: Mapping[str, Mapping[str, Any]], topic: str, partition: int | None = None) -> Thresholds:
+    """Merge global < topic < partition; the most specific scope wins per key."""
+    merged: dict[str, Any] = {}
+    merged.update(layers.get("global", {}))
+    merged.update(layers.get(f"topic:{topic}", {}))
+    if partition is not None:
+        merged.update(layers.get(f"partition:{topic}/{partition}", {}))
+    try:
+        return Thresholds.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid effective config for {topic}/{partition}: {exc.errors()[0]['msg']}") from exc
+
+
+def group_counts(group: str, thresholds: Thresholds) -> bool:
+    """Whether a consumer group holds data back (include list empty = every group)."""
+    if thresholds.groups_include and not any(re.fullmatch(p, group) for p in thresholds.groups_include):
+        return False
+    return not any(re.fullmatch(p, group) for p in thresholds.groups_exclude)

@@ -1,0 +1,77 @@
+"""Every Redis key compactd writes, built in one place.
+
+<prefix>:{<topic>}:...          per-topic state; one hash tag per topic keeps the merge script on one Cluster
+                                slot. The Lua script derives these from the base it is given:
+                                p:<n> hash (cleaned, log_start), seg:<n> zset (segments by base offset),
+                                off hash ("<n>|<group>" -> offset), cz:<n> zset (counted groups' offsets),
+                                gp:<group> set (partitions with an offset), groups / counted / parts sets,
+                                applied hash (stream id -> last merged batch)
+<prefix>:{sched}:deadlines      zset "<topic>/<partition>" -> next evaluation time (ms)
+<prefix>:{sched}:compaction-due zset "<topic>/<partition>" -> when its oldest dirty record becomes overdue
+<prefix>:{act}:rec / outbox / last / nudge   the action records and their bookkeeping (one slot)
+<prefix>:topics, <prefix>:gt:<group>         indexes (single-key operations only)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RedisKeys:
+    prefix: str = "cd"
+
+    def topic_base(self, topic: str) -> str:
+        return f"{self.prefix}:{{{topic}}}"
+
+    def partition_hash(self, topic: str, partition: int) -> str:
+        return f"{self.topic_base(topic)}:p:{partition}"
+
+    def segments(self, topic: str, partition: int) -> str:
+        return f"{self.topic_base(topic)}:seg:{partition}"
+
+    def counted_offsets(self, topic: str, partition: int) -> str:
+        return f"{self.topic_base(topic)}:cz:{partition}"
+
+    def counted_groups(self, topic: str) -> str:
+        return f"{self.topic_base(topic)}:counted"
+
+    def groups(self, topic: str) -> str:
+        return f"{self.topic_base(topic)}:groups"
+
+    def partitions(self, topic: str) -> str:
+        return f"{self.topic_base(topic)}:parts"
+
+    def offsets(self, topic: str) -> str:
+        return f"{self.topic_base(topic)}:off"
+
+    def group_topics(self, group: str) -> str:
+        return f"{self.prefix}:gt:{group}"
+
+    @property
+    def topics(self) -> str:
+        return f"{self.prefix}:topics"
+
+    @property
+    def deadlines(self) -> str:
+        return f"{self.prefix}:{{sched}}:deadlines"
+
+    @property
+    def compaction_due(self) -> str:
+        return f"{self.prefix}:{{sched}}:compaction-due"
+
+    @property
+    def records(self) -> str:
+        return f"{self.prefix}:{{act}}:rec"
+
+    @property
+    def outbox(self) -> str:
+        return f"{self.prefix}:{{act}}:outbox"
+
+    @property
+    def last(self) -> str:
+        return f"{self.prefix}:{{act}}:last"
+
+    @property
+    def nudge(self) -> str:
+        return f"{self.prefix}:{{act}}:nudge"

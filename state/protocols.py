@@ -1,0 +1,68 @@
+"""What the controller and the sinks ask of state: small Protocols, with Redis behind them (`redis_store`).
+
+A test can hand the controller any object with these methods; the only implementation compactd ships is
+`RedisState`, because Redis is the system of record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from compactd.state.changes import BatchChanges
+
+from compactd.model import ActionRecord, PartitionView
+
+PartitionRef = tuple[str, int]
+
+
+class PartitionStore(Protocol):
+    """Merged partition state and the deadline index."""
+
+    def merge(
+        self, stream_id: str, batch_id: int, changes: BatchChanges, counts: Callable[[str, str], bool]
+    ) -> tuple[dict[str, set[int]], bool]: ...
+
+    def views(self, keys: Iterable[PartitionRef]) -> list[PartitionView]: ...
+
+    def all_partitions(self) -> list[PartitionRef]: ...
+
+    def due(self, now: int, limit: int = 10_000) -> list[PartitionRef]: ...
+
+    def set_deadlines(self, deadlines: dict[PartitionRef, int | None]) -> None: ...
+
+    def set_compaction_due(self, due: dict[PartitionRef, int | None]) -> None: ...
+
+    def oldest_compaction_due(self) -> int | None: ...
+
+
+class Outbox(Protocol):
+    """Action records: live per (partition, action), the outbox of those not yet carried out, the last ones."""
+
+    def records(self, keys: Iterable[PartitionRef]) -> dict[PartitionRef, list[ActionRecord]]: ...
+
+    def enqueue(self, rec: ActionRecord) -> None: ...
+
+    def outbox(self, limit: int = 1000) -> list[ActionRecord]: ...
+
+    def outbox_depth(self) -> int: ...
+
+    def complete(self, rec: ActionRecord) -> None: ...
+
+    def answer(self, rec: ActionRecord, now: int) -> None: ...
+
+    def live_compactions(self, topic: str) -> int: ...
+
+
+class NudgeMemory(Protocol):
+    """Topic config values a compaction nudge replaced, to be put back once the topic is compacted."""
+
+    def remember_config(self, topic: str, key: str, previous: str | None) -> str | None: ...
+
+    def nudged(self, topic: str) -> dict[str, str | None]: ...
+
+    def forget_config(self, topic: str, key: str) -> None: ...
+
+
+class ControllerState(PartitionStore, Outbox, NudgeMemory, Protocol):
+    """Everything the controller reads and writes."""

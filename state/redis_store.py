@@ -1,0 +1,306 @@
+"""Redis state, the system of record: partitions, group offsets, deadlines, and the action outbox.
+
+The key layout is in `state/keys.py`; what callers may use is in `state/protocols.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from importlib import resources
+from typing import Any
+
+import redis
+from compactd.state.changes import BatchChanges, TopicChanges
+from compactd.state.keys import RedisKeys
+
+from compactd.errors import DependencyUnavailable
+from compactd.keys import parse_partition_key, partition_key
+from compactd.model import ActionRecord, PartitionView, Segment
+
+MAX_SAFE_INT = 2**53  # Lua and zset scores are doubles: integers above this lose digits
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _safe_url(url: str) -> str:
+    """The URL without its password, for error lines."""
+    return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url) if url else "(client given)"
+
+
+class RedisState:
+    """Narrow interface over Redis: merge a batch, read views, schedule deadlines, keep the outbox."""
+
+    def __init__(self, client: redis.Redis, prefix: str = "cd", url: str = "") -> None:
+        self.r = client
+        self.prefix = prefix
+        self.url = url
+        self.keys = RedisKeys(prefix)
+        source = resources.files(__package__ or "compactd.state").joinpath("lua/merge.lua").read_text()
+        self._merge = self.r.register_script(source)  # loaded on first use (EVALSHA, then EVAL once)
+        self.k_deadlines = self.keys.deadlines
+        self.k_compaction_due = self.keys.compaction_due
+        self.k_rec = self.keys.records
+        self.k_outbox = self.keys.outbox
+        self.k_last = self.keys.last
+        self.k_nudge = self.keys.nudge
+        self.k_topics = self.keys.topics
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str = "cd", timeout_s: float = 5.0) -> RedisState:
+        """Configure only: redis-py connects on the first command (see `start`)."""
+        client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=max(timeout_s, 30.0))
+        return cls(client, prefix, url)
+
+    def start(self) -> None:
+        """Connect and check the server answers: DependencyUnavailable names the setting to change."""
+        try:
+            self.r.ping()
+        except redis.AuthenticationError as exc:
+            raise DependencyUnavailable("Redis", _safe_url(self.url), "--redis-url / redis_url", str(exc)) from None
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            cause = str(exc).split(". ")[0] if str(exc) else type(exc).__name__
+            raise DependencyUnavailable("Redis", _safe_url(self.url), "--redis-url / redis_url", cause) from None
+
+    def close(self) -> None:
+        self.r.close()
+
+    def topic_base(self, topic: str) -> str:
+        return self.keys.topic_base(topic)
+
+    # ---- merge ---------------------------------------------------------------------------------
+
+    def merge(
+        self, stream_id: str, batch_id: int, changes: BatchChanges, counts: Callable[[str, str], bool]
+    ) -> tuple[dict[str, set[int]], bool]:
+        """Apply a batch idempotently. Returns (touched partitions per topic, whether any topic was replayed).
+
+        `counts(group, topic)` says whether a group holds the topic's data back (groups.include/exclude).
+        Index updates outside the per-topic script are idempotent, so a crash between steps is repaired
+        by the replay of the same batch id.
+        """
+        pipe = self.r.pipeline(transaction=False)
+        for topic, tc in changes.topics.items():
+            for group, _, off in tc.offsets:
+                if off is not None:
+                    pipe.sadd(self.keys.group_topics(group), topic)
+        pipe.execute()
+        deleted_in: dict[str, list[str]] = {}
+        for group in changes.group_deletes:
+            for topic in self.r.smembers(self.keys.group_topics(group)):
+                deleted_in.setdefault(_s(topic), []).append(group)
+        topics = sorted(set(changes.topics) | set(deleted_in))
+        empty = TopicChanges()
+        pipe = self.r.pipeline(transaction=False)  # one round trip for every topic's script
+        for topic in topics:
+            payload = self._payload(topic, changes.topics.get(topic, empty), deleted_in.get(topic, []), counts)
+            self._merge(keys=[self.topic_base(topic)], args=[stream_id, batch_id, payload], client=pipe)
+        touched: dict[str, set[int]] = {}
+        replayed = False
+        for topic, res in zip(topics, pipe.execute(), strict=True):
+            if res == -1:
+                replayed = True
+                # state already has this batch; still report what it touched so deadlines get refreshed
+                touched[topic] = set(self._partitions_in(changes.topics.get(topic, empty)))
+            else:
+                touched[topic] = {int(_s(n)) for n in res}
+        pipe = self.r.pipeline(transaction=False)
+        if topics:
+            pipe.sadd(self.k_topics, *topics)
+        pipe.execute()
+        # Drop index entries of groups that no longer hold offsets on a topic.
+        emptied = {(g, t) for t, gs in deleted_in.items() for g in gs}
+        emptied |= {(g, t) for t, tc in changes.topics.items() for g, _, off in tc.offsets if off is None}
+        for group, topic in sorted(emptied):
+            if not self.r.sismember(self.keys.groups(topic), group):
+                self.r.srem(self.keys.group_topics(group), topic)
+        return touched, replayed
+
+    @staticmethod
+    def _partitions_in(tc: TopicChanges) -> Iterable[int]:
+        yield from (p for p, _ in tc.segments)
+        yield from (p for p, _ in tc.compacted)
+        yield from (p for p, _ in tc.log_start)
+        yield from (p for _, p, _ in tc.offsets)
+
+    @staticmethod
+    def _payload(topic: str, tc: TopicChanges, gdel: list[str], counts: Callable[[str, str], bool]) -> str:
+        return json.dumps(
+            {
+                "gdel": gdel,
+                "offsets": [[g, p, -1 if o is None else o, int(counts(g, topic))] for g, p, o in tc.offsets],
+                "compacted": [list(c) for c in tc.compacted],
+                "logstart": [list(c) for c in tc.log_start],
+                "segments": [
+                    [p, s.base_offset, s.end_offset, s.first_batch_max_ts, s.size_bytes, s.closed_at]
+                    for p, s in tc.segments
+                ],
+            },
+            separators=(",", ":"),
+        )
+
+    # ---- reads ---------------------------------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        return sorted(_s(t) for t in self.r.smembers(self.k_topics))
+
+    def partitions(self, topic: str) -> list[int]:
+        return sorted(int(_s(n)) for n in self.r.smembers(self.keys.partitions(topic)))
+
+    def all_partitions(self) -> list[tuple[str, int]]:
+        return [(t, p) for t in self.topics() for p in self.partitions(t)]
+
+    def views(self, keys: Iterable[tuple[str, int]]) -> list[PartitionView]:
+        """Read many partitions in one round trip."""
+        keys = list(keys)
+        pipe = self.r.pipeline(transaction=False)
+        k = self.keys
+        for topic, n in keys:
+            pipe.hgetall(k.partition_hash(topic, n))
+            pipe.zrange(k.segments(topic, n), 0, -1)
+            pipe.zrange(k.counted_offsets(topic, n), 0, 0, withscores=True)
+            pipe.zcard(k.counted_offsets(topic, n))
+            pipe.scard(k.counted_groups(topic))
+        res = pipe.execute()
+        out = []
+        for i, (topic, n) in enumerate(keys):
+            h, segs, lowest, zcard, counted = res[5 * i : 5 * i + 5]
+            h = {_s(k): int(v) for k, v in h.items()}
+            segments = []
+            for m in segs:
+                b, e, ts, size, closed = (int(x) for x in _s(m).split(":"))
+                segments.append(Segment(b, e, ts, size, closed))
+            known = counted > 0 and zcard == counted
+            out.append(
+                PartitionView(
+                    topic=topic,
+                    partition=n,
+                    segments=tuple(segments),
+                    cleaned_up_to=h.get("cleaned"),
+                    log_start=h.get("log_start", 0),
+                    min_committed=int(lowest[0][1]) if known and lowest else None,
+                    counted_groups=counted,
+                )
+            )
+        return out
+
+    def view(self, topic: str, partition: int) -> PartitionView:
+        return self.views([(topic, partition)])[0]
+
+    def group_offsets(self, topic: str) -> dict[tuple[str, int], int]:
+        raw = self.r.hgetall(self.keys.offsets(topic))
+        out = {}
+        for k, v in raw.items():
+            n, _, g = _s(k).partition("|")
+            out[(g, int(n))] = int(v)
+        return out
+
+    # ---- deadlines -----------------------------------------------------------------------------
+
+    def _zput(self, key: str, scores: dict[tuple[str, int], int | None]) -> None:
+        """Set or remove (None) the score of each "<topic>/<partition>" member in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        for (topic, n), at in scores.items():
+            if at is None:
+                pipe.zrem(key, partition_key(topic, n))
+            else:
+                pipe.zadd(key, {partition_key(topic, n): at})
+        pipe.execute()
+
+    def set_deadlines(self, deadlines: dict[tuple[str, int], int | None]) -> None:
+        self._zput(self.k_deadlines, deadlines)
+
+    def set_compaction_due(self, due: dict[tuple[str, int], int | None]) -> None:
+        """When each partition's oldest dirty record crosses max.compaction.lag.ms (None: nothing dirty)."""
+        self._zput(self.k_compaction_due, due)
+
+    def oldest_compaction_due(self) -> int | None:
+        first = self.r.zrange(self.k_compaction_due, 0, 0, withscores=True)
+        return int(first[0][1]) if first else None
+
+    def due(self, now: int, limit: int = 10_000) -> list[tuple[str, int]]:
+        members = self.r.zrangebyscore(self.k_deadlines, "-inf", now, start=0, num=limit)
+        return [parse_partition_key(m) for m in members]
+
+    def deadline(self, topic: str, partition: int) -> int | None:
+        score = self.r.zscore(self.k_deadlines, partition_key(topic, partition))
+        return None if score is None else int(score)
+
+    # ---- actions / outbox ----------------------------------------------------------------------
+
+    def records(self, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], list[ActionRecord]]:
+        keys = list(keys)
+        kinds = ("compact", "delete_records")
+        fields = [f"{partition_key(t, n)}/{k}" for t, n in keys for k in kinds]
+        vals = self.r.hmget(self.k_rec, fields) if fields else []
+        out: dict[tuple[str, int], list[ActionRecord]] = {k: [] for k in keys}
+        for i, raw in enumerate(vals):
+            if raw is not None:
+                out[keys[i // len(kinds)]].append(ActionRecord.from_json(raw))
+        return out
+
+    def enqueue(self, rec: ActionRecord) -> None:
+        """Record a decision and put it in the outbox in one transaction."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(self.k_rec, rec.slot, rec.to_json())
+        pipe.zadd(self.k_outbox, {rec.slot: rec.decided_at})
+        pipe.execute()
+
+    def outbox(self, limit: int = 1000) -> list[ActionRecord]:
+        slots = self.r.zrange(self.k_outbox, 0, limit - 1)
+        if not slots:
+            return []
+        vals = self.r.hmget(self.k_rec, slots)
+        return [ActionRecord.from_json(v) for v in vals if v is not None]
+
+    def outbox_depth(self) -> int:
+        return int(self.r.zcard(self.k_outbox))
+
+    def complete(self, rec: ActionRecord) -> None:
+        """Leave the outbox with the final status; the record stays until the cluster answers it."""
+        pipe = self.r.pipeline(transaction=True)
+        if rec.action == "restore_config":
+            pipe.hdel(self.k_rec, rec.slot)
+        else:
+            pipe.hset(self.k_rec, rec.slot, rec.to_json())
+        pipe.zrem(self.k_outbox, rec.slot)
+        pipe.hset(self.k_last, partition_key(rec.topic, rec.partition), rec.to_json())
+        pipe.execute()
+
+    def answer(self, rec: ActionRecord, now: int) -> None:
+        """The cluster did what was asked: the record leaves the live set."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hdel(self.k_rec, rec.slot)
+        pipe.zrem(self.k_outbox, rec.slot)
+        pipe.hset(
+            self.k_last, partition_key(rec.topic, rec.partition), rec.with_status(rec.status, answered_at=now).to_json()
+        )
+        pipe.execute()
+
+    def last_actions(self) -> dict[str, ActionRecord]:
+        return {_s(k): ActionRecord.from_json(v) for k, v in self.r.hgetall(self.k_last).items()}
+
+    def live_compactions(self, topic: str) -> int:
+        return sum(1 for k in self.r.hkeys(self.k_rec) if _s(k).startswith(f"{topic}/") and _s(k).endswith("/compact"))
+
+    # ---- compaction nudge bookkeeping ----------------------------------------------------------
+
+    def remember_config(self, topic: str, key: str, previous: str | None) -> str | None:
+        """Keep the value a nudge replaced; the first nudge of a topic wins. Returns what is stored."""
+        field = f"{topic}|{key}"
+        self.r.hsetnx(self.k_nudge, field, json.dumps(previous))
+        return json.loads(self.r.hget(self.k_nudge, field))
+
+    def nudged(self, topic: str) -> dict[str, str | None]:
+        out: dict[str, Any] = {}
+        for k, v in self.r.hgetall(self.k_nudge).items():
+            t, _, key = _s(k).partition("|")
+            if t == topic:
+                out[key] = json.loads(v)
+        return out
+
+    def forget_config(self, topic: str, key: str) -> None:
+        self.r.hdel(self.k_nudge, f"{topic}|{key}")

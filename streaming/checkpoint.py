@@ -1,0 +1,39 @@
+"""What compactd reads from and keeps in a checkpoint directory: the stream's identity and Spark's offset log."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+
+def stream_id_for(checkpoint_dir: str | Path) -> str:
+    """Identity of the stream that owns a checkpoint: batch ids are only comparable within it."""
+    path = Path(checkpoint_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    marker = path / "compactd-stream-id"
+    if not marker.exists():
+        tmp = path / f".stream-id.{uuid.uuid4()}"
+        tmp.write_text(str(uuid.uuid4()))
+        os.replace(tmp, marker)
+    return marker.read_text().strip()
+
+
+def batch_end_offsets(spark_checkpoint: Path, batch_id: int | None = None) -> dict[str, dict[str, int]]:
+    """End offsets Spark logged for a batch (the latest one if batch_id is None); {} if there is none.
+
+    The offset log is written before the batch runs, so inside foreachBatch it already names this batch's end.
+    """
+    folder = spark_checkpoint / "offsets"
+    if batch_id is None:
+        ids = [int(p.name) for p in folder.glob("*") if p.name.isdigit()] if folder.is_dir() else []
+        if not ids:
+            return {}
+        batch_id = max(ids)
+    path = folder / str(batch_id)
+    if not path.is_file():
+        return {}
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    # "v1", the batch metadata, then one line per source: ours is the only source
+    return json.loads(lines[-1]) if len(lines) >= 3 else {}

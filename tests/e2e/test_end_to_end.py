@@ -1,0 +1,215 @@
+"""Events on the broker → the Spark job (available-now) → Redis state → action records and a real deleteRecords."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from compactd.app.application import Application
+from compactd.app.settings import Settings
+from compactd.state.redis_store import RedisState
+from compactd.streaming.decode import Decoder
+from compactd.streaming.job import StreamingJob, StreamSpec
+from pyspark.sql import DataFrame
+
+pytestmark = pytest.mark.spark
+HOUR = 3_600_000
+
+
+def test_once_run_deletes_consumed_segments_and_compacts_overdue(spark, cluster, job_settings, redis_url) -> None:
+    now = int(time.time() * 1000)
+    orders, ctopic = cluster.name("orders"), cluster.name("ctopic")
+    cluster.create(orders, 1, {"cleanup.policy": "delete"})
+    cluster.create(ctopic, 1, {"cleanup.policy": "compact"})
+    cluster.fill(orders, 3000)
+    from compactd.demo.embedded import free_port
+
+    metrics_port = free_port()
+    settings = job_settings(
+        metrics_port=metrics_port,
+        thresholds={
+            "global": {"dry.run": False},
+            f"topic:{orders}": {"consumed.retention.ms": HOUR},
+            f"topic:{ctopic}": {"max.compaction.lag.ms": HOUR},
+        },
+    )
+    seg = settings.topics.segments
+    cluster.send(
+        seg,
+        [
+            {
+                "type": "segment_rolled",
+                "topic": orders,
+                "partition": 0,
+                "base_offset": 0,
+                "end_offset": 1000,
+                "first_batch_max_ts": now - 3 * HOUR,
+                "size_bytes": 10,
+                "ts": now - 2 * HOUR,
+            },
+            {
+                "type": "segment_rolled",
+                "topic": orders,
+                "partition": 0,
+                "base_offset": 1000,
+                "end_offset": 2000,
+                "first_batch_max_ts": now - 2 * HOUR,
+                "size_bytes": 10,
+                "ts": now - 90 * 60_000,
+            },
+            {
+                "type": "segment_rolled",
+                "topic": orders,
+                "partition": 0,
+                "base_offset": 2000,
+                "end_offset": 3000,
+                "first_batch_max_ts": now - HOUR,
+                "size_bytes": 10,
+                "ts": now - 60_000,
+            },
+            {
+                "type": "segment_rolled",
+                "topic": ctopic,
+                "partition": 0,
+                "base_offset": 0,
+                "end_offset": 100,
+                "first_batch_max_ts": now - 2 * HOUR,
+                "size_bytes": 10,
+                "ts": now - HOUR,
+            },
+        ],
+    )
+    cluster.send(
+        settings.topics.commits,
+        [
+            {"type": "offset_commit", "group": "billing", "topic": orders, "partition": 0, "offset": 1500, "ts": now},
+            {"type": "offset_commit", "group": "analytics", "topic": orders, "partition": 0, "offset": 2500, "ts": now},
+        ],
+    )
+
+    with Application(settings, spark=spark) as job:
+        job.run(once=True)
+
+    actions = {a["action"]: a for a in cluster.read_all(settings.topics.actions)}
+    delete = actions["delete_records"]
+    assert (delete["topic"], delete["partition"], delete["before_offset"]) == (orders, 0, 1000)
+    assert (delete["reason"], delete["status"], delete["dry_run"]) == ("consumed_retention", "sent", False)
+    compact = actions["compact"]
+    assert (compact["topic"], compact["reason"], compact["status"]) == (ctopic, "max_compaction_lag", "sent")
+    assert compact["delay_ms"] >= HOUR - 5_000
+    assert cluster.watermarks(orders) == (1000, 3000)
+    view = RedisState.from_url(redis_url).view(orders, 0)
+    assert view.min_committed == 1500
+    import urllib.request
+
+    scraped = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+    assert 'compactd_actions_total{action="delete_records",reason="consumed_retention",status="sent"}' in scraped
+    assert 'compactd_input_records_total{kind="segment_rolled",stream="segments"}' in scraped
+    assert [s.base_offset for s in view.segments] == [0, 1000, 2000]
+
+
+def test_bad_input_goes_to_dlq_and_changes_nothing(spark, cluster, job_settings, rclient) -> None:
+    settings = job_settings(max_event_bytes=1024)
+    seg, com = settings.topics.segments, settings.topics.commits
+    cluster.create(seg)
+    cluster.create(com)
+    bad = [
+        (seg, b"{definitely not json", "malformed_json"),
+        (seg, b'{"type":"segment_rolled","pad":"' + b"x" * 2000 + b'"}', "oversized"),
+        (seg, b'{"type":"segment_merged","topic":"t","partition":0,"ts":1}', "unknown_type"),
+        (seg, b'{"type":"log_start","topic":"t","partition":0,"log_start_offset":-5,"ts":1}', "invalid_field"),
+        (com, b'{"type":"offset_commit","group":"g","topic":"t","partition":0,"offset":1e30,"ts":1}', "invalid_field"),
+        (com, None, "null_value"),
+    ]
+    for topic, value, _ in bad:
+        cluster.send_raw(topic, value, key=b"bad-key")
+    cluster.flush()
+
+    with Application(settings, spark=spark) as job:
+        job.run(once=True)
+        rejected = job.metrics.dlq_records
+
+    dlq = cluster.read_all(settings.topics.dlq)
+    assert sorted(d["reason"] for d in dlq) == sorted(r for _, _, r in bad)
+    first = next(d for d in dlq if d["reason"] == "malformed_json")
+    import base64
+
+    assert base64.b64decode(first["value_b64"]) == b"{definitely not json"
+    assert base64.b64decode(first["key_b64"]) == b"bad-key" and first["source_topic"] == seg
+    assert rejected.labels("segments", "oversized")._value.get() >= 1
+    assert cluster.read_all(settings.topics.actions) == []
+    # no compactd state was written: only the job's own bookkeeping is absent too
+    assert [k for k in rclient.keys("cd:*")] == []
+
+
+def test_deadline_fires_without_new_events_within_one_trigger(spark, cluster, job_settings, redis_url) -> None:
+    import threading
+
+    lag, interval = 8_000, 1_000
+    ctopic = cluster.name("ct")
+    settings = job_settings(
+        trigger_interval_ms=interval, thresholds={f"topic:{ctopic}": {"max.compaction.lag.ms": lag}}
+    )
+    first_batch_max_ts = int(time.time() * 1000)
+    cluster.create(settings.topics.segments)
+    cluster.send(
+        settings.topics.segments,
+        [
+            {
+                "type": "segment_rolled",
+                "topic": ctopic,
+                "partition": 0,
+                "base_offset": 0,
+                "end_offset": 50,
+                "first_batch_max_ts": first_batch_max_ts,
+                "size_bytes": 1,
+                "ts": first_batch_max_ts,
+            }
+        ],
+    )
+    deadline = first_batch_max_ts + lag + 1
+    state = RedisState.from_url(redis_url)
+    stop = threading.Event()
+    with Application(settings, spark=spark) as job:
+        runner = threading.Thread(target=job.run, kwargs={"stop": stop})
+        runner.start()
+        try:
+            while not state.view(ctopic, 0).segments:
+                assert time.time() * 1000 < deadline, "segment event not merged before its deadline"
+                time.sleep(0.1)
+            assert state.deadline(ctopic, 0) == deadline
+            assert state.records([(ctopic, 0)])[(ctopic, 0)] == []  # not due yet
+            while not state.records([(ctopic, 0)])[(ctopic, 0)]:
+                assert time.time() * 1000 < deadline + 10_000, "no decision after the deadline passed"
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            runner.join(120)
+    rec = state.records([(ctopic, 0)])[(ctopic, 0)][0]
+    assert rec.action == "compact" and rec.status == "dry_run" and rec.dry_run
+    assert deadline <= rec.decided_at <= deadline + interval + 500
+    audit = cluster.read_all(settings.topics.actions)
+    assert [(a["action"], a["status"]) for a in audit] == [("compact", "dry_run")]
+
+
+def test_spark_kafka_connector_is_one_setting_away(spark, job_settings) -> None:
+    """The same options go to Spark's own `kafka` format; this machine has no connector jar, so Spark says so."""
+    from pyspark.errors import AnalysisException
+
+    def source(settings: Settings) -> DataFrame:
+        spec = StreamSpec(
+            conn=settings.kafka_connection(),
+            topics=settings.source_topics(),
+            decoder=Decoder(settings.topics.segments, settings.topics.commits),
+            checkpoint=Path(settings.checkpoint_dir),
+            source_format=settings.spark_source,
+        )
+        return StreamingJob(spec, spark, lambda batch: None)._read()
+
+    with pytest.raises(AnalysisException, match=r"(?i)kafka"):
+        source(job_settings(spark_source="kafka"))
+    compactd = source(job_settings())
+    assert compactd.schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,timestampType:int>"
+    )

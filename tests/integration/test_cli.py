@@ -1,0 +1,89 @@
+"""The command line: configuration precedence, exit codes, status output, and the demo loop closing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from compactd.app.cli import main
+from compactd.app.settings import load_settings
+from compactd.state.changes import BatchChanges
+from compactd.state.redis_store import RedisState
+
+from compactd.model import Segment
+
+
+def test_flags_beat_environment_beat_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "bootstrap_servers: file:1\nredis_url: redis://file/0\ncheckpoint_dir: /file\n"
+        "thresholds:\n  'topic:orders': {max.compaction.lag.ms: 5}\ntopics: {actions: my.actions}\n"
+    )
+    monkeypatch.setenv("COMPACTD_REDIS_URL", "redis://env/0")
+    monkeypatch.setenv("COMPACTD_CHECKPOINT_DIR", "/env")
+    s = load_settings(cfg, checkpoint_dir="/flag", bootstrap_servers=None)
+    assert (s.bootstrap_servers, s.redis_url, s.checkpoint_dir) == ("file:1", "redis://env/0", "/flag")
+    assert s.topics.actions == "my.actions" and s.topics.segments == "compactd.segments"
+    assert s.thresholds["topic:orders"] == {"max.compaction.lag.ms": 5}
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ("thresholds:\n  global: {max.compaction.lag.ms: -1}\n", "greater than 0"),
+        ("thresholds:\n  'topik:x': {}\n", "invalid scope"),
+        ("no_such_key: 1\n", "no_such_key"),
+        ("offsets_source: carrier-pigeon\n", "offsets_source"),
+    ],
+)
+def test_bad_config_exits_2_with_one_line(tmp_path: Path, capsys, content: str, fragment: str) -> None:
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(content)
+    assert main(["run", "--once", "--config", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("compactd: error:") and fragment in err and "\n" not in err
+
+
+def test_usage_errors_exit_2(capsys) -> None:
+    assert main(["frobnicate"]) == 2
+    assert main(["run", "--config", "/does/not/exist.yaml"]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_config_get_resolves_scopes(tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("thresholds:\n  global: {dry.run: false}\n  'partition:orders/1': {consumed.retention.ms: 7}\n")
+    assert main(["config", "get", "partition:orders/1", "--config", str(cfg)]) == 0
+    values = json.loads(capsys.readouterr().out)["values"]
+    assert values["consumed.retention.ms"] == 7 and values["dry.run"] is False
+
+
+def test_status_shows_partitions(redis_url: str, rclient, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    st = RedisState(rclient)
+    c = BatchChanges()
+    c.topic("orders").segments.append((0, Segment(0, 100, 0, 1, 0)))
+    c.topic("orders").offsets.append(("g", 0, 100))
+    st.merge("s", 0, c, lambda g, t: True)
+    monkeypatch.setenv("COMPACTD_REDIS_URL", redis_url)
+    assert main(["status", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert row["partition"] == "orders/0" and row["min_committed"] == 100 and row["deletable"] == 0
+
+
+@pytest.mark.spark
+def test_demo_closes_both_loops(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "compactd", "demo", "--duration", "90", "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    final = out.stdout.split("final state:")[1]
+    assert "delete_records" in final and "compact sent" in final
+    assert "compacted up to" in out.stdout and "log start moved" in out.stdout
+    leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
+    assert leftover == "", "demo left processes behind"

@@ -1,0 +1,117 @@
+"""Redis state against a real Redis server: idempotent merges, incremental minimum, pruning, outbox."""
+
+from __future__ import annotations
+
+import redis
+from compactd.state.changes import BatchChanges
+from compactd.state.redis_store import RedisState
+
+from compactd.model import ActionRecord, Segment
+from tests.support.fixtures import dump_redis
+
+
+def everyone(group: str, topic: str) -> bool:
+    return True
+
+
+def commits(*items: tuple[str, str, int, int | None], deletes: tuple[str, ...] = ()) -> BatchChanges:
+    c = BatchChanges()
+    for group, topic, partition, offset in items:
+        c.topic(topic).offsets.append((group, partition, offset))
+    c.group_deletes = list(deletes)
+    return c
+
+
+def test_replayed_batch_changes_nothing(rclient: redis.Redis) -> None:
+    st = RedisState(rclient)
+    c = BatchChanges()
+    c.topic("orders").segments.append((0, Segment(0, 100, 5, 10, 6)))
+    c.topic("orders").offsets.append(("g", 0, 50))
+    touched, replayed = st.merge("s1", 0, c, everyone)
+    assert touched == {"orders": {0}} and not replayed
+    before = dump_redis(rclient)
+    # the same batch id again, even with different content (a replay never re-applies)
+    c.topic("orders").offsets[0] = ("g", 0, 7)
+    _, replayed = st.merge("s1", 0, c, everyone)
+    assert replayed and dump_redis(rclient) == before
+    # an older batch id is also a replay; a new stream id is not
+    assert st.merge("s1", -1, c, everyone)[1]
+    assert not st.merge("s2", 0, c, everyone)[1]
+    assert st.view("orders", 0).min_committed == 7
+
+
+def test_minimum_is_unknown_until_every_counted_group_has_an_offset(rclient: redis.Redis) -> None:
+    st = RedisState(rclient)
+    st.merge("s", 0, commits(("a", "orders", 0, 300), ("a", "orders", 1, 400)), everyone)
+    assert st.view("orders", 0).min_committed == 300
+    # group b commits only on partition 1: it counts for the whole topic, so partition 0 becomes unknown
+    st.merge("s", 1, commits(("b", "orders", 1, 350)), everyone)
+    assert st.view("orders", 0).min_committed is None
+    assert st.view("orders", 1).min_committed == 350
+    # rewind lowers the minimum
+    st.merge("s", 2, commits(("a", "orders", 1, 100)), everyone)
+    assert st.view("orders", 1).min_committed == 100
+
+
+def test_offset_tombstones_and_group_deletes_let_the_minimum_advance(rclient: redis.Redis) -> None:
+    st = RedisState(rclient)
+    st.merge(
+        "s",
+        0,
+        commits(
+            ("slow", "orders", 0, 10), ("fast", "orders", 0, 900), ("slow", "clicks", 0, 5), ("fast", "clicks", 0, 50)
+        ),
+        everyone,
+    )
+    assert st.view("orders", 0).min_committed == 10
+    st.merge("s", 1, commits(("slow", "orders", 0, None)), everyone)
+    assert st.view("orders", 0).min_committed == 900
+    touched, _ = st.merge("s", 2, commits(deletes=("slow",)), everyone)
+    assert touched == {"clicks": {0}}
+    assert st.view("clicks", 0).min_committed == 50
+    assert rclient.smembers("cd:gt:slow") == set()
+
+
+def test_uncounted_groups_do_not_hold_data_back(rclient: redis.Redis) -> None:
+    st = RedisState(rclient)
+    st.merge(
+        "s",
+        0,
+        commits(("console-1", "orders", 0, 1), ("billing", "orders", 0, 500)),
+        lambda g, t: not g.startswith("console"),
+    )
+    assert st.view("orders", 0).min_committed == 500
+
+
+def test_log_start_prunes_segments_and_large_offsets_keep_every_digit(rclient: redis.Redis) -> None:
+    st = RedisState(rclient)
+    big = 2**53 - 10
+    c = BatchChanges()
+    c.topic("t").segments += [
+        (0, Segment(0, 100, 1, 1, 1)),
+        (0, Segment(100, 200, 2, 1, 2)),
+        (0, Segment(big - 5, big, 1_763_800_000_123, 1, 1_763_800_000_456)),
+    ]
+    c.topic("t").offsets.append(("g", 0, big))
+    c.topic("t").compacted.append((0, big - 7))
+    st.merge("s", 0, c, everyone)
+    v = st.view("t", 0)
+    assert v.min_committed == big and v.cleaned_up_to == big - 7
+    assert v.segments[-1] == Segment(big - 5, big, 1_763_800_000_123, 1, 1_763_800_000_456)
+    c2 = BatchChanges()
+    c2.topic("t").log_start.append((0, 150))
+    c2.topic("t").segments.append((0, Segment(50, 120, 9, 1, 9)))  # arrives late, already deleted
+    st.merge("s", 1, c2, everyone)
+    assert [s.base_offset for s in st.view("t", 0).segments] == [100, big - 5]
+    assert st.view("t", 0).log_start == 150
+
+
+def test_outbox_lifecycle(rclient: redis.Redis) -> None:
+    st = RedisState(rclient)
+    r = ActionRecord("x1", "delete_records", "t", 0, "consumed_retention", False, 1, "pending", before_offset=9)
+    st.enqueue(r)
+    assert [o.id for o in st.outbox()] == ["x1"] and st.outbox_depth() == 1
+    st.complete(r.with_status("sent"))
+    assert st.outbox() == [] and st.records([("t", 0)])[("t", 0)][0].status == "sent"
+    st.answer(r, 5)
+    assert st.records([("t", 0)])[("t", 0)] == [] and st.last_actions()["t/0"].detail["answered_at"] == 5

@@ -1,0 +1,164 @@
+"""Shared fixtures: a real Redis server, a real Kafka-protocol broker (noida-db), a real local Spark."""
+
+from __future__ import annotations
+
+import gc
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from compactd.demo.embedded import Service, kafka_broker, redis_server
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+@pytest.fixture(scope="session")
+def redis_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    svc = redis_server(tmp_path_factory.mktemp("redis"))
+    yield svc
+    svc.stop()
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    svc = kafka_broker(tmp_path_factory.mktemp("broker"))
+    yield f"127.0.0.1:{svc.port}"
+    # Destroy the tests' Kafka clients first: alive past the broker, they log connection errors after
+    # pytest's summary line.
+    gc.collect()
+    time.sleep(0.5)
+    svc.stop()
+
+
+@pytest.fixture
+def redis_url(redis_service: Service) -> str:
+    """A fresh logical view of the server: every test gets an empty database."""
+    url = f"redis://127.0.0.1:{redis_service.port}/0"
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    client.script_flush()  # every test proves the scripts load themselves
+    return url
+
+
+@pytest.fixture
+def rclient(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url)
+
+
+def dump_redis(r: redis.Redis, pattern: str = "*") -> dict:
+    """Every key matching `pattern` with its contents, comparable across runs."""
+    out: dict = {}
+    for key in sorted(r.keys(pattern)):
+        kind = r.type(key)
+        if kind == b"hash":
+            out[key] = r.hgetall(key)
+        elif kind == b"set":
+            out[key] = r.smembers(key)
+        elif kind == b"zset":
+            out[key] = r.zrange(key, 0, -1, withscores=True)
+        else:
+            out[key] = r.get(key)
+    return out
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from compactd.streaming.session import spark_session
+
+    session = spark_session("local[2]")
+    yield session
+    session.stop()
+
+
+class Cluster:
+    """Test helper around the broker: topics, JSON events, reading topics back."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
+        self.prefix = f"t{uuid.uuid4().hex[:8]}"
+
+    def name(self, base: str) -> str:
+        return f"{self.prefix}.{base}"
+
+    def create(self, topic: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+        for fut in self.admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})]).values():
+            fut.result(30)
+
+    def send(self, topic: str, events: list[dict], key: str | bytes | None = None) -> None:
+        for ev in events:
+            k = key if key is not None else ev.get("group") or f"{ev.get('topic')}/{ev.get('partition')}"
+            self.send_raw(topic, json.dumps(ev).encode(), k.encode() if isinstance(k, str) else k)
+        self.flush()
+
+    def send_raw(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int = 0) -> None:
+        self.producer.produce(topic, value=value, key=key, partition=partition)
+
+    def flush(self) -> None:
+        assert self.producer.flush(30) == 0
+
+    def fill(self, topic: str, n: int, partition: int = 0) -> None:
+        for i in range(n):
+            self.producer.produce(topic, value=b"x", key=b"k%d" % i, partition=partition)
+        self.flush()
+
+    def read_all(self, topic: str, timeout: float = 10.0) -> list[dict]:
+        c = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"read-{uuid.uuid4()}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        md = c.list_topics(topic, timeout=10).topics[topic]
+        parts = [TopicPartition(topic, p, 0) for p in md.partitions]
+        ends = {p.partition: c.get_watermark_offsets(p, timeout=10)[1] for p in parts}
+        c.assign(parts)
+        out: list[dict] = []
+        seen = {p: 0 for p in ends}
+        deadline = time.monotonic() + timeout
+        while any(seen[p] < ends[p] for p in ends) and time.monotonic() < deadline:
+            for m in c.consume(1000, timeout=0.5):
+                if m.error() is None:
+                    out.append(json.loads(m.value()))
+                    seen[m.partition()] = m.offset() + 1
+        c.close()
+        return out
+
+    def watermarks(self, topic: str, partition: int = 0) -> tuple[int, int]:
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "wm"})
+        try:
+            return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+        finally:
+            c.close()
+
+
+@pytest.fixture
+def cluster(broker: str) -> Cluster:
+    return Cluster(broker)
+
+
+@pytest.fixture
+def job_settings(cluster: Cluster, redis_url: str, tmp_path: Path):
+    """Settings for one isolated job: its own compactd topics, Redis prefix and checkpoint."""
+    from compactd.app.settings import Settings, TopicNames
+
+    def make(**overrides):
+        names = {k: cluster.name(k) for k in ("segments", "commits", "config", "actions", "dlq")}
+        base = dict(
+            bootstrap_servers=cluster.bootstrap,
+            redis_url=redis_url,
+            checkpoint_dir=str(tmp_path / "ckpt"),
+            trigger_interval_ms=500,
+            topics=TopicNames(**names),
+        )
+        base.update(overrides)
+        return Settings(**base)
+
+    return make

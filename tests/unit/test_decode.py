@@ -1,0 +1,80 @@
+"""Input validation without Spark: every way an event can be wrong has its own DLQ reason."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+from compactd.streaming.decode import DECODED_SCHEMA, Decoder
+from compactd.streaming.kafka_source import ARROW_SCHEMA
+
+D = Decoder("seg", "com", max_event_bytes=200)
+GOOD_SEG = {
+    "type": "segment_rolled",
+    "topic": "orders",
+    "partition": 0,
+    "base_offset": 0,
+    "end_offset": 10,
+    "first_batch_max_ts": 5,
+    "size_bytes": 1,
+    "ts": 6,
+}
+
+
+@pytest.mark.parametrize(
+    ("topic", "value", "reason"),
+    [
+        ("seg", b"{not json", "malformed_json"),
+        ("seg", None, "null_value"),
+        ("seg", b"x" * 201, "oversized"),
+        ("seg", json.dumps({**GOOD_SEG, "type": "segment_exploded"}).encode(), "unknown_type"),
+        ("seg", json.dumps({"topic": "orders"}).encode(), "unknown_type"),
+        ("seg", json.dumps({**GOOD_SEG, "end_offset": 0}).encode(), "invalid_field"),
+        ("seg", json.dumps({**GOOD_SEG, "base_offset": -1}).encode(), "invalid_field"),
+        ("seg", json.dumps({**GOOD_SEG, "end_offset": 2**63}).encode(), "invalid_field"),
+        ("seg", json.dumps({**GOOD_SEG, "partition": "0"}).encode(), "invalid_field"),
+        ("seg", json.dumps({**GOOD_SEG, "topic": "bad topic!"}).encode(), "invalid_field"),
+        ("seg", b"[1,2]", "invalid_field"),
+        (
+            "com",
+            json.dumps({"type": "offset_commit", "group": "g", "topic": "t", "partition": 0, "ts": 1}).encode(),
+            "invalid_field",
+        ),
+        ("com", json.dumps(GOOD_SEG).encode(), "unknown_type"),  # a segment event on the commits topic
+        ("elsewhere", b"{}", "unknown_topic"),
+    ],
+)
+def test_rejections_have_reasons(topic: str, value: bytes | None, reason: str) -> None:
+    row = D.row(topic, value)
+    assert row["error"] == reason and row["message"]
+
+
+def test_unknown_fields_are_ignored_and_values_mapped() -> None:
+    row = D.row("seg", json.dumps({**GOOD_SEG, "future_field": {"x": 1}}).encode())
+    assert "error" not in row
+    assert (row["kind"], row["topic"], row["end_offset"], row["first_batch_max_ts"]) == (
+        "segment_rolled",
+        "orders",
+        10,
+        5,
+    )
+    c = D.row("com", b'{"type":"offset_commit","group":"g","topic":"t","partition":2,"offset":7,"ts":1}')
+    assert (c["kind"], c["grp"], c["partition"], c["value_offset"]) == ("offset_commit", "g", 2, 7)
+
+
+def test_arrow_batches_keep_original_bytes_only_for_rejects() -> None:
+    cols = {
+        "key": [b"k1", b"k2"],
+        "value": [json.dumps(GOOD_SEG).encode(), b"oops"],
+        "topic": ["seg", "seg"],
+        "partition": [0, 0],
+        "offset": [10, 11],
+        "timestamp": [None, None],
+        "timestampType": [0, 0],
+    }
+    out = list(D(iter([pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA)])))
+    assert out[0].schema == DECODED_SCHEMA
+    rows = out[0].to_pylist()
+    assert rows[0]["error"] is None and rows[0]["raw_value"] is None and rows[0]["src_offset"] == 10
+    assert rows[1]["error"] == "malformed_json" and rows[1]["raw_value"] == b"oops" and rows[1]["raw_key"] == b"k2"
