@@ -12,7 +12,7 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[test,dashboards]"
+	$(BIN)/pip install -q -e ".[test,demo,dashboards]"
 	touch $@
 
 # Redis comes from Debian; the Kafka-protocol broker (noida-db) and Spark come from PyPI.

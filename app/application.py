@@ -256,12 +256,20 @@ class Application:
             return self.summary.line(self.controller.outcomes)
         stop = stop or threading.Event()
         interval = self.settings.trigger_interval_ms / 1000
+        last_error, said_at = "", 0.0
         try:
             while query.isActive and not stop.is_set():
                 try:
                     self.controller.tick()
-                except Exception as exc:  # a Redis or Kafka hiccup: say so, keep the stream, retry next tick
-                    log.warning("deadline tick failed: %s: %s", type(exc).__name__, str(exc).splitlines()[0])
+                    if last_error:
+                        log.info("deadline ticks work again")
+                    last_error = ""
+                except Exception as exc:  # a Redis or Kafka hiccup: say so once, keep the stream, retry next tick
+                    error = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+                    if error != last_error or time.monotonic() - said_at >= IDLE_LOG_EVERY_S:
+                        log.warning("deadline tick failed (retrying every trigger): %s", error)
+                        said_at = time.monotonic()
+                    last_error = error
                 stop.wait(interval)
         finally:
             self.job.stop()

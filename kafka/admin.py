@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,21 +23,34 @@ def admin_client(conn: KafkaConnection, timeout_s: float = 10.0) -> Any:
 def check_reachable(conn: KafkaConnection, timeout_s: float = 5.0) -> None:
     """Bounded start-up check: one metadata request, or DependencyUnavailable naming the setting to change."""
     from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
 
     errors: list[str] = []
     conf = conn.client("admin", {"socket.connection.setup.timeout.ms": int(timeout_s * 1000)})
     conf["error_cb"] = lambda err: errors.append(err.str())
     conf["log_level"] = 0  # the one-line error below says it all
     try:
-        from confluent_kafka.admin import AdminClient
-
-        AdminClient(conf).list_topics(timeout=timeout_s)
+        admin = AdminClient(conf)
+    except (KafkaException, ValueError, TypeError) as exc:  # librdkafka refused a setting of the kafka: map
+        raise DependencyUnavailable("Kafka", conn.bootstrap_servers, "the kafka: settings", str(exc)) from None
+    try:
+        admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
-        cause = errors[-1] if errors else str(exc.args[0].str() if exc.args else exc)
+        admin.poll(0)  # serves error_cb: librdkafka's own reason (refused, unresolvable, TLS, SASL)
+        cause = _first_reason(errors) or (exc.args[0].str() if exc.args else str(exc))
         setting = "--bootstrap-servers / bootstrap_servers"
         raise DependencyUnavailable("Kafka", conn.bootstrap_servers, setting, cause) from None
-    except ValueError as exc:  # librdkafka refused a setting of the kafka: map
-        raise DependencyUnavailable("Kafka", conn.bootstrap_servers, "the kafka: settings", str(exc)) from None
+
+
+def _first_reason(errors: list[str]) -> str | None:
+    """`127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused (after 0ms ...)` → the
+    part after the broker name, without the timing."""
+    for err in errors:
+        if "brokers are down" in err:
+            continue
+        text = err.split("/bootstrap: ", 1)[-1]
+        return re.sub(r"\s*\(after \d+ms in state \w+\)$", "", text)
+    return None
 
 
 def ensure_topics(conn: KafkaConnection, names: Iterable[str], partitions: int = 1, timeout_s: float = 30.0) -> None:

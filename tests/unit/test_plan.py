@@ -1,0 +1,56 @@
+"""Planning one partition is pure: answered records, new decisions, the safety re-check and the wake-up time."""
+
+from __future__ import annotations
+
+import pytest
+from compactd.policy.plan import NOT_CAUGHT_UP, check_delete_safe, plan_partition
+from compactd.policy.thresholds import Thresholds
+
+from compactd.errors import UnsafeDecision
+from compactd.model import ActionRecord, Decision, PartitionView, Segment
+
+H = 3_600_000
+NOW = 1_800_000_000_000
+
+
+def view(**kw) -> PartitionView:  # type: ignore[no-untyped-def]
+    segs = (Segment(0, 100, NOW - 5 * H, 1, NOW - 4 * H), Segment(100, 200, NOW - 3 * H, 1, NOW - 2 * H))
+    return PartitionView("t", 0, segments=segs, **kw)
+
+
+def test_overdue_compaction_and_consumed_delete_are_planned_with_a_deadline() -> None:
+    th = Thresholds.model_validate({"max.compaction.lag.ms": H, "consumed.retention.ms": H})
+    plan = plan_partition(view(min_committed=150, counted_groups=1), th, [], NOW, deletes_allowed=True)
+    assert sorted((r.action, r.reason, r.before_offset) for r in plan.enqueue) == [
+        ("compact", "max_compaction_lag", None),
+        ("delete_records", "consumed_retention", 100),
+    ]
+    assert all(r.status == "pending" and r.dry_run for r in plan.enqueue)
+    assert plan.compaction_due == NOW - 5 * H + H and plan.deadline == NOW + th.action_retry_ms
+
+
+def test_answered_records_leave_and_a_sent_compaction_answer_asks_for_restore() -> None:
+    sent = ActionRecord("c", "compact", "t", 0, "max_compaction_lag", False, NOW - H, "sent", earliest_ts=NOW - 9 * H)
+    plan = plan_partition(view(cleaned_up_to=200), Thresholds(), [sent], NOW, deletes_allowed=True)
+    assert plan.answered == (sent,) and plan.compactions_answered and plan.enqueue == ()
+
+
+def test_a_delete_held_by_the_readiness_gate_is_decided_afresh_once_it_opens() -> None:
+    held = ActionRecord(
+        "d", "delete_records", "t", 0, "forced_retention", False, NOW, "skipped", before_offset=200
+    ).with_status("skipped", why=NOT_CAUGHT_UP)
+    th = Thresholds.model_validate({"forced.retention.ms": H})
+    assert plan_partition(view(), th, [held], NOW, deletes_allowed=False).enqueue == ()  # still held, no retry yet
+    again = plan_partition(view(), th, [held], NOW, deletes_allowed=True).enqueue
+    assert [(r.action, r.before_offset, r.attempts) for r in again] == [("delete_records", 200, 1)]
+
+
+def test_safety_recheck_refuses_a_consumed_delete_past_the_minimum() -> None:
+    d = Decision("delete_records", "t", 0, "consumed_retention", before_offset=200)
+    with pytest.raises(UnsafeDecision, match="past min committed"):
+        check_delete_safe(d, view(min_committed=150))
+    with pytest.raises(UnsafeDecision, match="past min committed"):
+        check_delete_safe(d, view(min_committed=None))
+    with pytest.raises(UnsafeDecision, match="not above log start"):
+        check_delete_safe(d, view(log_start=200, min_committed=300))
+    check_delete_safe(d, view(min_committed=200))
