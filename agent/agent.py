@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from compactd.agent.logdir import CheckpointError, SegmentFile, read_checkpoint, scan_log_dir
+from compactd.clock import now_ms
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.writer import JsonTopicWriter
-
-from compactd.clock import now_ms
 from compactd.keys import partition_key
 
 log = logging.getLogger("compactd.agent")

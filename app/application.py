@@ -15,9 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql import SparkSession
+
 from compactd.app.settings import Settings
+from compactd.clock import now_ms
 from compactd.control.controller import Controller, Probe, _no_probe
+from compactd.errors import ConfigError, DependencyUnavailable, QueryFailed
 from compactd.kafka.admin import check_reachable, ensure_topics, high_watermarks
+from compactd.metrics import Metrics, default_metrics
 from compactd.policy.readiness import Readiness
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.base import ActionSink
@@ -27,11 +32,6 @@ from compactd.state.redis_store import RedisState
 from compactd.streaming.checkpoint import batch_end_offsets, stream_id_for
 from compactd.streaming.decode import Decoder
 from compactd.streaming.job import Batch, StreamingJob, StreamSpec, root_cause
-from pyspark.sql import SparkSession
-
-from compactd.clock import now_ms
-from compactd.errors import ConfigError, DependencyUnavailable, QueryFailed
-from compactd.metrics import Metrics, default_metrics
 
 log = logging.getLogger("compactd.job")
 

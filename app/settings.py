@@ -6,8 +6,6 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from compactd.kafka.config import KafkaConnection, KafkaValue
-from compactd.policy.thresholds import validate_layer
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import (
     BaseSettings,
@@ -17,6 +15,8 @@ from pydantic_settings import (
 )
 
 from compactd.errors import ConfigError
+from compactd.kafka.config import KafkaConnection, KafkaValue
+from compactd.policy.thresholds import validate_layer
 
 _yaml_file: ContextVar[Path | None] = ContextVar("compactd_yaml_file", default=None)
 

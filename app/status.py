@@ -7,12 +7,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from compactd.app.settings import Settings
+from compactd.clock import now_ms
+from compactd.model import ActionRecord, PartitionView
 from compactd.policy.rules import compaction_delay_ms, decide_deletion
 from compactd.policy.thresholds import resolve
 from compactd.state.redis_store import RedisState
-
-from compactd.clock import now_ms
-from compactd.model import ActionRecord, PartitionView
 
 COLUMNS = ("partition", "compaction_delay_s", "min_committed", "deletable", "last_action")
 

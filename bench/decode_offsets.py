@@ -11,6 +11,7 @@ import json
 import time
 
 import pyarrow as pa
+
 from compactd.codec.offsets import (
     GroupValue,
     Member,

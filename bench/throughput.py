@@ -16,27 +16,29 @@ import tempfile
 import time
 from pathlib import Path
 
-from compactd.app.settings import Settings
-from compactd.demo.embedded import kafka_broker, redis_server
-from compactd.state.redis_store import RedisState
-from compactd.streaming.job import Job, spark_session
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from compactd.app.application import Application
+from compactd.app.settings import Settings
+from compactd.demo.embedded import kafka_broker, redis_server
+from compactd.kafka.config import KafkaConnection
+from compactd.keys import partition_key
+from compactd.state.redis_store import RedisState
+from compactd.streaming.session import spark_session
+
 
 def fill(bootstrap: str, events: int, data_topics: int, partitions: int, source_partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    conn = KafkaConnection(bootstrap)
+    admin = AdminClient(conn.client("admin"))
     for fut in admin.create_topics(
         [NewTopic(t, source_partitions, 1) for t in ("compactd.segments", "compactd.commits")]
     ).values():
         fut.result(30)
     p = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "linger.ms": 20,
-            "batch.num.messages": 10000,
-            "queue.buffering.max.messages": 1_000_000,
-        }
+        conn.client(
+            "producer", {"linger.ms": 20, "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000}
+        )
     )
     rnd = random.Random(7)
     now = int(time.time() * 1000)
@@ -60,7 +62,7 @@ def fill(bootstrap: str, events: int, data_topics: int, partitions: int, source_
             }
             p.produce(
                 "compactd.segments",
-                key=f"{topic}/{part}".encode(),
+                key=partition_key(topic, part).encode(),
                 value=json.dumps(ev).encode(),
                 partition=i % source_partitions,
             )
@@ -106,12 +108,11 @@ def main() -> None:
             },
             kafka={"receive.message.max.bytes": "1000000000"},
         )
-        with Job(settings, spark=spark) as job:
+        with Application(settings, spark=spark) as app:
             t0 = time.monotonic()
-            job.run(once=True)
+            app.run(once=True)
             run_s = time.monotonic() - t0
-            progress = job.query.lastProgress if job.query else None
-            batches = progress["batchId"] + 1 if progress else 0
+            batches = app.summary.batches
         tracked = len(RedisState.from_url(settings.redis_url).all_partitions())
         print(
             json.dumps(

@@ -1,5 +1,6 @@
-"""Input events (CONTRACT.md §1) as pydantic models. Unknown fields are ignored; anything else invalid is
-rejected with a reason that goes to the DLQ."""
+"""Input events (docs/contract.md, "Input events") as pydantic models.
+
+Unknown fields are ignored; anything else invalid is rejected with a reason that goes to the DLQ."""
 
 from __future__ import annotations
 

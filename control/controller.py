@@ -14,6 +14,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from compactd.clock import now_ms
+from compactd.metrics import Metrics
+from compactd.model import ActionRecord
 from compactd.policy.plan import NOT_CAUGHT_UP, PartitionPlan, plan_partition
 from compactd.policy.thresholds import Thresholds, group_counts, resolve
 from compactd.sinks.audit import AuditLog
@@ -21,10 +24,6 @@ from compactd.sinks.base import ActionSink
 from compactd.sinks.dry_run import DryRunSink
 from compactd.state.changes import BatchChanges
 from compactd.state.protocols import ControllerState
-
-from compactd.clock import now_ms
-from compactd.metrics import Metrics
-from compactd.model import ActionRecord
 
 log = logging.getLogger("compactd.controller")
 

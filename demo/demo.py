@@ -21,16 +21,16 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from compactd.app.settings import Settings
-from compactd.app.status import format_table, status_rows
-from compactd.demo.embedded import Service, kafka_broker, redis_server
-from compactd.kafka.admin import admin_client, ensure_topics
-from compactd.state.redis_store import RedisState
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
+from compactd.app.settings import Settings
+from compactd.app.status import format_table, status_rows
 from compactd.clock import now_ms
+from compactd.demo.embedded import Service, kafka_broker, redis_server
+from compactd.kafka.admin import admin_client, ensure_topics
 from compactd.keys import partition_key
+from compactd.state.redis_store import RedisState
 
 DEMO_TOPICS = {"orders": {"cleanup.policy": "compact"}, "clicks": {"cleanup.policy": "delete"}}
 PARTITIONS = 2

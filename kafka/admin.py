@@ -6,9 +6,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from compactd.kafka.config import KafkaConnection
-
 from compactd.errors import CompactdError, DependencyUnavailable
+from compactd.kafka.config import KafkaConnection
 
 Offsets = dict[str, dict[str, int]]
 

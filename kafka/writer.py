@@ -11,9 +11,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from compactd.kafka.config import KafkaConnection, KafkaValue
-
 from compactd.errors import DeliveryTimeout
+from compactd.kafka.config import KafkaConnection, KafkaValue
 
 
 class JsonTopicWriter:

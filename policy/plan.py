@@ -14,11 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from compactd.policy.rules import decide, earliest_uncompacted_ts, is_answered, next_deadline, should_record
-from compactd.policy.thresholds import Thresholds
-
 from compactd.errors import UnsafeDecision
 from compactd.model import ActionRecord, Decision, PartitionView, action_id
+from compactd.policy.rules import decide, earliest_uncompacted_ts, is_answered, next_deadline, should_record
+from compactd.policy.thresholds import Thresholds
 
 NOT_CAUGHT_UP = "offsets not caught up"
 

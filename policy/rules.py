@@ -1,14 +1,13 @@
 """The decision rules: plain functions over (PartitionView, Thresholds, now).
 
-Each rule of CONTRACT.md is one function here, the way Kafka's LogCleanerManager keeps
+Each rule of docs/contract.md ("Decisions") is one function here, the way Kafka's LogCleanerManager keeps
 `maxCompactionDelay` apart from the cleaner threads. Nothing in this module does IO.
 """
 
 from __future__ import annotations
 
-from compactd.policy.thresholds import Thresholds
-
 from compactd.model import ActionRecord, Decision, PartitionView, Segment
+from compactd.policy.thresholds import Thresholds
 
 
 def live_segments(view: PartitionView) -> list[Segment]:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from compactd.errors import ConfigError
-from compactd.keys import parse_partition_key
+from compactd.keys import parse_partition_key, partition_key
 
 NudgeKey = Literal["max.compaction.lag.ms", "min.cleanable.dirty.ratio", "segment.ms"]
 
@@ -99,7 +99,7 @@ def resolve(layers: Mapping[str, Mapping[str, Any]], topic: str, partition: int 
     merged.update(layers.get("global", {}))
     merged.update(layers.get(f"topic:{topic}", {}))
     if partition is not None:
-        merged.update(layers.get(f"partition:{topic}/{partition}", {}))
+        merged.update(layers.get(f"partition:{partition_key(topic, partition)}", {}))
     try:
         return Thresholds.model_validate(merged)
     except ValidationError as exc:

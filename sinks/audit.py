@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.writer import JsonTopicWriter
-
 from compactd.keys import partition_key
 from compactd.model import ActionRecord
 

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from compactd.kafka.admin import admin_client
-from compactd.kafka.config import KafkaConnection
-from compactd.state.protocols import NudgeMemory
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AlterConfigOpType,
@@ -22,7 +19,10 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from compactd.kafka.admin import admin_client
+from compactd.kafka.config import KafkaConnection
 from compactd.model import ActionRecord
+from compactd.state.protocols import NudgeMemory
 
 # Values that make KIP-354's check fire immediately, or make the cleaner see the log as dirty enough.
 NUDGE_VALUES = {"max.compaction.lag.ms": "1", "min.cleanable.dirty.ratio": "0", "segment.ms": "1000"}

@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from compactd.state.changes import BatchChanges
-
 from compactd.model import ActionRecord, PartitionView
+from compactd.state.changes import BatchChanges
 
 PartitionRef = tuple[str, int]
 

@@ -12,12 +12,12 @@ from importlib import resources
 from typing import Any
 
 import redis
-from compactd.state.changes import BatchChanges, TopicChanges
-from compactd.state.keys import RedisKeys
 
 from compactd.errors import DependencyUnavailable
 from compactd.keys import parse_partition_key, partition_key
 from compactd.model import ActionRecord, PartitionView, Segment
+from compactd.state.changes import BatchChanges, TopicChanges
+from compactd.state.keys import RedisKeys
 
 MAX_SAFE_INT = 2**53  # Lua and zset scores are doubles: integers above this lose digits
 

@@ -11,11 +11,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactd.state.changes import BatchChanges
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from compactd.model import Segment
+from compactd.state.changes import BatchChanges
 
 
 def aggregate(decoded: DataFrame) -> DataFrame:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+
 from compactd.codec.events import (
     MAX_INT,
     OFFSET_EVENTS,

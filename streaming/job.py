@@ -12,13 +12,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
 from compactd.kafka.admin import Offsets
 from compactd.kafka.config import KafkaConnection
 from compactd.streaming.aggregate import Collected, aggregate, collect_changes, collect_rows
 from compactd.streaming.checkpoint import batch_end_offsets
 from compactd.streaming.decode import DECODED_DDL, Decoder
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
 
 
 @dataclass

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from compactd.kafka.admin import Offsets, admin_client, list_end_offsets
-from compactd.kafka.config import KafkaConnection, KafkaValue
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from compactd.errors import SourceReadError
+from compactd.kafka.admin import Offsets, admin_client, list_end_offsets
+from compactd.kafka.config import KafkaConnection, KafkaValue
 
 KAFKA_SCHEMA_DDL = (
     "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, timestampType int"

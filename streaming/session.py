@@ -11,8 +11,9 @@ import os
 import sys
 from importlib import resources
 
-from compactd.streaming.kafka_source import KafkaSource
 from pyspark.sql import SparkSession
+
+from compactd.streaming.kafka_source import KafkaSource
 
 
 def quiet_log4j() -> str:

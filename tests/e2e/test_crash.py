@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import redis
 import yaml
-from compactd.app.application import Application
 
+from compactd.app.application import Application
 from tests.support.fixtures import dump_redis
 
 pytestmark = pytest.mark.spark

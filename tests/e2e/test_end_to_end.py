@@ -6,12 +6,13 @@ import time
 from pathlib import Path
 
 import pytest
+from pyspark.sql import DataFrame
+
 from compactd.app.application import Application
 from compactd.app.settings import Settings
 from compactd.state.redis_store import RedisState
 from compactd.streaming.decode import Decoder
 from compactd.streaming.job import StreamingJob, StreamSpec
-from pyspark.sql import DataFrame
 
 pytestmark = pytest.mark.spark
 HOUR = 3_600_000

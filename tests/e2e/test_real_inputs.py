@@ -6,21 +6,21 @@ import threading
 import time
 
 import pytest
+from prometheus_client import CollectorRegistry
+
 from compactd.agent.agent import KafkaPublisher, SegmentAgent, run_agent
 from compactd.app.application import Application
 from compactd.codec.offsets import OffsetValue, encode_group_key, encode_offset_key, encode_offset_value
 from compactd.control.controller import NOT_CAUGHT_UP, Controller
 from compactd.kafka.config import KafkaConnection
+from compactd.metrics import Metrics
+from compactd.model import Segment
 from compactd.policy.readiness import Readiness
 from compactd.policy.rules import earliest_uncompacted_ts
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.kafka_admin import KafkaAdminSink
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
-from prometheus_client import CollectorRegistry
-
-from compactd.metrics import Metrics
-from compactd.model import Segment
 from tests.support.segments import encode_batch_v2, write_checkpoint
 
 H = 3_600_000

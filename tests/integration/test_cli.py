@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from compactd.app.cli import main
 from compactd.app.settings import load_settings
+from compactd.model import Segment
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
-
-from compactd.model import Segment
 
 
 def test_flags_beat_environment_beat_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import redis
+from prometheus_client import CollectorRegistry
+
 from compactd.control.controller import Controller
+from compactd.metrics import Metrics
+from compactd.model import Segment
 from compactd.sinks.recording import RecordingSink
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
-from prometheus_client import CollectorRegistry
-
-from compactd.metrics import Metrics
-from compactd.model import Segment
 
 H = 3_600_000
 T0 = 1_800_000_000_000

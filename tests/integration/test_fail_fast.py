@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from compactd.app.cli import main
 from compactd.app.settings import load_settings
 from compactd.demo.embedded import free_port

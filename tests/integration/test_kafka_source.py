@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 
-from compactd.streaming.kafka_source import KafkaRange, KafkaStreamReader, read_range, split_limit
 from confluent_kafka import Producer
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from compactd.streaming.kafka_source import KafkaRange, KafkaStreamReader, read_range, split_limit
 
 
 def reader(cluster, topics: str, **options: str) -> KafkaStreamReader:

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from prometheus_client import CollectorRegistry
+
 from compactd.control.controller import Controller
 from compactd.kafka.config import KafkaConnection
+from compactd.metrics import Metrics
+from compactd.model import ActionRecord, Segment
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.kafka_admin import KafkaAdminSink
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
-from prometheus_client import CollectorRegistry
-
-from compactd.metrics import Metrics
-from compactd.model import ActionRecord, Segment
 
 H = 3_600_000
 T0 = 1_800_000_000_000

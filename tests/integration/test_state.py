@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import redis
-from compactd.state.changes import BatchChanges
-from compactd.state.redis_store import RedisState
 
 from compactd.model import ActionRecord, Segment
+from compactd.state.changes import BatchChanges
+from compactd.state.redis_store import RedisState
 from tests.support.fixtures import dump_redis
 
 

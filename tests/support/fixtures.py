@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 import redis
-from compactd.demo.embedded import Service, kafka_broker, redis_server
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from compactd.demo.embedded import Service, kafka_broker, redis_server
+from compactd.kafka.config import KafkaConnection
+from compactd.keys import partition_key
 
 
 @pytest.fixture(scope="session")
@@ -79,8 +82,9 @@ class Cluster:
 
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
-        self.admin = AdminClient({"bootstrap.servers": bootstrap})
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
+        self.conn = KafkaConnection(bootstrap)
+        self.admin = AdminClient(self.conn.client("admin"))
+        self.producer = Producer(self.conn.client("producer", {"linger.ms": 1}))
         self.prefix = f"t{uuid.uuid4().hex[:8]}"
 
     def name(self, base: str) -> str:
@@ -92,7 +96,11 @@ class Cluster:
 
     def send(self, topic: str, events: list[dict], key: str | bytes | None = None) -> None:
         for ev in events:
-            k = key if key is not None else ev.get("group") or f"{ev.get('topic')}/{ev.get('partition')}"
+            k = (
+                key
+                if key is not None
+                else ev.get("group") or partition_key(str(ev.get("topic")), ev.get("partition", -1))
+            )
             self.send_raw(topic, json.dumps(ev).encode(), k.encode() if isinstance(k, str) else k)
         self.flush()
 
@@ -109,12 +117,7 @@ class Cluster:
 
     def read_all(self, topic: str, timeout: float = 10.0) -> list[dict]:
         c = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"read-{uuid.uuid4()}",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-            }
+            self.conn.client("consumer", forced={"group.id": f"read-{uuid.uuid4()}", "auto.offset.reset": "earliest"})
         )
         md = c.list_topics(topic, timeout=10).topics[topic]
         parts = [TopicPartition(topic, p, 0) for p in md.partitions]
@@ -132,7 +135,7 @@ class Cluster:
         return out
 
     def watermarks(self, topic: str, partition: int = 0) -> tuple[int, int]:
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "wm"})
+        c = Consumer(self.conn.client("consumer", forced={"group.id": "wm"}))
         try:
             return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
         finally:

@@ -6,6 +6,7 @@ import json
 
 import pyarrow as pa
 import pytest
+
 from compactd.streaming.decode import DECODED_SCHEMA, Decoder
 from compactd.streaming.kafka_source import ARROW_SCHEMA
 

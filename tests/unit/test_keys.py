@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from compactd.policy.thresholds import parse_scope
-from compactd.state.keys import RedisKeys
 from hypothesis import given
 from hypothesis import strategies as st
 
 from compactd.errors import ConfigError
 from compactd.keys import parse_partition_key, partition_key
+from compactd.policy.thresholds import parse_scope
+from compactd.state.keys import RedisKeys
 
 TOPIC = st.text(alphabet="abcXYZ019._-", min_size=1, max_size=40)
 

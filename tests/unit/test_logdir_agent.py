@@ -8,12 +8,12 @@ import struct
 from pathlib import Path
 
 import pytest
-from compactd.agent.agent import SegmentAgent
-from compactd.agent.logdir import CheckpointError, SegmentError, first_batch, read_checkpoint, scan_log_dir
-from compactd.app.cli import main
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compactd.agent.agent import SegmentAgent
+from compactd.agent.logdir import CheckpointError, SegmentError, first_batch, read_checkpoint, scan_log_dir
+from compactd.app.cli import main
 from tests.support.segments import encode_batch_v2, encode_message_v1, write_checkpoint
 
 T = 1_763_800_000_000

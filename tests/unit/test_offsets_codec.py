@@ -6,6 +6,9 @@ import contextlib
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from compactd.codec.offsets import (
     DecodeError,
     GroupKey,
@@ -25,8 +28,6 @@ from compactd.codec.offsets import (
     encode_offset_value,
 )
 from compactd.streaming.decode import Decoder
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 def s16(x: str) -> bytes:

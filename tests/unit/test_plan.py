@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from compactd.policy.plan import NOT_CAUGHT_UP, check_delete_safe, plan_partition
-from compactd.policy.thresholds import Thresholds
 
 from compactd.errors import UnsafeDecision
 from compactd.model import ActionRecord, Decision, PartitionView, Segment
+from compactd.policy.plan import NOT_CAUGHT_UP, check_delete_safe, plan_partition
+from compactd.policy.thresholds import Thresholds
 
 H = 3_600_000
 NOW = 1_800_000_000_000

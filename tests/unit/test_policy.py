@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+
+from compactd.model import ActionRecord, Decision, PartitionView, Segment
 from compactd.policy.rules import (
     compaction_delay_ms,
     decide,
@@ -14,8 +16,6 @@ from compactd.policy.rules import (
     should_record,
 )
 from compactd.policy.thresholds import ConfigError, Thresholds, group_counts, resolve, validate_layer
-
-from compactd.model import ActionRecord, Decision, PartitionView, Segment
 
 NOW = 1_763_800_000_000
 H = 3_600_000
