@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from compactd.app.settings import Settings
 from compactd.clock import now_ms
 from compactd.control.controller import Controller, Probe, _no_probe
+from compactd.control.runtime_config import RuntimeConfig
 from compactd.errors import ConfigError, DependencyUnavailable, QueryFailed
 from compactd.kafka.admin import check_reachable, ensure_topics, high_watermarks
 from compactd.metrics import Metrics, default_metrics
@@ -88,12 +89,15 @@ class Application:
             clock=clock,
             deletes_allowed=lambda: self.readiness.ready(),
             probe=probe,
+            own_topics=frozenset(settings.own_topics()),
         )
+        self.config = RuntimeConfig(self.state, settings.thresholds, settings.secrets(), self.controller, self.metrics)
         self.decoder = Decoder(
             settings.topics.segments,
             settings.topics.commits,
             settings.max_event_bytes,
             settings.topics.consumer_offsets,
+            settings.topics.config,
         )
         self.stream_id = ""
         self.job: StreamingJob | None = None
@@ -133,11 +137,12 @@ class Application:
         try:
             self.check_dependencies()
             self._closers.append(self.state.close)
+            self.config.load()  # config events applied by earlier runs override the file's thresholds
             # only now, with both dependencies answering, does anything touch the checkpoint directory
             self.stream_id = stream_id_for(self.settings.checkpoint_dir)
             self._serve_metrics()
             if self.settings.create_topics:
-                ensure_topics(self.conn, self.settings.own_topics())
+                ensure_topics(self.conn, self.settings.own_topics(), configs=self.settings.own_topic_configs())
             for component in (self.dlq, self.audit, self.sink):
                 component.start()
                 self._closers.append(component.close)
@@ -195,8 +200,11 @@ class Application:
         # the offset log is only read while the gate is closed
         opened = not self.readiness.ready() and self.readiness.observe(batch.end_offsets())
         collected = batch.collected
-        self.dlq.publish(collected.rejected, now_ms())
-        for row in collected.rejected:
+        # config first: the batch's own partitions are decided under the thresholds it brings
+        config = self.config.apply(collected.config)
+        rejected = collected.rejected + config.rejected
+        self.dlq.publish(rejected, now_ms())
+        for row in rejected:
             self.metrics.dlq_records.labels(row["stream"], row["error"]).inc()
         for (stream, kind), n in collected.counts.items():
             self.metrics.input_records.labels(stream, kind).inc(n)
@@ -204,14 +212,17 @@ class Application:
         touched = self.controller.on_batch(self.stream_id, batch.batch_id, collected.changes)
         if opened:  # deletes held back while catching up are decided now, everywhere
             log.info("offsets caught up at batch %d: deletes enabled", batch.batch_id)
-            self.controller.evaluate_all()
+        if opened or config.evaluate_all:
+            touched += self.controller.evaluate_all()
+        elif config.evaluate:
+            touched += self.controller.evaluate(config.evaluate, "config")
         records = sum(collected.counts.values())
         actions = sum(self.controller.outcomes.values()) - before
         self.summary.batches += 1
         self.summary.events += records
-        self.summary.rejected += len(collected.rejected)
+        self.summary.rejected += len(rejected)
         self.summary.partitions += touched
-        self._log_batch(batch, records, len(collected.rejected), touched, actions, time.monotonic() - started)
+        self._log_batch(batch, records, len(rejected), touched, actions, time.monotonic() - started)
 
     def _log_batch(self, batch: Batch, records: int, rejected: int, touched: int, actions: int, act_s: float) -> None:
         """One line per batch that did something; an idle stream says so once a minute."""

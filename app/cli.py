@@ -120,11 +120,20 @@ def build_parser() -> argparse.ArgumentParser:
     decode.add_argument("--key", required=True)
     decode.add_argument("--value", default=None, help="omit for a tombstone")
 
-    cfg = sub.add_parser("config", help="show configuration")
+    cfg = sub.add_parser("config", help="change or show thresholds at runtime")
     cfg_sub = cfg.add_subparsers(dest="config_command", required=True, parser_class=_Parser)
-    get = cfg_sub.add_parser("get", help="effective thresholds for a scope", formatter_class=_Help)
+    get = cfg_sub.add_parser(
+        "get", help="effective thresholds for a scope, as the job applies them", formatter_class=_Help
+    )
     _job_flags(get)
     get.add_argument("scope", nargs="?", default="global", help="global, topic:<name> or partition:<topic>/<n>")
+    put = cfg_sub.add_parser(
+        "set", help="validate, sign and produce a config event with the next version", formatter_class=_Help
+    )
+    _job_flags(put)
+    put.add_argument("scope", help="global, topic:<name> or partition:<topic>/<n>")
+    put.add_argument("assignments", nargs="*", metavar="KEY=VALUE", help='VALUE as JSON (5000, false, ["a.*"]) or text')
+    put.add_argument("--unset", action="append", default=[], metavar="KEY", help="back to the file's (or lower) scope")
     return parser
 
 
@@ -166,17 +175,14 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    from compactd.policy.thresholds import Thresholds, parse_scope, resolve
+    from compactd.app.config_cli import config_get, config_set
 
     settings = _settings(args)
-    kind, topic, partition = parse_scope(args.scope)
-    if kind == "global":
-        effective = Thresholds.model_validate(settings.thresholds.get("global", {}))
-    else:
-        assert topic is not None
-        effective = resolve(settings.thresholds, topic, partition)
-    values = effective.model_dump(by_alias=True, mode="json")
-    print(json.dumps({"scope": args.scope, "values": values}, sort_keys=True))
+    if args.config_command == "set":
+        version = config_set(settings, args.scope, args.assignments, args.unset)
+        print(version)
+        return 0
+    print(json.dumps(config_get(settings, args.scope), sort_keys=True))
     return 0
 
 

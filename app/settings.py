@@ -6,7 +6,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -44,6 +44,8 @@ class Settings(BaseSettings):
     offsets_source: Literal["commits", "consumer_offsets"] = "commits"
     # extra librdkafka settings for every client; YAML ints and booleans are taken as they are written
     kafka: dict[str, KafkaValue] = Field(default_factory=dict)
+    # HMAC secrets for config events (env COMPACTD_CONFIG_SECRETS as a JSON list); any verifies, the first signs
+    config_secrets: list[SecretStr] = Field(default_factory=list)
     # Extensions beyond the contract.
     redis_prefix: str = "cd"
     max_rows_per_trigger: int = Field(500_000, gt=0)
@@ -67,9 +69,18 @@ class Settings(BaseSettings):
         t = self.topics
         return [t.segments, t.commits, t.config, t.actions, t.dlq]
 
+    def own_topic_configs(self) -> dict[str, dict[str, str]]:
+        """Config events are deltas: their topic keeps every one (no time retention, no compaction)."""
+        return {self.topics.config: {"retention.ms": "-1", "cleanup.policy": "delete"}}
+
     def source_topics(self) -> list[str]:
         t = self.topics
-        return [t.segments, t.consumer_offsets if self.offsets_source == "consumer_offsets" else t.commits]
+        offsets = t.consumer_offsets if self.offsets_source == "consumer_offsets" else t.commits
+        return [t.segments, offsets, t.config]
+
+    def secrets(self) -> list[str]:
+        """Config-event signing secrets, the first one signs (never logged: SecretStr hides them)."""
+        return [s.get_secret_value() for s in self.config_secrets]
 
     @classmethod
     def settings_customise_sources(

@@ -36,6 +36,18 @@ class Metrics:
             registry=registry,
         )
         self.outbox_depth = Gauge("compactd_outbox_depth", "Actions decided and not yet carried out", registry=registry)
+        self.config_events = Counter(
+            "compactd_config_events",
+            "Config events by result: applied, replayed, rejected",
+            ["result"],
+            registry=registry,
+        )
+        self.config_version = Gauge(
+            "compactd_config_version",
+            "Version of the config applied per scope (scopes are few)",
+            ["scope"],
+            registry=registry,
+        )
 
     def serve(self, port: int) -> None:
         if port:

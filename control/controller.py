@@ -18,7 +18,7 @@ from compactd.clock import now_ms
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord
 from compactd.policy.plan import NOT_CAUGHT_UP, PartitionPlan, plan_partition
-from compactd.policy.thresholds import Thresholds, group_counts, resolve
+from compactd.policy.thresholds import Thresholds, group_counts, resolve, topic_excluded
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.base import ActionSink
 from compactd.sinks.dry_run import DryRunSink
@@ -48,9 +48,11 @@ class Controller:
         clock: Callable[[], int] = now_ms,
         deletes_allowed: Callable[[], bool] = lambda: True,
         probe: Probe = _no_probe,
+        own_topics: frozenset[str] = frozenset(),
     ) -> None:
         self.state = state
         self.layers = dict(layers)
+        self.own_topics = own_topics
         self.sink = sink
         self.dry = DryRunSink()
         self.audit = audit
@@ -66,6 +68,23 @@ class Controller:
 
     def thresholds(self, topic: str, partition: int | None = None) -> Thresholds:
         return resolve(self.layers, topic, partition)
+
+    def set_layers(self, layers: Mapping[str, Mapping[str, Any]]) -> None:
+        """New effective threshold layers (a config event was applied); the next evaluation uses them."""
+        with self.lock:
+            self.layers = {scope: dict(values) for scope, values in layers.items()}
+
+    def recount_groups(self, topics: Iterable[str] | None = None) -> list[tuple[str, int]]:
+        """groups.include/exclude changed: rebuild which groups hold each topic back; returns its partitions."""
+        with self.lock:
+            per_topic: dict[str, Thresholds] = {}
+
+            def counts(group: str, topic: str) -> bool:
+                if topic not in per_topic:
+                    per_topic[topic] = self.thresholds(topic)
+                return group_counts(group, per_topic[topic])
+
+            return self.state.recount(counts, topics)
 
     # ---- entry points ----
 
@@ -96,6 +115,14 @@ class Controller:
             self._evaluate(self.state.due(self.clock()), "deadline")
             self._dispatch()
 
+    def evaluate(self, keys: Iterable[tuple[str, int]], trigger: str) -> int:
+        """Evaluate these partitions now (a config change touched them); returns how many."""
+        with self.lock:
+            keys = list(keys)
+            self._evaluate(keys, trigger)
+            self._dispatch()
+            return len(keys)
+
     def evaluate_all(self) -> int:
         """Evaluate every known partition (`run --once`, and start-up after a long pause); returns how many."""
         with self.lock:
@@ -117,12 +144,12 @@ class Controller:
         views = self.state.views(keys)
         records = self.state.records(keys)
         allowed = self.deletes_allowed()
-        plans = [
-            plan_partition(
-                view, self.thresholds(view.topic, view.partition), records[(view.topic, view.partition)], now, allowed
-            )
-            for view in views
-        ]
+        plans = []
+        for view in views:
+            th = self.thresholds(view.topic, view.partition)
+            key = (view.topic, view.partition)
+            excluded = topic_excluded(view.topic, th, self.own_topics)
+            plans.append(plan_partition(view, th, records[key], now, allowed, excluded))
         for plan in plans:
             self._apply(plan, now)
         self.state.set_deadlines({(p.topic, p.partition): p.deadline for p in plans})

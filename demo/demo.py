@@ -217,9 +217,8 @@ def run_demo(duration_s: float = 0, workdir: str | None = None) -> int:
         redis_port, broker_port = services[0].port, services[1].port
         settings = demo_settings(f"127.0.0.1:{broker_port}", f"redis://127.0.0.1:{redis_port}/0", root / "checkpoint")
         print(f"demo: broker 127.0.0.1:{broker_port}, redis 127.0.0.1:{redis_port}, data in {root}", flush=True)
-        ensure_topics(
-            settings.kafka_connection(), settings.own_topics()
-        )  # before the simulated cleaner subscribes to the actions topic
+        # before the simulated cleaner subscribes to the actions topic
+        ensure_topics(settings.kafka_connection(), settings.own_topics(), configs=settings.own_topic_configs())
         sim = SimulatedCluster(settings)
         sim.create_topics()
         started = time.monotonic()

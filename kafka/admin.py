@@ -52,14 +52,24 @@ def _first_reason(errors: list[str]) -> str | None:
     return None
 
 
-def ensure_topics(conn: KafkaConnection, names: Iterable[str], partitions: int = 1, timeout_s: float = 30.0) -> None:
-    """Create compactd's own topics when missing (operators may pre-create them with their own layout)."""
+def ensure_topics(
+    conn: KafkaConnection,
+    names: Iterable[str],
+    partitions: int = 1,
+    timeout_s: float = 30.0,
+    configs: dict[str, dict[str, str]] | None = None,
+) -> None:
+    """Create compactd's own topics when missing (operators may pre-create them with their own layout).
+
+    `configs`: topic configs by name (the config topic keeps its events forever: they are deltas, not snapshots).
+    """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
     admin = admin_client(conn)
     existing = set(admin.list_topics(timeout=timeout_s).topics)
-    wanted = [NewTopic(t, partitions, 1) for t in dict.fromkeys(names) if t not in existing]
+    configs = configs or {}
+    wanted = [NewTopic(t, partitions, 1, config=configs.get(t, {})) for t in dict.fromkeys(names) if t not in existing]
     if not wanted:
         return
     for topic, fut in admin.create_topics(wanted, request_timeout=timeout_s).items():

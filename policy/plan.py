@@ -73,8 +73,14 @@ def to_record(d: Decision, existing: ActionRecord | None, th: Thresholds, now: i
 
 
 def plan_partition(
-    view: PartitionView, th: Thresholds, records: list[ActionRecord], now: int, deletes_allowed: bool
+    view: PartitionView,
+    th: Thresholds,
+    records: list[ActionRecord],
+    now: int,
+    deletes_allowed: bool,
+    excluded: str | None = None,
 ) -> PartitionPlan:
+    """`excluded`: why compactd never acts on this topic (internal, its own, topics.exclude); None to decide."""
     answered: list[ActionRecord] = []
     live: list[ActionRecord] = []
     for rec in records:
@@ -83,7 +89,7 @@ def plan_partition(
         (answered if is_answered(rec, view) else live).append(rec)
     enqueue: list[ActionRecord] = []
     dropped: list[str] = []
-    for decision in decide(view, th, now):
+    for decision in [] if excluded else decide(view, th, now):
         existing = next((r for r in live if r.action == decision.action), None)
         if not should_record(decision, existing, now, th.action_retry_ms):
             continue
@@ -104,6 +110,6 @@ def plan_partition(
         answered=tuple(answered),
         enqueue=tuple(enqueue),
         dropped=tuple(dropped),
-        deadline=next_deadline(view, th, live, now),
+        deadline=None if excluded else next_deadline(view, th, live, now),
         compaction_due=None if lag is None or earliest is None else earliest + lag,
     )

@@ -17,6 +17,8 @@ from compactd.keys import parse_partition_key, partition_key
 NudgeKey = Literal["max.compaction.lag.ms", "min.cleanable.dirty.ratio", "segment.ms"]
 
 DEFAULT_RETRY_MS = 300_000
+# No real retention or lag is longer than ten years; a larger value is a typo (seconds for ms, an extra zero).
+MAX_DURATION_MS = 10 * 365 * 86_400_000
 
 
 class Thresholds(BaseModel):
@@ -24,17 +26,24 @@ class Thresholds(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
 
-    max_compaction_lag_ms: int | None = Field(None, alias="max.compaction.lag.ms", gt=0)
-    consumed_retention_ms: int | None = Field(None, alias="consumed.retention.ms", ge=0)
-    forced_retention_ms: int | None = Field(None, alias="forced.retention.ms", ge=0)
+    max_compaction_lag_ms: int | None = Field(None, alias="max.compaction.lag.ms", gt=0, le=MAX_DURATION_MS)
+    consumed_retention_ms: int | None = Field(None, alias="consumed.retention.ms", ge=0, le=MAX_DURATION_MS)
+    forced_retention_ms: int | None = Field(None, alias="forced.retention.ms", ge=0, le=MAX_DURATION_MS)
     groups_include: tuple[str, ...] = Field((), alias="groups.include")
     groups_exclude: tuple[str, ...] = Field((), alias="groups.exclude")
+    # Topics compactd never acts on; internal (`__*`) and compactd's own topics are always excluded.
+    topics_exclude: tuple[str, ...] = Field((), alias="topics.exclude")
     dry_run: bool = Field(True, alias="dry.run")
     compaction_nudge: NudgeKey = Field("max.compaction.lag.ms", alias="compaction.nudge")
     # Extension: how long an unanswered action waits before it is decided (and sent) again.
-    action_retry_ms: int = Field(DEFAULT_RETRY_MS, alias="action.retry.ms", gt=0)
+    action_retry_ms: int = Field(DEFAULT_RETRY_MS, alias="action.retry.ms", gt=0, le=MAX_DURATION_MS)
+    # Extensions, read at the global scope: caps on what compactd asks of the cluster.
+    actions_per_second: float = Field(10.0, alias="actions.per.second", gt=0, le=10_000)
+    max_concurrent_nudges: int = Field(10, alias="compaction.max.concurrent", ge=1, le=10_000)
+    # Extension: a refused or timed-out action is retried after action.backoff.ms, doubling up to action.retry.ms.
+    action_backoff_ms: int = Field(5_000, alias="action.backoff.ms", gt=0, le=MAX_DURATION_MS)
 
-    @field_validator("groups_include", "groups_exclude", mode="before")
+    @field_validator("groups_include", "groups_exclude", "topics_exclude", mode="before")
     @classmethod
     def _regex_list(cls, value: Any) -> tuple[str, ...]:
         if isinstance(value, str):
@@ -104,6 +113,20 @@ def resolve(layers: Mapping[str, Mapping[str, Any]], topic: str, partition: int 
         return Thresholds.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(f"invalid effective config for {topic}/{partition}: {exc.errors()[0]['msg']}") from exc
+
+
+INTERNAL_TOPIC_PREFIX = "__"
+
+
+def topic_excluded(topic: str, thresholds: Thresholds, own_topics: frozenset[str] = frozenset()) -> str | None:
+    """Why compactd never acts on a topic, or None: internal, compactd's own, or matched by topics.exclude."""
+    if topic.startswith(INTERNAL_TOPIC_PREFIX):
+        return "internal topic"
+    if topic in own_topics:
+        return "compactd's own topic"
+    if any(re.fullmatch(p, topic) for p in thresholds.topics_exclude):
+        return "excluded by topics.exclude"
+    return None
 
 
 def group_counts(group: str, thresholds: Thresholds) -> bool:

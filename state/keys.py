@@ -75,3 +75,7 @@ class RedisKeys:
     @property
     def nudge(self) -> str:
         return f"{self.prefix}:{{act}}:nudge"
+
+    @property
+    def config_layers(self) -> str:
+        return f"{self.prefix}:{{cfg}}:layers"

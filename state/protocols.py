@@ -34,6 +34,12 @@ class PartitionStore(Protocol):
 
     def oldest_compaction_due(self) -> int | None: ...
 
+    def partitions(self, topic: str) -> list[int]: ...
+
+    def recount(
+        self, counts: Callable[[str, str], bool], topics: Iterable[str] | None = None
+    ) -> list[PartitionRef]: ...
+
 
 class Outbox(Protocol):
     """Action records: live per (partition, action), the outbox of those not yet carried out, the last ones."""

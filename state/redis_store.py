@@ -39,8 +39,9 @@ class RedisState:
         self.prefix = prefix
         self.url = url
         self.keys = RedisKeys(prefix)
-        source = resources.files(__package__ or "compactd.state").joinpath("lua/merge.lua").read_text()
-        self._merge = self.r.register_script(source)  # loaded on first use (EVALSHA, then EVAL once)
+        lua = resources.files(__package__ or "compactd.state").joinpath("lua")
+        self._merge = self.r.register_script(lua.joinpath("merge.lua").read_text())  # loaded on first use
+        self._recount = self.r.register_script(lua.joinpath("recount.lua").read_text())
         self.k_deadlines = self.keys.deadlines
         self.k_compaction_due = self.keys.compaction_due
         self.k_rec = self.keys.records
@@ -141,6 +142,28 @@ class RedisState:
             },
             separators=(",", ":"),
         )
+
+    def groups(self, topic: str) -> list[str]:
+        """Groups with an offset on the topic, counted or not."""
+        return sorted(_s(g) for g in self.r.smembers(self.keys.groups(topic)))
+
+    def recount(self, counts: Callable[[str, str], bool], topics: Iterable[str] | None = None) -> list[tuple[str, int]]:
+        """Rebuild which groups hold each topic back (groups.include/exclude changed); returns its partitions."""
+        touched: list[tuple[str, int]] = []
+        for topic in self.topics() if topics is None else topics:
+            counted = [g for g in self.groups(topic) if counts(g, topic)]
+            parts = self._recount(keys=[self.topic_base(topic)], args=[json.dumps(counted)])
+            touched.extend((topic, int(_s(n))) for n in parts)
+        return touched
+
+    # ---- runtime configuration -----------------------------------------------------------------
+
+    def config_layers(self) -> dict[str, dict[str, Any]]:
+        """Layers applied from config events, by scope, as stored (values, version, ts, digests)."""
+        return {_s(k): json.loads(v) for k, v in self.r.hgetall(self.keys.config_layers).items()}
+
+    def save_config_layer(self, scope: str, layer: dict[str, Any]) -> None:
+        self.r.hset(self.keys.config_layers, scope, json.dumps(layer, sort_keys=True))
 
     # ---- reads ---------------------------------------------------------------------------------
 

@@ -25,6 +25,8 @@ def aggregate(decoded: DataFrame) -> DataFrame:
     key_kind = (
         F.when(err, F.lit("error")).when(kind.isin("offset_commit", "offset_delete"), F.lit("offset")).otherwise(kind)
     )
+    # rejected records and config events are kept one by one (keyed by their source position)
+    single = err | (kind == "config")
     # Order of events for one key: cleaner checkpoints and log starts only move forward, so the largest
     # wins; offset events follow the log order of the commits topic (keyed by group: one partition).
     order = F.when(
@@ -34,9 +36,9 @@ def aggregate(decoded: DataFrame) -> DataFrame:
     record = F.struct(*[F.col(c) for c in decoded.columns], order.alias("ord"))
     return (
         decoded.withColumn("k", key_kind)
-        .withColumn("e_topic", F.when(err, F.col("src_topic")))
-        .withColumn("e_partition", F.when(err, F.col("src_partition")))
-        .withColumn("e_offset", F.when(err, F.col("src_offset")))
+        .withColumn("e_topic", F.when(single, F.col("src_topic")))
+        .withColumn("e_partition", F.when(single, F.col("src_partition")))
+        .withColumn("e_offset", F.when(single, F.col("src_offset")))
         .groupBy("k", "topic", "partition", "grp", "base_offset", "e_topic", "e_partition", "e_offset")
         .agg(F.max_by(record, order).alias("r"), F.count(F.lit(1)).alias("n"))
         .select("k", "n", "r.*")
@@ -55,6 +57,7 @@ def collect_rows(aggregated: DataFrame) -> list[dict[str, Any]]:
 class Collected:
     changes: BatchChanges = field(default_factory=BatchChanges)
     rejected: list[dict[str, Any]] = field(default_factory=list)
+    config: list[dict[str, Any]] = field(default_factory=list)  # config topic records, in log order
     counts: Counter = field(default_factory=Counter)  # (stream, kind) -> input records
 
 
@@ -68,6 +71,8 @@ def collect_changes(rows: Iterable[dict[str, Any]]) -> Collected:
         out.counts[(r["stream"], r["kind"] if k != "error" else "rejected")] += n
         if k == "error":
             out.rejected.append(r)
+        elif k == "config":
+            out.config.append(r)
         elif k == "segment_rolled":
             seg = Segment(r["base_offset"], r["end_offset"], r["first_batch_max_ts"], r["size_bytes"], r["ts"])
             out.changes.topic(r["topic"]).segments.append((r["partition"], seg))
@@ -86,4 +91,5 @@ def collect_changes(rows: Iterable[dict[str, Any]]) -> Collected:
             continue
         out.changes.topic(topic).offsets.append((group, partition, value))
     out.changes.group_deletes = sorted(group_deleted)
+    out.config.sort(key=lambda r: (r["src_partition"], r["src_offset"]))
     return out

@@ -73,6 +73,9 @@ class Decoder:
     commits_topic: str
     max_event_bytes: int = 64 * 1024
     offsets_topic: str = "__consumer_offsets"
+    # Config events are rare and validated on the driver (signatures need the secrets, which stay there):
+    # here they only pass through with their bytes.
+    config_topic: str = "compactd.config"
 
     def binary_row(self, key: bytes | None, value: bytes | None) -> dict:
         """A `__consumer_offsets` record → the same rows as the JSON offset events."""
@@ -102,6 +105,8 @@ class Decoder:
     def row(self, src_topic: str, value: bytes | None, key: bytes | None = None) -> dict:
         if src_topic == self.offsets_topic:
             return self.binary_row(key, value)
+        if src_topic == self.config_topic:
+            return {"stream": "config", "kind": "config"}
         if src_topic == self.segments_topic:
             stream, adapter = "segments", SEGMENT_EVENTS
         elif src_topic == self.commits_topic:
@@ -145,7 +150,7 @@ class Decoder:
             for key, value, src_topic, src_part, src_off in zip(keys, values, topics, parts, offsets, strict=True):
                 out = self.row(src_topic, value, key)
                 out.update(src_topic=src_topic, src_partition=src_part, src_offset=src_off)
-                if out.get("error"):
+                if out.get("error") or out["stream"] == "config":
                     out.update(raw_key=key, raw_value=value)
                 for name in _FIELDS:
                     cols[name].append(out.get(name))

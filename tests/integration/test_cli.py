@@ -53,10 +53,10 @@ def test_usage_errors_exit_2(capsys) -> None:
     assert "not found" in capsys.readouterr().err
 
 
-def test_config_get_resolves_scopes(tmp_path: Path, capsys) -> None:
+def test_config_get_resolves_scopes(tmp_path: Path, capsys, redis_url: str) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("thresholds:\n  global: {dry.run: false}\n  'partition:orders/1': {consumed.retention.ms: 7}\n")
-    assert main(["config", "get", "partition:orders/1", "--config", str(cfg)]) == 0
+    assert main(["config", "get", "partition:orders/1", "--config", str(cfg), "--redis-url", redis_url]) == 0
     values = json.loads(capsys.readouterr().out)["values"]
     assert values["consumed.retention.ms"] == 7 and values["dry.run"] is False
 

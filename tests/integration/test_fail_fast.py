@@ -74,8 +74,8 @@ def test_bad_log_level_and_no_command_exit_2(capsys: pytest.CaptureFixture[str])
     assert "usage: compactd" in capsys.readouterr().err
 
 
-def test_config_get_without_scope_shows_effective_defaults(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["config", "get"]) == 0
+def test_config_get_without_scope_shows_effective_defaults(capsys: pytest.CaptureFixture[str], redis_url: str) -> None:
+    assert main(["config", "get", "--redis-url", redis_url]) == 0
     values = json.loads(capsys.readouterr().out)["values"]
     assert values["dry.run"] is True and values["action.retry.ms"] == 300_000
     assert values["compaction.nudge"] == "max.compaction.lag.ms" and values["max.compaction.lag.ms"] is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -11,11 +12,27 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def build_wheel(out: Path) -> Path:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(ROOT)],
-        check=True,
-        capture_output=True,
-    )
+    had_build_dir = (ROOT / "build").exists()
+    try:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "-q",
+                "--no-deps",
+                "--no-build-isolation",
+                "-w",
+                str(out),
+                str(ROOT),
+            ],
+            check=True,
+            capture_output=True,
+        )
+    finally:
+        if not had_build_dir:  # setuptools builds in the checkout: leave it as it was
+            shutil.rmtree(ROOT / "build", ignore_errors=True)
     return next(out.glob("compactd-*.whl"))
 
 

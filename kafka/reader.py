@@ -1,0 +1,41 @@
+"""Read a small topic from its start to its high watermark (the config topic, for `compactd config set`)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+from compactd.errors import DeliveryTimeout
+from compactd.kafka.config import KafkaConnection
+
+
+def read_to_end(
+    conn: KafkaConnection, topic: str, timeout_s: float = 30.0
+) -> Iterator[tuple[bytes | None, bytes | None]]:
+    """(key, value) of every record, partition by partition; a topic that does not exist yet has none."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer(
+        conn.client("consumer", {"isolation.level": "read_committed"}, forced={"group.id": f"compactd-{uuid.uuid4()}"})
+    )
+    try:
+        md = consumer.list_topics(timeout=timeout_s).topics.get(topic)
+        if md is None or md.error is not None:
+            return
+        deadline = time.monotonic() + timeout_s
+        for p in sorted(md.partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s, cached=False)
+            if high <= low:
+                continue
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
+            position = low
+            while position < high:
+                if time.monotonic() > deadline:
+                    raise DeliveryTimeout(f"{topic}[{p}] not read to its end within {timeout_s:g}s")
+                for msg in consumer.consume(1000, timeout=0.5):
+                    if msg.error() is None:
+                        position = msg.offset() + 1
+                        yield msg.key(), msg.value()
+    finally:
+        consumer.close()
