@@ -38,6 +38,7 @@ log = logging.getLogger("compactd.job")
 
 CHECK_TIMEOUT_S = 5.0
 IDLE_LOG_EVERY_S = 60.0
+ONCE_DRAIN_S = 300.0  # `run --once` sends what the rate cap held back for at most this long
 
 
 @dataclass
@@ -264,6 +265,7 @@ class Application:
                 raise QueryFailed(f"streaming query failed: {root_cause(str(exc))}") from None
             self._raise_if_failed()
             self.summary.partitions += self.controller.evaluate_all()
+            self._drain(time.monotonic() + ONCE_DRAIN_S)
             return self.summary.line(self.controller.outcomes)
         stop = stop or threading.Event()
         interval = self.settings.trigger_interval_ms / 1000
@@ -286,6 +288,15 @@ class Application:
             self.job.stop()
         self._raise_if_failed()
         return self.summary.line(self.controller.outcomes)
+
+    def _drain(self, until: float) -> None:
+        """Send what actions.per.second held back, pacing with the cap, until nothing waits or time is up."""
+        held = self.controller.held_back
+        while held and time.monotonic() < until:
+            time.sleep(min(1.0, max(0.05, self.controller.bucket.wait_s())))
+            held = self.controller.drain()
+        if held:
+            log.warning("%d actions still wait for actions.per.second; the next run sends them", held)
 
     def _raise_if_failed(self) -> None:
         assert self.job is not None

@@ -36,6 +36,11 @@ class Metrics:
             registry=registry,
         )
         self.outbox_depth = Gauge("compactd_outbox_depth", "Actions decided and not yet carried out", registry=registry)
+        self.actions_held = Gauge(
+            "compactd_actions_held",
+            "Due actions the last dispatch held back (actions.per.second, compaction.max.concurrent, a failed send)",
+            registry=registry,
+        )
         self.config_events = Counter(
             "compactd_config_events",
             "Config events by result: applied, replayed, rejected",

@@ -12,13 +12,16 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from compactd.clock import now_ms
+from compactd.errors import DeliveryTimeout
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord
-from compactd.policy.plan import NOT_CAUGHT_UP, PartitionPlan, plan_partition
-from compactd.policy.thresholds import Thresholds, group_counts, resolve, topic_excluded
+from compactd.policy.plan import NOT_CAUGHT_UP, PartitionPlan, plan_partition, send_check
+from compactd.policy.thresholds import Thresholds, group_counts, resolve, resolve_global, topic_excluded
+from compactd.policy.throttle import TokenBucket, backoff_ms
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.base import ActionSink
 from compactd.sinks.dry_run import DryRunSink
@@ -61,6 +64,10 @@ class Controller:
         self.deletes_allowed = deletes_allowed
         self.probe = probe
         self.lock = threading.Lock()
+        self.bucket = TokenBucket(resolve_global(self.layers).actions_per_second)
+        self.monotonic = time.monotonic  # the rate cap runs on real time whatever `clock` says
+        # actions due but held back by actions.per.second after the last dispatch: `run --once` waits for them
+        self.held_back = 0
         # what this process carried out, by final status: the `run --once` summary line reads it
         self.outcomes: Counter[str] = Counter()
 
@@ -73,6 +80,7 @@ class Controller:
         """New effective threshold layers (a config event was applied); the next evaluation uses them."""
         with self.lock:
             self.layers = {scope: dict(values) for scope, values in layers.items()}
+            self.bucket.rate = resolve_global(self.layers).actions_per_second
 
     def recount_groups(self, topics: Iterable[str] | None = None) -> list[tuple[str, int]]:
         """groups.include/exclude changed: rebuild which groups hold each topic back; returns its partitions."""
@@ -187,25 +195,93 @@ class Controller:
 
     # ---- act ----
 
+    def drain(self) -> int:
+        """Dispatch what is due now; returns how many due actions the rate cap still holds back."""
+        with self.lock:
+            self._dispatch()
+            return self.held_back
+
     def _dispatch(self) -> None:
-        finished = []
-        for rec in self.state.outbox():
-            if rec.dry_run:
-                done = self.dry.execute(rec)
-            elif rec.action == "delete_records" and not self.deletes_allowed():
-                done = rec.with_status("skipped", why=NOT_CAUGHT_UP)
+        """Send what the outbox holds that is due, within the caps, re-checking each action right before it goes.
+
+        Dry-run records and skips go out at once. A refused or timed-out send stays in the outbox with exponential
+        backoff, and ends this round's sending: when the cluster fails one request it is likely to fail the next.
+        """
+        now = self.clock()
+        g = resolve_global(self.layers)
+        in_flight: int | None = None
+        failed_round = False
+        sending, held, rate_held = True, 0, 0
+        finished: list[ActionRecord] = []
+        for rec in self.state.outbox(now):
+            th = self.thresholds(rec.topic, rec.partition if rec.partition >= 0 else None)
+            if rec.dry_run or (th.dry_run and rec.action != "restore_config"):
+                done = self.dry.execute(replace(rec, dry_run=True))  # dry.run set since the decision: still dry
+            elif (why := self._why_not_now(rec, th, now)) is not None:
+                done = rec.with_status("skipped", why=why)
+            elif not sending:
+                held += 1
+                rate_held += not failed_round
+                continue
             else:
+                if rec.action == "compact":
+                    if in_flight is None:
+                        in_flight = self.state.compactions_in_flight()
+                    if in_flight >= g.max_concurrent_nudges:
+                        held += 1  # waits in the outbox until a nudged partition shows up compacted
+                        continue
+                if not self.bucket.take(self.monotonic()):
+                    held += 1
+                    rate_held += 1
+                    sending = False  # the rate cap is global: nothing else may go this round
+                    continue
                 done = self.sink.execute(rec)
+                if done.status == "sent" and rec.action == "compact" and in_flight is not None:
+                    in_flight += 1
+                if done.status == "failed":
+                    tries = int(rec.detail.get("try", 0)) + 1
+                    retry_at = now + backoff_ms(tries, th.action_backoff_ms, th.action_retry_ms)
+                    done = done.with_status("failed", **{"try": tries, "retry_at": retry_at})
+                    sending, failed_round = False, True
+            finished.append(done)
+        self.held_back = rate_held
+        self.metrics.actions_held.set(held)
+        self._finish(finished)
+        self.metrics.outbox_depth.set(self.state.outbox_depth())
+
+    def _why_not_now(self, rec: ActionRecord, th: Thresholds, now: int) -> str | None:
+        """The guards that hold at send time as well as at decision time."""
+        if rec.action == "restore_config":
+            return None  # puts a topic's own config back: always wanted
+        if rec.action == "delete_records" and not self.deletes_allowed():
+            return NOT_CAUGHT_UP
+        excluded = topic_excluded(rec.topic, th, self.own_topics)
+        view = self.state.views([(rec.topic, rec.partition)])[0] if rec.action == "delete_records" else None
+        if view is None:
+            return excluded
+        return send_check(rec, view, th, now, excluded)
+
+    def _finish(self, finished: list[ActionRecord]) -> None:
+        """Audit every outcome, then move each record on: completed, or kept for its retry."""
+        for done in finished:
             if self.audit is not None and done.action != "restore_config":
                 self.audit.publish(done)
             self.metrics.actions.labels(done.action, done.reason, done.status).inc()
             if done.status == "failed":
-                log.warning("action failed: %s", done.audit())
-            finished.append(done)
+                log.warning("action failed (retry at %s): %s", done.detail.get("retry_at"), done.audit())
+        audited = True
         if finished and self.audit is not None:
-            self.audit.flush()
+            try:
+                self.audit.flush()
+            except DeliveryTimeout as exc:
+                audited = False
+                log.warning("audit topic unavailable, actions stay in the outbox: %s", exc)
         # Leave the outbox only once the audit records are durable: a crash before this repeats, never loses.
+        # A failed send changed nothing on the cluster, so its backoff is kept even when its audit record is late.
         for done in finished:
-            self.state.complete(done)
-            self.outcomes[done.status] += 1
-        self.metrics.outbox_depth.set(self.state.outbox_depth())
+            if done.status == "failed":
+                self.state.retry(replace(done, status="pending"), int(done.detail["retry_at"]))
+                self.outcomes["failed"] += 1
+            elif audited:
+                self.state.complete(done)
+                self.outcomes[done.status] += 1

@@ -16,7 +16,14 @@ from typing import Any
 
 from compactd.errors import UnsafeDecision
 from compactd.model import ActionRecord, Decision, PartitionView, action_id
-from compactd.policy.rules import decide, earliest_uncompacted_ts, is_answered, next_deadline, should_record
+from compactd.policy.rules import (
+    decide,
+    decide_deletion,
+    earliest_uncompacted_ts,
+    is_answered,
+    next_deadline,
+    should_record,
+)
 from compactd.policy.thresholds import Thresholds
 
 NOT_CAUGHT_UP = "offsets not caught up"
@@ -46,6 +53,27 @@ def check_delete_safe(d: Decision, view: PartitionView) -> None:
         raise UnsafeDecision(f"{view.key}: before_offset {d.before_offset} not above log start {view.log_start}")
     if d.reason == "consumed_retention" and (view.min_committed is None or d.before_offset > view.min_committed):
         raise UnsafeDecision(f"{view.key}: before_offset {d.before_offset} past min committed {view.min_committed}")
+
+
+def send_check(rec: ActionRecord, view: PartitionView, th: Thresholds, now: int, excluded: str | None) -> str | None:
+    """Why an action decided earlier must not go out now (None: send it). Runs right before the sink.
+
+    The state may have moved since the decision: a group rewound or joined, a config event raised a retention or
+    excluded the topic. A delete goes out only if deciding afresh, now, allows at least its offset.
+    """
+    if excluded:
+        return excluded
+    if rec.action != "delete_records":
+        return None
+    if rec.before_offset is None:
+        return "no offset"
+    if rec.reason == "consumed_retention" and (view.min_committed is None or rec.before_offset > view.min_committed):
+        return f"no longer safe: min committed offset is {view.min_committed} (unknown if None)"
+    fresh = decide_deletion(view, th, now)
+    allowed = None if fresh is None else fresh.before_offset
+    if allowed is None or rec.before_offset > allowed:
+        return f"no longer decided: deletable up to {allowed} now"
+    return None
 
 
 def to_record(d: Decision, existing: ActionRecord | None, th: Thresholds, now: int) -> ActionRecord:

@@ -115,6 +115,14 @@ def resolve(layers: Mapping[str, Mapping[str, Any]], topic: str, partition: int 
         raise ConfigError(f"invalid effective config for {topic}/{partition}: {exc.errors()[0]['msg']}") from exc
 
 
+def resolve_global(layers: Mapping[str, Mapping[str, Any]]) -> Thresholds:
+    """The global scope alone: where process-wide keys (actions.per.second, compaction.max.concurrent) are read."""
+    try:
+        return Thresholds.model_validate(dict(layers.get("global", {})))
+    except ValidationError as exc:
+        raise ConfigError(f"invalid global config: {exc.errors()[0]['msg']}") from exc
+
+
 INTERNAL_TOPIC_PREFIX = "__"
 
 

@@ -11,8 +11,9 @@ from compactd.model import ActionRecord
 class AuditLog:
     """At-least-once: a crash between send and outbox completion repeats a record with the same `id`."""
 
-    def __init__(self, conn: KafkaConnection, topic: str) -> None:
+    def __init__(self, conn: KafkaConnection, topic: str, timeout_s: float = 30.0) -> None:
         self.topic = topic
+        self.timeout_s = timeout_s
         self._writer = JsonTopicWriter(conn, topic, {"enable.idempotence": False}, what="action records")
 
     def start(self) -> None:
@@ -21,8 +22,8 @@ class AuditLog:
     def publish(self, rec: ActionRecord) -> None:
         self._writer.write(partition_key(rec.topic, rec.partition), rec.audit())
 
-    def flush(self, timeout_s: float = 30.0) -> None:
-        self._writer.flush(timeout_s)
+    def flush(self, timeout_s: float | None = None) -> None:
+        self._writer.flush(self.timeout_s if timeout_s is None else timeout_s)
 
     def close(self) -> None:
         self._writer.close()

@@ -1,6 +1,7 @@
 """Acts on a real Kafka cluster through the AdminClient.
 
-- delete_records: KIP-107 DeleteRecords, after checking the offset against the high watermark.
+- delete_records: KIP-107 DeleteRecords, only on topics whose `cleanup.policy` has `delete`, with the offset
+  clamped to the high watermark.
 - compact: Kafka has no "compact now" call, so the topic config named by `compaction.nudge` is set to a
   value that makes the cleaner pick the log up at once; the value it replaced is remembered and put
   back (restore_config) once the partition shows up compacted.
@@ -8,6 +9,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -27,15 +29,21 @@ from compactd.state.protocols import NudgeMemory
 # Values that make KIP-354's check fire immediately, or make the cleaner see the log as dirty enough.
 NUDGE_VALUES = {"max.compaction.lag.ms": "1", "min.cleanable.dirty.ratio": "0", "segment.ms": "1000"}
 _DEFAULT_SOURCES = {ConfigSource.DEFAULT_CONFIG.value, ConfigSource.STATIC_BROKER_CONFIG.value}
+# A topic's cleanup.policy is read from the cluster and kept this long: a changed policy is seen within a minute.
+POLICY_TTL_S = 60.0
 
 
 class KafkaAdminSink:
     name = "kafka_admin"
 
-    def __init__(self, conn: KafkaConnection, state: NudgeMemory, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, conn: KafkaConnection, state: NudgeMemory, timeout_s: float = 10.0, policy_ttl_s: float = POLICY_TTL_S
+    ) -> None:
         self.conn = conn
         self.state = state
         self.timeout_s = timeout_s
+        self.policy_ttl_s = policy_ttl_s
+        self._policies: dict[str, tuple[float, str]] = {}
         self.admin: Any = None
         self._watermarks: Any = None
 
@@ -63,20 +71,35 @@ class KafkaAdminSink:
         assert rec.before_offset is not None
         if rec.topic.startswith("__"):
             return rec.with_status("skipped", why="internal topic")
+        policy = self.cleanup_policy(rec.topic)
+        if "delete" not in policy.split(","):
+            return rec.with_status("skipped", why=f"cleanup.policy={policy} has no delete")
         low, high = self._watermarks.get_watermark_offsets(
             TopicPartition(rec.topic, rec.partition), timeout=self.timeout_s, cached=False
         )
-        if rec.before_offset > high:
-            return rec.with_status("skipped", why="offset beyond high watermark", high_watermark=high)
-        if rec.before_offset <= low:
-            return rec.with_status("sent", low_watermark=low, why="already below log start")
+        before, extra = rec.before_offset, {}
+        if before > high:  # never ask past the end of the log; the record says what was asked and why
+            before, extra = high, {"clamped_from": before, "high_watermark": high}
+        if before <= low:
+            return rec.with_status("sent", low_watermark=low, why="already below log start", **extra)
         futures = self.admin.delete_records(
-            [TopicPartition(rec.topic, rec.partition, rec.before_offset)], request_timeout=self.timeout_s
+            [TopicPartition(rec.topic, rec.partition, before)], request_timeout=self.timeout_s
         )
         for fut in futures.values():
             result = fut.result(timeout=self.timeout_s)
-            return rec.with_status("sent", low_watermark=getattr(result, "low_watermark", None))
+            return rec.with_status("sent", low_watermark=getattr(result, "low_watermark", None), **extra)
         return rec.with_status("failed", error="no result from delete_records")
+
+    def cleanup_policy(self, topic: str) -> str:
+        """The topic's cleanup.policy as the cluster has it, cached for `policy_ttl_s`."""
+        now = time.monotonic()
+        cached = self._policies.get(topic)
+        if cached is not None and now - cached[0] < self.policy_ttl_s:
+            return cached[1]
+        entry = self._describe(topic).get("cleanup.policy")
+        policy = "delete" if entry is None or entry.value is None else str(entry.value).replace(" ", "")
+        self._policies[topic] = (now, policy)
+        return policy
 
     def _describe(self, topic: str) -> dict[str, Any]:
         res = ConfigResource(ResourceType.TOPIC, topic)
@@ -91,6 +114,9 @@ class KafkaAdminSink:
         self.admin.incremental_alter_configs([res], request_timeout=self.timeout_s)[res].result(self.timeout_s)
 
     def _nudge(self, rec: ActionRecord) -> ActionRecord:
+        policy = self.cleanup_policy(rec.topic)
+        if "compact" not in policy.split(","):
+            return rec.with_status("skipped", why=f"cleanup.policy={policy} has no compact")
         key = rec.detail.get("nudge", "max.compaction.lag.ms")
         value = NUDGE_VALUES[key]
         entry = self._describe(rec.topic).get(key)

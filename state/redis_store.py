@@ -272,12 +272,28 @@ class RedisState:
         pipe.zadd(self.k_outbox, {rec.slot: rec.decided_at})
         pipe.execute()
 
-    def outbox(self, limit: int = 1000) -> list[ActionRecord]:
-        slots = self.r.zrange(self.k_outbox, 0, limit - 1)
+    def outbox(self, now: int | None = None, limit: int = 1000) -> list[ActionRecord]:
+        """Records due by `now` (all when None), oldest first. A refused action's score is its next retry time."""
+        hi = "+inf" if now is None else now
+        slots = self.r.zrangebyscore(self.k_outbox, "-inf", hi, start=0, num=limit)
         if not slots:
             return []
         vals = self.r.hmget(self.k_rec, slots)
         return [ActionRecord.from_json(v) for v in vals if v is not None]
+
+    def retry(self, rec: ActionRecord, at: int) -> None:
+        """Keep a refused or timed-out action in the outbox, due again at `at` (epoch ms)."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(self.k_rec, rec.slot, rec.to_json())
+        pipe.zadd(self.k_outbox, {rec.slot: at})
+        pipe.execute()
+
+    def compactions_in_flight(self) -> int:
+        """Compaction nudges sent and not yet answered by the cluster, over every topic."""
+        n = 0
+        for _, raw in self.r.hscan_iter(self.k_rec, match="*/compact", count=1000):
+            n += ActionRecord.from_json(raw).status == "sent"
+        return n
 
     def outbox_depth(self) -> int:
         return int(self.r.zcard(self.k_outbox))

@@ -32,25 +32,38 @@ def delete(topic: str, before: int, partition: int = 0) -> ActionRecord:
 
 
 def test_delete_records_guards(cluster, rclient) -> None:
-    topic, compacted = cluster.name("d"), cluster.name("c")
+    topic, compacted, both = cluster.name("d"), cluster.name("c"), cluster.name("cd")
     cluster.create(topic, 1, {"cleanup.policy": "delete"})
     cluster.create(compacted, 1, {"cleanup.policy": "compact"})
+    cluster.create(both, 1, {"cleanup.policy": "compact,delete"})
     cluster.fill(topic, 100)
     cluster.fill(compacted, 10)
+    cluster.fill(both, 10)
     sink = KafkaAdminSink(KafkaConnection(cluster.bootstrap), RedisState(rclient))
-    beyond = sink.execute(delete(topic, 101))
-    assert (beyond.status, beyond.detail["why"], beyond.detail["high_watermark"]) == (
-        "skipped",
-        "offset beyond high watermark",
-        100,
-    )
     assert sink.execute(delete("__consumer_offsets", 1)).detail["why"] == "internal topic"
+    # compactd never sends a delete the broker would refuse for the topic's policy
     refused = sink.execute(delete(compacted, 5))
-    assert refused.status == "failed" and "olicy" in refused.detail["error"]
+    assert (refused.status, refused.detail["why"]) == ("skipped", "cleanup.policy=compact has no delete")
+    assert cluster.watermarks(compacted) == (0, 10)
+    assert sink.execute(delete(both, 4)).status == "sent" and cluster.watermarks(both) == (4, 10)
     assert sink.execute(delete(topic, 40)).status == "sent"
     assert cluster.watermarks(topic) == (40, 100)
     again = sink.execute(delete(topic, 40))  # idempotent: already below the log start
     assert again.status == "sent" and cluster.watermarks(topic) == (40, 100)
+    beyond = sink.execute(delete(topic, 1_000_000))  # clamped to the high watermark, never past it
+    assert beyond.status == "sent"
+    assert (beyond.detail["clamped_from"], beyond.detail["high_watermark"]) == (1_000_000, 100)
+    assert cluster.watermarks(topic) == (100, 100)
+
+
+def test_compaction_nudge_skips_topics_without_compact(cluster, rclient) -> None:
+    topic = cluster.name("plain")
+    cluster.create(topic, 1, {"cleanup.policy": "delete"})
+    sink = KafkaAdminSink(KafkaConnection(cluster.bootstrap), RedisState(rclient))
+    rec = ActionRecord("c", "compact", topic, 0, "max_compaction_lag", False, T0, "pending", earliest_ts=1)
+    done = sink.execute(rec)
+    assert (done.status, done.detail["why"]) == ("skipped", "cleanup.policy=delete has no compact")
+    assert topic_config(cluster.bootstrap, topic, "max.compaction.lag.ms")[1]  # still the default
 
 
 def make_controller(cluster, rclient, clock: list[int], thresholds: dict) -> tuple[Controller, str]:
