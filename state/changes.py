@@ -26,6 +26,8 @@ class BatchChanges:
     topics: dict[str, TopicChanges] = field(default_factory=lambda: defaultdict(TopicChanges))
     # groups deleted in this batch, applied to every topic the group has offsets on
     group_deletes: list[str] = field(default_factory=list)
+    # each group's latest membership in this batch: {group: {topic: [partition, ...]}} ({} = no members)
+    assignments: dict[str, dict[str, list[int]]] = field(default_factory=dict)
 
     def topic(self, name: str) -> TopicChanges:
         return self.topics[name]

@@ -48,6 +48,10 @@ class RedisKeys:
     def group_topics(self, group: str) -> str:
         return f"{self.prefix}:gt:{group}"
 
+    def group_assigned(self, group: str) -> str:
+        """Topics a group's members are assigned (from group metadata), for unassigning what a rebalance drops."""
+        return f"{self.prefix}:ga:{group}"
+
     @property
     def topics(self) -> str:
         return f"{self.prefix}:topics"

@@ -88,16 +88,30 @@ class RedisState:
             for group, _, off in tc.offsets:
                 if off is not None:
                     pipe.sadd(self.keys.group_topics(group), topic)
-        pipe.execute()
+        members = sorted(changes.assignments)
+        for group in members:
+            pipe.smembers(self.keys.group_assigned(group))
+        res = pipe.execute()
+        was_assigned = {g: {_s(t) for t in old} for g, old in zip(members, res[len(res) - len(members) :], strict=True)}
+        now_assigned = {g: sorted(t for t, parts in changes.assignments[g].items() if parts) for g in members}
+        assign: dict[str, list[list[Any]]] = {}
+        for group in members:
+            for topic in sorted(was_assigned[group] - set(now_assigned[group])):
+                assign.setdefault(topic, []).append([group, 0, int(counts(group, topic))])
+            for topic in now_assigned[group]:
+                assign.setdefault(topic, []).append([group, 1, int(counts(group, topic))])
+                self.r.sadd(self.keys.group_topics(group), topic)
         deleted_in: dict[str, list[str]] = {}
         for group in changes.group_deletes:
             for topic in self.r.smembers(self.keys.group_topics(group)):
                 deleted_in.setdefault(_s(topic), []).append(group)
-        topics = sorted(set(changes.topics) | set(deleted_in))
+        topics = sorted(set(changes.topics) | set(deleted_in) | set(assign))
         empty = TopicChanges()
         pipe = self.r.pipeline(transaction=False)  # one round trip for every topic's script
         for topic in topics:
-            payload = self._payload(topic, changes.topics.get(topic, empty), deleted_in.get(topic, []), counts)
+            payload = self._payload(
+                topic, changes.topics.get(topic, empty), deleted_in.get(topic, []), assign.get(topic, []), counts
+            )
             self._merge(keys=[self.topic_base(topic)], args=[stream_id, batch_id, payload], client=pipe)
         touched: dict[str, set[int]] = {}
         replayed = False
@@ -111,10 +125,16 @@ class RedisState:
         pipe = self.r.pipeline(transaction=False)
         if topics:
             pipe.sadd(self.k_topics, *topics)
+        # Each group's assigned topics, for the next membership change (idempotent: a replay writes the same).
+        for group in sorted(set(changes.group_deletes) | set(members)):
+            pipe.delete(self.keys.group_assigned(group))
+            if now_assigned.get(group):
+                pipe.sadd(self.keys.group_assigned(group), *now_assigned[group])
         pipe.execute()
-        # Drop index entries of groups that no longer hold offsets on a topic.
+        # Drop index entries of groups that no longer hold offsets on a topic, nor are assigned to it.
         emptied = {(g, t) for t, gs in deleted_in.items() for g in gs}
         emptied |= {(g, t) for t, tc in changes.topics.items() for g, _, off in tc.offsets if off is None}
+        emptied |= {(a[0], t) for t, entries in assign.items() for a in entries if a[1] == 0}
         for group, topic in sorted(emptied):
             if not self.r.sismember(self.keys.groups(topic), group):
                 self.r.srem(self.keys.group_topics(group), topic)
@@ -128,10 +148,13 @@ class RedisState:
         yield from (p for _, p, _ in tc.offsets)
 
     @staticmethod
-    def _payload(topic: str, tc: TopicChanges, gdel: list[str], counts: Callable[[str, str], bool]) -> str:
+    def _payload(
+        topic: str, tc: TopicChanges, gdel: list[str], assign: list[list[Any]], counts: Callable[[str, str], bool]
+    ) -> str:
         return json.dumps(
             {
                 "gdel": gdel,
+                "assign": assign,
                 "offsets": [[g, p, -1 if o is None else o, int(counts(g, topic))] for g, p, o in tc.offsets],
                 "compacted": [list(c) for c in tc.compacted],
                 "logstart": [list(c) for c in tc.log_start],

@@ -6,6 +6,7 @@ a group committing 10,000 times in a batch costs one merge entry.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -66,6 +67,7 @@ def collect_changes(rows: Iterable[dict[str, Any]]) -> Collected:
     out = Collected()
     offsets: list[tuple[str, str, int, int | None, tuple[int, int]]] = []
     group_deleted: dict[str, tuple[int, int]] = {}
+    memberships: dict[str, tuple[tuple[int, int], str]] = {}
     for row in rows:
         k, r, n = row["k"], row, row["n"]
         out.counts[(r["stream"], r["kind"] if k != "error" else "rejected")] += n
@@ -85,11 +87,17 @@ def collect_changes(rows: Iterable[dict[str, Any]]) -> Collected:
             offsets.append((r["grp"], r["topic"], r["partition"], value, (r["ord_a"], r["ord_b"])))
         elif k == "group_delete":
             group_deleted[r["grp"]] = (r["ord_a"], r["ord_b"])
+        elif k == "group_metadata":
+            memberships[r["grp"]] = ((r["ord_a"], r["ord_b"]), r["assigned"] or "{}")
     for group, topic, partition, value, order in offsets:
         # an offset event older than its group's deletion in the same batch is void
         if group in group_deleted and order < group_deleted[group]:
             continue
         out.changes.topic(topic).offsets.append((group, partition, value))
     out.changes.group_deletes = sorted(group_deleted)
+    for group, (order, assigned) in sorted(memberships.items()):
+        if group in group_deleted and order < group_deleted[group]:
+            continue  # the group was deleted after this membership
+        out.changes.assignments[group] = json.loads(assigned)
     out.config.sort(key=lambda r: (r["src_partition"], r["src_offset"]))
     return out

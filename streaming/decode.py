@@ -6,6 +6,7 @@ records become rows with `error` set and the original bytes kept for the DLQ.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ from compactd.codec.events import (
 from compactd.codec.offsets import (
     DecodeError,
     GroupKey,
+    GroupValue,
     OffsetKey,
     OtherKey,
     decode_group_value,
@@ -54,15 +56,29 @@ DECODED_SCHEMA = pa.schema(
         ("src_offset", pa.int64()),
         ("raw_key", pa.binary()),
         ("raw_value", pa.binary()),
+        ("assigned", pa.string()),  # group metadata: JSON {topic: [partition, ...]} of the members' assignments
     ]
 )
 DECODED_DDL = (
     "stream string, kind string, topic string, partition int, grp string, base_offset bigint, "
     "end_offset bigint, first_batch_max_ts bigint, size_bytes bigint, value_offset bigint, ts bigint, "
     "error string, message string, src_topic string, src_partition int, src_offset bigint, "
-    "raw_key binary, raw_value binary"
+    "raw_key binary, raw_value binary, assigned string"
 )
 _FIELDS = [f.name for f in DECODED_SCHEMA]
+
+
+def assigned_json(group: GroupValue) -> str:
+    """What the members of a consumer group are assigned, merged over members, as compact JSON.
+
+    Only the `consumer` protocol carries topic/partition assignments; other groups (Connect, ...) assign nothing.
+    """
+    out: dict[str, set[int]] = {}
+    if group.protocol_type == "consumer":
+        for member in group.members:
+            for topic, parts in member.assigned_partitions().items():
+                out.setdefault(topic, set()).update(parts)
+    return json.dumps({t: sorted(p) for t, p in sorted(out.items()) if p}, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -89,8 +105,8 @@ class Decoder:
             if isinstance(k, GroupKey):
                 if value is None:
                     return {**out, "kind": "group_delete", "grp": k.group}
-                decode_group_value(value)  # validated and counted; membership does not move offsets
-                return {**out, "kind": "group_metadata", "grp": k.group}
+                g = decode_group_value(value)
+                return {**out, "kind": "group_metadata", "grp": k.group, "assigned": assigned_json(g)}
             assert isinstance(k, OffsetKey)
             out.update(grp=k.group, topic=k.topic, partition=k.partition)
             if value is None:

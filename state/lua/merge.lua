@@ -5,6 +5,7 @@
 -- ARGV[2] = batch id
 -- ARGV[3] = JSON payload:
 --   gdel     [group, ...]                      groups deleted (all their offsets on this topic go)
+--   assign   [[group, assigned(0/1), counted(0/1)], ...]  members assigned to this topic, from group metadata
 --   offsets  [[group, partition, offset|-1, counted(0/1)], ...]   -1 = offset deleted
 --   compacted [[partition, cleaned_up_to], ...]
 --   logstart  [[partition, log_start_offset], ...]
@@ -26,23 +27,47 @@ local function touch(n)
   redis.call('SADD', base .. ':parts', n)
 end
 
+local function touch_all()
+  for _, m in ipairs(redis.call('SMEMBERS', base .. ':parts')) do touched[m] = true end
+end
+
+-- A group holds the topic back while it has an offset on it OR members assigned to it: an assigned group
+-- that never committed has no position, so the minimum is unknown and consumed retention waits.
+local function forget_if_idle(g)
+  if redis.call('SCARD', base .. ':gp:' .. g) == 0 and redis.call('SISMEMBER', base .. ':asg', g) == 0 then
+    redis.call('SREM', base .. ':groups', g)
+    if redis.call('SREM', base .. ':counted', g) == 1 then
+      -- the number of counted groups changed: every partition's minimum may now be known/unknown
+      touch_all()
+    end
+  end
+end
+
 local function del_offset(g, n)
   n = tostring(n)
   redis.call('HDEL', base .. ':off', n .. '|' .. g)
   redis.call('SREM', base .. ':gp:' .. g, n)
   redis.call('ZREM', base .. ':cz:' .. n, g)
-  if redis.call('SCARD', base .. ':gp:' .. g) == 0 then
-    redis.call('SREM', base .. ':groups', g)
-    if redis.call('SREM', base .. ':counted', g) == 1 then
-      -- the number of counted groups changed: every partition's minimum may now be known/unknown
-      for _, m in ipairs(redis.call('SMEMBERS', base .. ':parts')) do touched[m] = true end
-    end
-  end
+  forget_if_idle(g)
   touched[n] = true
 end
 
 for _, g in ipairs(p.gdel or {}) do
+  redis.call('SREM', base .. ':asg', g)
   for _, n in ipairs(redis.call('SMEMBERS', base .. ':gp:' .. g)) do del_offset(g, n) end
+  forget_if_idle(g)
+end
+
+for _, a in ipairs(p.assign or {}) do
+  local g, on, counted = a[1], a[2], a[3]
+  if on == 1 then
+    redis.call('SADD', base .. ':asg', g)
+    redis.call('SADD', base .. ':groups', g)
+    if counted == 1 and redis.call('SADD', base .. ':counted', g) == 1 then touch_all() end
+  else
+    redis.call('SREM', base .. ':asg', g)
+    forget_if_idle(g)
+  end
 end
 
 for _, o in ipairs(p.offsets or {}) do

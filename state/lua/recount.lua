@@ -17,4 +17,8 @@ for i = 1, #off, 2 do
     redis.call('SADD', base .. ':counted', g)
   end
 end
+-- groups assigned to the topic without an offset on it count as well (they hold every partition back)
+for g, _ in pairs(counting) do
+  if redis.call('SISMEMBER', base .. ':asg', g) == 1 then redis.call('SADD', base .. ':counted', g) end
+end
 return parts

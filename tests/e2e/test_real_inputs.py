@@ -10,7 +10,16 @@ from prometheus_client import CollectorRegistry
 
 from compactd.agent.agent import KafkaPublisher, SegmentAgent, run_agent
 from compactd.app.application import Application
-from compactd.codec.offsets import OffsetValue, encode_group_key, encode_offset_key, encode_offset_value
+from compactd.codec.offsets import (
+    GroupValue,
+    Member,
+    OffsetValue,
+    encode_assignment,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
+    encode_offset_value,
+)
 from compactd.control.controller import NOT_CAUGHT_UP, Controller
 from compactd.kafka.config import KafkaConnection
 from compactd.metrics import Metrics
@@ -24,6 +33,15 @@ from compactd.state.redis_store import RedisState
 from tests.support.segments import encode_batch_v2, write_checkpoint
 
 H = 3_600_000
+
+
+def membership(now: int, assigned: dict[str, list[int]]) -> bytes:
+    """A consumer group's metadata record (value v3) with one member per assigned topic, or none (Empty)."""
+    members = tuple(
+        Member(f"m-{t}", "c", "/127.0.0.1", 30_000, b"", encode_assignment({t: ps}), 60_000, None)
+        for t, ps in assigned.items()
+    )
+    return encode_group_value(GroupValue(3, "consumer", 1, "range" if members else None, None, now, members))
 
 
 @pytest.mark.spark
@@ -74,7 +92,15 @@ def test_binary_offsets_drive_deletes_and_group_tombstone_frees_the_minimum(spar
     assert [a for a in cluster.read_all(settings.topics.actions)] == []  # "slow" at 50 holds both segments
     assert [d["reason"] for d in cluster.read_all(settings.topics.dlq)] == ["undecodable"]
 
+    # "slow" is deleted, but "newbie" now has a member assigned to the partition and has committed nothing
     cluster.send_raw(offsets_topic, None, encode_group_key("slow"), partition=home["slow"])
+    cluster.send_raw(offsets_topic, membership(now, {data: [0]}), encode_group_key("newbie"), partition=2)
+    cluster.flush()
+    with Application(settings, spark=spark) as job:
+        job.run(once=True)
+        assert job.state.view(data, 0).min_committed is None
+    assert cluster.read_all(settings.topics.actions) == []
+    cluster.send_raw(offsets_topic, membership(now, {}), encode_group_key("newbie"), partition=2)  # it left
     cluster.flush()
     with Application(settings, spark=spark) as job:
         job.run(once=True)

@@ -115,3 +115,43 @@ def test_outbox_lifecycle(rclient: redis.Redis) -> None:
     assert st.outbox() == [] and st.records([("t", 0)])[("t", 0)][0].status == "sent"
     st.answer(r, 5)
     assert st.records([("t", 0)])[("t", 0)] == [] and st.last_actions()["t/0"].detail["answered_at"] == 5
+
+
+def membership(group: str, assigned: dict[str, list[int]]) -> BatchChanges:
+    c = BatchChanges()
+    c.assignments[group] = assigned
+    return c
+
+
+def test_assigned_group_without_a_commit_blocks_until_it_commits_or_leaves(rclient: redis.Redis) -> None:
+    st = RedisState(rclient)
+    st.merge("s", 0, commits(("a", "orders", 0, 300), ("a", "orders", 1, 300)), everyone)
+    assert st.view("orders", 0).min_committed == 300
+    # group n's members get partitions 0 and 1 but commit nothing yet: its position is unknown
+    touched, _ = st.merge("s", 1, membership("n", {"orders": [0, 1]}), everyone)
+    assert touched == {"orders": {0, 1}}
+    assert st.view("orders", 0).min_committed is None and st.view("orders", 1).min_committed is None
+    st.merge("s", 2, commits(("n", "orders", 0, 10)), everyone)
+    assert st.view("orders", 0).min_committed == 10 and st.view("orders", 1).min_committed is None
+    # a rebalance moves n off the topic entirely; with its one offset it still counts on partition 0 ...
+    st.merge("s", 3, membership("n", {"other": [0]}), everyone)
+    assert st.view("orders", 1).min_committed is None
+    # ... and once that offset expires (tombstone) the topic is free of n, while "other" is held back by it
+    st.merge("s", 4, commits(("n", "orders", 0, None)), everyone)
+    assert st.view("orders", 0).min_committed == 300 and st.view("orders", 1).min_committed == 300
+    assert "n" in st.groups("other")
+    # deleting the group (its metadata tombstone) releases every topic it was assigned to
+    st.merge("s", 5, commits(("a", "other", 0, 5), deletes=("n",)), everyone)
+    assert st.view("other", 0).min_committed == 5 and st.groups("other") == ["a"]
+    assert rclient.exists("cd:ga:n") == 0
+
+
+def test_empty_group_releases_its_assignment_and_filters_apply(rclient: redis.Redis) -> None:
+    st = RedisState(rclient)
+    st.merge("s", 0, commits(("a", "orders", 0, 300)), everyone)
+    st.merge("s", 1, membership("n", {"orders": [0]}), lambda g, t: g != "n")  # excluded: does not count
+    assert st.view("orders", 0).min_committed == 300
+    st.recount(everyone)  # groups.exclude dropped at runtime: n counts now, and has no position
+    assert st.view("orders", 0).min_committed is None
+    st.merge("s", 2, membership("n", {}), everyone)  # every member left: the group is Empty
+    assert st.view("orders", 0).min_committed == 300 and st.groups("orders") == ["a"]

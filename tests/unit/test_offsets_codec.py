@@ -246,3 +246,21 @@ def test_decode_record_and_spark_rows() -> None:
     assert d.binary_row(key, absurd)["error"] == "invalid_field"
     assert d.binary_row(key, b"\x00\x03\x00")["error"] == "undecodable"
     assert encode_assignment({"t": [1]})
+
+
+def test_group_metadata_row_carries_the_members_assignments() -> None:
+    d = Decoder("s", "c")
+
+    def member(mid: str, assignment: dict[str, list[int]]) -> Member:
+        return Member(mid, "client", "/10.0.0.1", 30_000, b"", encode_assignment(assignment), 60_000, None)
+
+    members = (member("m1", {"orders": [2, 0], "audit": [1]}), member("m2", {"orders": [1], "empty": []}))
+    gv = encode_group_value(GroupValue(3, "consumer", 7, "range", "m1", 5, members))
+    row = d.binary_row(encode_group_key("billing"), gv)
+    assert (row["kind"], row["grp"], row["assigned"]) == ("group_metadata", "billing", '{"audit":[1],"orders":[0,1,2]}')
+    # a Connect group's assignment is not the consumer protocol: it assigns no partitions
+    connect = encode_group_value(GroupValue(3, "connect", 7, "sessioned", "m1", 5, members))
+    assert d.binary_row(encode_group_key("connect-sink"), connect)["assigned"] == "{}"
+    # an Empty group (every member left) assigns nothing either
+    empty = encode_group_value(GroupValue(3, "consumer", 8, None, None, 6, ()))
+    assert d.binary_row(encode_group_key("billing"), empty)["assigned"] == "{}"
