@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.stamp-deps
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps system-deps demo test lint bench clean
+.PHONY: deps system-deps demo test soak lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ demo: deps
 
 test: deps
 	$(BIN)/pytest -q
+
+# The safety property test with many more generated histories than `make test` runs (100).
+soak: deps
+	COMPACTD_PROPERTY_EXAMPLES=$${EXAMPLES:-5000} $(BIN)/pytest -q tests/integration/test_safety_property.py --hypothesis-show-statistics
 
 lint: deps
 	$(BIN)/ruff check .

@@ -29,7 +29,6 @@ from compactd.sinks.audit import AuditLog
 from compactd.sinks.base import ActionSink
 from compactd.sinks.dlq import DeadLetters
 from compactd.sinks.kafka_admin import KafkaAdminSink
-from compactd.state.redis_store import RedisState
 from compactd.streaming.checkpoint import batch_end_offsets, stream_id_for
 from compactd.streaming.decode import Decoder
 from compactd.streaming.job import Batch, StreamingJob, StreamSpec, root_cause
@@ -76,7 +75,7 @@ class Application:
         self.metrics = metrics or default_metrics()
         conn = settings.kafka_connection()
         self.conn = conn
-        self.state = RedisState.from_url(settings.redis_url, settings.redis_prefix, timeout_s=CHECK_TIMEOUT_S)
+        self.state = settings.redis_state(timeout_s=CHECK_TIMEOUT_S)
         self.audit = AuditLog(conn, settings.topics.actions)
         self.dlq = DeadLetters(conn, settings.topics.dlq)
         self.sink: ActionSink = sink or KafkaAdminSink(conn, self.state)

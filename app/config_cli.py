@@ -15,7 +15,6 @@ from compactd.kafka.reader import read_to_end
 from compactd.kafka.writer import JsonTopicWriter
 from compactd.policy.runtime_config import AppliedLayer, apply_event, effective_layers
 from compactd.policy.thresholds import Thresholds, parse_scope, resolve
-from compactd.state.redis_store import RedisState
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:
@@ -31,7 +30,7 @@ def parse_assignment(text: str) -> tuple[str, Any]:
 
 def applied_layers(settings: Settings) -> dict[str, AppliedLayer]:
     """What the running job has applied (Redis is the system of record); one line if Redis does not answer."""
-    state = RedisState.from_url(settings.redis_url, settings.redis_prefix)
+    state = settings.redis_state()
     state.start()
     try:
         return {scope: AppliedLayer.from_json(v) for scope, v in state.config_layers().items()}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import (
@@ -19,6 +19,9 @@ from compactd.kafka.config import KafkaConnection, KafkaValue
 from compactd.policy.thresholds import validate_layer
 
 _yaml_file: ContextVar[Path | None] = ContextVar("compactd_yaml_file", default=None)
+
+if TYPE_CHECKING:
+    from compactd.state.redis_store import RedisState
 
 
 class TopicNames(BaseModel):
@@ -48,6 +51,9 @@ class Settings(BaseSettings):
     config_secrets: list[SecretStr] = Field(default_factory=list)
     # Extensions beyond the contract.
     redis_prefix: str = "cd"
+    # Redis AUTH without putting the password in the URL (env COMPACTD_REDIS_PASSWORD); never logged.
+    # TLS: a `rediss://` URL, with `?ssl_ca_certs=/path/ca.pem` (redis-py URL options) when the CA is private.
+    redis_password: SecretStr | None = None
     max_rows_per_trigger: int = Field(500_000, gt=0)
     max_event_bytes: int = Field(64 * 1024, gt=0)
     metrics_port: int = Field(0, ge=0, description="Prometheus /metrics port on the driver; 0 = off")
@@ -77,6 +83,13 @@ class Settings(BaseSettings):
         t = self.topics
         offsets = t.consumer_offsets if self.offsets_source == "consumer_offsets" else t.commits
         return [t.segments, offsets, t.config]
+
+    def redis_state(self, timeout_s: float = 5.0) -> RedisState:
+        """The one way compactd connects to Redis: URL, prefix, password and timeouts from these settings."""
+        from compactd.state.redis_store import RedisState
+
+        password = None if self.redis_password is None else self.redis_password.get_secret_value()
+        return RedisState.from_url(self.redis_url, self.redis_prefix, timeout_s=timeout_s, password=password)
 
     def secrets(self) -> list[str]:
         """Config-event signing secrets, the first one signs (never logged: SecretStr hides them)."""

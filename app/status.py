@@ -57,7 +57,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def print_status(settings: Settings, as_json: bool = False) -> None:
-    state = RedisState.from_url(settings.redis_url, settings.redis_prefix)
+    state = settings.redis_state()
     state.start()  # one line naming the setting if Redis does not answer
     rows = status_rows(state, settings.thresholds, now_ms())
     if as_json:

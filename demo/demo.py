@@ -30,7 +30,6 @@ from compactd.clock import now_ms
 from compactd.demo.embedded import Service, kafka_broker, redis_server
 from compactd.kafka.admin import admin_client, ensure_topics
 from compactd.keys import partition_key
-from compactd.state.redis_store import RedisState
 
 DEMO_TOPICS = {"orders": {"cleanup.policy": "compact"}, "clicks": {"cleanup.policy": "delete"}}
 PARTITIONS = 2
@@ -189,7 +188,7 @@ LEGEND = (
 
 
 def _printer(settings: Settings, sim: SimulatedCluster, stop: threading.Event, started: float) -> None:
-    state = RedisState.from_url(settings.redis_url, settings.redis_prefix)
+    state = settings.redis_state()
     tty = sys.stdout.isatty()
     while not stop.wait(2.0):
         rows = status_rows(state, settings.thresholds, now_ms())
@@ -234,7 +233,7 @@ def run_demo(duration_s: float = 0, workdir: str | None = None) -> int:
             app.run(stop=stop)
         for t in threads[:2]:
             t.join(10)
-        state = RedisState.from_url(settings.redis_url, settings.redis_prefix)
+        state = settings.redis_state()
         print("\nfinal state:\n" + format_table(status_rows(state, settings.thresholds, now_ms())), flush=True)
         return 0
     finally:

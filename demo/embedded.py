@@ -53,7 +53,7 @@ class Service:
         self._log.close()
 
 
-def redis_server(workdir: Path, port: int | None = None) -> Service:
+def redis_server(workdir: Path, port: int | None = None, password: str | None = None) -> Service:
     exe = shutil.which("redis-server")
     if exe is None:
         raise CompactdError("redis-server not found: run `make deps` (apt-get install redis-server)")
@@ -73,6 +73,7 @@ def redis_server(workdir: Path, port: int | None = None) -> Service:
         str(workdir),
         "--daemonize",
         "no",
+        *(["--requirepass", password] if password else []),
     ]
     return Service("redis", argv, port, workdir / "redis.log")
 

@@ -76,10 +76,12 @@ def send_check(rec: ActionRecord, view: PartitionView, th: Thresholds, now: int,
     return None
 
 
-def to_record(d: Decision, existing: ActionRecord | None, th: Thresholds, now: int) -> ActionRecord:
-    """A decision as an outbox record; a repeat of the same target counts as one more attempt."""
-    same_target = existing is not None and existing.before_offset == d.before_offset
-    attempts = existing.attempts + 1 if existing is not None and same_target else 1
+def to_record(d: Decision, previous: ActionRecord | None, th: Thresholds, now: int) -> ActionRecord:
+    """A decision as an outbox record. `attempts` counts the decisions for this partition and action since the
+    last answered one, so every decision gets its own id: a re-decision after a supersede, or after the readiness
+    gate held it, never repeats an id already on the audit topic.
+    """
+    attempts = previous.attempts + 1 if previous is not None else 1
     detail: dict[str, Any] = {}
     if d.action == "compact":
         detail["nudge"] = th.compaction_nudge
@@ -111,10 +113,15 @@ def plan_partition(
     """`excluded`: why compactd never acts on this topic (internal, its own, topics.exclude); None to decide."""
     answered: list[ActionRecord] = []
     live: list[ActionRecord] = []
+    previous = {rec.action: rec for rec in records}  # for attempt counting, whatever became of them
     for rec in records:
         if rec.detail.get("why") == NOT_CAUGHT_UP and deletes_allowed:
             continue  # held back by the readiness gate, which is open now: decide afresh
-        (answered if is_answered(rec, view) else live).append(rec)
+        if is_answered(rec, view):
+            answered.append(rec)
+            del previous[rec.action]  # the cluster did it: the next decision starts a new count
+        else:
+            live.append(rec)
     enqueue: list[ActionRecord] = []
     dropped: list[str] = []
     for decision in [] if excluded else decide(view, th, now):
@@ -127,7 +134,7 @@ def plan_partition(
             except UnsafeDecision as exc:
                 dropped.append(str(exc))
                 continue
-        rec = to_record(decision, existing, th, now)
+        rec = to_record(decision, previous.get(decision.action), th, now)
         enqueue.append(rec)
         live = [r for r in live if r.action != rec.action] + [rec]
     earliest = earliest_uncompacted_ts(view)

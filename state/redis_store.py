@@ -51,9 +51,12 @@ class RedisState:
         self.k_topics = self.keys.topics
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "cd", timeout_s: float = 5.0) -> RedisState:
-        """Configure only: redis-py connects on the first command (see `start`)."""
-        client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=max(timeout_s, 30.0))
+    def from_url(cls, url: str, prefix: str = "cd", timeout_s: float = 5.0, password: str | None = None) -> RedisState:
+        """Configure only: redis-py connects on the first command (see `start`). `password` beats the URL's."""
+        extra = {} if password is None else {"password": password}
+        client = redis.Redis.from_url(
+            url, socket_connect_timeout=timeout_s, socket_timeout=max(timeout_s, 30.0), **extra
+        )
         return cls(client, prefix, url)
 
     def start(self) -> None:
@@ -61,7 +64,9 @@ class RedisState:
         try:
             self.r.ping()
         except redis.AuthenticationError as exc:
-            raise DependencyUnavailable("Redis", _safe_url(self.url), "--redis-url / redis_url", str(exc)) from None
+            raise DependencyUnavailable(
+                "Redis", _safe_url(self.url), "--redis-url / redis_url (or redis_password)", str(exc)
+            ) from None
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
             cause = str(exc).split(". ")[0] if str(exc) else type(exc).__name__
             raise DependencyUnavailable("Redis", _safe_url(self.url), "--redis-url / redis_url", cause) from None

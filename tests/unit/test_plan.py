@@ -42,7 +42,9 @@ def test_a_delete_held_by_the_readiness_gate_is_decided_afresh_once_it_opens() -
     th = Thresholds.model_validate({"forced.retention.ms": H})
     assert plan_partition(view(), th, [held], NOW, deletes_allowed=False).enqueue == ()  # still held, no retry yet
     again = plan_partition(view(), th, [held], NOW, deletes_allowed=True).enqueue
-    assert [(r.action, r.before_offset, r.attempts) for r in again] == [("delete_records", 200, 1)]
+    assert [(r.action, r.before_offset, r.attempts) for r in again] == [
+        ("delete_records", 200, 2)
+    ]  # a new id: the held one is on the audit topic
 
 
 def test_safety_recheck_refuses_a_consumed_delete_past_the_minimum() -> None:
