@@ -15,9 +15,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e ".[test,demo,dashboards]"
 	touch $@
 
-# Redis comes from Debian; the Kafka-protocol broker (noida-db) and Spark come from PyPI.
+# Redis and Prometheus (promtool, and a real server for the scrape test) come from Debian; the Kafka-protocol
+# broker (noida-db) and Spark come from PyPI.
+APT_NEEDS := $(if $(shell command -v redis-server),,redis-server) $(if $(shell command -v prometheus),,prometheus)
 system-deps:
-	@command -v redis-server >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
+	@if [ -n "$(strip $(APT_NEEDS))" ]; then $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(APT_NEEDS) >/dev/null; fi
 	@command -v java >/dev/null || { echo "Java 17 is required (apt-get install openjdk-17-jre-headless)"; exit 1; }
 
 deps: system-deps $(STAMP)

@@ -22,14 +22,14 @@ from compactd.clock import now_ms
 from compactd.control.controller import Controller, Probe, _no_probe
 from compactd.control.runtime_config import RuntimeConfig
 from compactd.errors import ConfigError, DependencyUnavailable, QueryFailed
-from compactd.kafka.admin import check_reachable, ensure_topics, high_watermarks
+from compactd.kafka.admin import admin_client, check_reachable, ensure_topics, high_watermarks, list_end_offsets
 from compactd.metrics import Metrics, default_metrics
 from compactd.policy.readiness import Readiness
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.base import ActionSink
 from compactd.sinks.dlq import DeadLetters
 from compactd.sinks.kafka_admin import KafkaAdminSink
-from compactd.streaming.checkpoint import batch_end_offsets, stream_id_for
+from compactd.streaming.checkpoint import batch_end_offsets, completed_end_offsets, stream_id_for
 from compactd.streaming.decode import Decoder
 from compactd.streaming.job import Batch, StreamingJob, StreamSpec, root_cause
 
@@ -73,6 +73,7 @@ class Application:
         self.spark = spark
         self.verbose = verbose
         self.metrics = metrics or default_metrics()
+        self.metrics.partitions.top_n = settings.metrics.top_n
         conn = settings.kafka_connection()
         self.conn = conn
         self.state = settings.redis_state(timeout_s=CHECK_TIMEOUT_S)
@@ -105,6 +106,8 @@ class Application:
         self._closers: list[Callable[[], None]] = []
         self._last_log = time.monotonic()
         self._idle_batches = 0
+        self._admin: Any = None
+        self._sampled_at = 0.0
 
     @property
     def spark_checkpoint(self) -> Path:
@@ -141,6 +144,7 @@ class Application:
             # only now, with both dependencies answering, does anything touch the checkpoint directory
             self.stream_id = stream_id_for(self.settings.checkpoint_dir)
             self._serve_metrics()
+            self.metrics.trigger_interval.set(self.settings.trigger_interval_ms / 1000)
             if self.settings.create_topics:
                 ensure_topics(self.conn, self.settings.own_topics(), configs=self.settings.own_topic_configs())
             for component in (self.dlq, self.audit, self.sink):
@@ -169,6 +173,7 @@ class Application:
         targets = high_watermarks(self.conn, topic)
         self.readiness = Readiness(topic, targets)
         self.readiness.observe(batch_end_offsets(self.spark_checkpoint))
+        self.metrics.offsets_caught_up.set(int(self.readiness.ready()))
         log.info("readiness gate on %s: targets %s, ready=%s", topic, targets, self.readiness.ready())
 
     def _start_stream(self, once: bool) -> None:
@@ -212,11 +217,14 @@ class Application:
         touched = self.controller.on_batch(self.stream_id, batch.batch_id, collected.changes)
         if opened:  # deletes held back while catching up are decided now, everywhere
             log.info("offsets caught up at batch %d: deletes enabled", batch.batch_id)
+            self.metrics.offsets_caught_up.set(1)
         if opened or config.evaluate_all:
             touched += self.controller.evaluate_all()
         elif config.evaluate:
             touched += self.controller.evaluate(config.evaluate, "config")
         records = sum(collected.counts.values())
+        self.metrics.batch_records.observe(records)
+        self.metrics.last_batch.set(time.time())
         actions = sum(self.controller.outcomes.values()) - before
         self.summary.batches += 1
         self.summary.events += records
@@ -269,10 +277,14 @@ class Application:
         stop = stop or threading.Event()
         interval = self.settings.trigger_interval_ms / 1000
         last_error, said_at = "", 0.0
+        # every partition once, so the per-partition metrics describe all of them from the first scrape
+        self.controller.evaluate_all()
         try:
             while query.isActive and not stop.is_set():
                 try:
+                    self.metrics.last_tick.set(time.time())
                     self.controller.tick()
+                    self._sample()
                     if last_error:
                         log.info("deadline ticks work again")
                     last_error = ""
@@ -287,6 +299,23 @@ class Application:
             self.job.stop()
         self._raise_if_failed()
         return self.summary.line(self.controller.outcomes)
+
+    def _sample(self) -> None:
+        """Gauges that need a round trip (source lag: one ListOffsets; Redis size), every metrics.sample_interval_ms."""
+        if time.monotonic() - self._sampled_at < self.settings.metrics.sample_interval_ms / 1000:
+            return
+        self._sampled_at = time.monotonic()
+        if self._admin is None:
+            self._admin = admin_client(self.conn)
+        topics = self.settings.source_topics()
+        latest = list_end_offsets(self._admin, topics, "high")
+        done = completed_end_offsets(self.spark_checkpoint)
+        for topic in topics:
+            ends, read = latest.get(topic, {}), done.get(topic, {})
+            self.metrics.source_lag.labels(topic).set(sum(max(e - read.get(p, 0), 0) for p, e in ends.items()))
+        keys, used = self.state.size()
+        self.metrics.state_keys.set(keys)
+        self.metrics.state_bytes.set(used)
 
     def _drain(self, until: float) -> None:
         """Send what actions.per.second held back, pacing with the cap, until nothing waits or time is up."""

@@ -35,6 +35,15 @@ class TopicNames(BaseModel):
     consumer_offsets: str = "__consumer_offsets"  # read when offsets_source = consumer_offsets
 
 
+class MetricsSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # per-partition series only for the top-N worst partitions of each metric; per-topic aggregates always
+    top_n: int = Field(100, ge=0, le=100_000)
+    # how often the job samples source lag (ListOffsets) and Redis size for its gauges
+    sample_interval_ms: int = Field(15_000, ge=1_000)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="COMPACTD_", env_nested_delimiter="__", extra="forbid")
 
@@ -57,6 +66,7 @@ class Settings(BaseSettings):
     max_rows_per_trigger: int = Field(500_000, gt=0)
     max_event_bytes: int = Field(64 * 1024, gt=0)
     metrics_port: int = Field(0, ge=0, description="Prometheus /metrics port on the driver; 0 = off")
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     spark_master: str = "local[2]"
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     # "kafka" = Spark's own connector (needs the spark-sql-kafka jar); same options, same row shape.

@@ -1,13 +1,21 @@
-"""Prometheus metrics of the driver. Labels are bounded (kinds, reasons, statuses): never group or partition."""
+"""Prometheus metrics of the driver.
+
+Labels of these metrics are bounded (kinds, reasons, statuses, source topics, scopes). Per-topic and per-partition
+series come from `partition_metrics.PartitionMetrics` (top-N); consumer groups never become label values.
+"""
 
 from __future__ import annotations
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from compactd.partition_metrics import PartitionMetrics
+
 
 class Metrics:
-    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+    def __init__(self, registry: CollectorRegistry = REGISTRY, top_n: int = 100) -> None:
         self.registry = registry
+        self.partitions = PartitionMetrics(top_n)
+        registry.register(self.partitions)
         self.input_records = Counter(
             "compactd_input_records", "Decoded input records by stream and kind", ["stream", "kind"], registry=registry
         )
@@ -30,11 +38,44 @@ class Metrics:
         self.evaluations = Counter(
             "compactd_partition_evaluations", "Partitions evaluated by the policy", ["trigger"], registry=registry
         )
-        self.max_compaction_delay = Gauge(
-            "compactd_max_compaction_delay_seconds",
-            "KIP-354 max-compaction-delay-secs over all tracked partitions: max(now - earliest - lag, 0) / 1000",
+        self.merge_seconds = Histogram(
+            "compactd_merge_seconds",
+            "Time to merge one micro-batch into Redis (the Lua scripts of every topic it touches)",
+            registry=registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.batch_records = Histogram(
+            "compactd_batch_records",
+            "Input records per micro-batch",
+            registry=registry,
+            buckets=(0, 10, 100, 1_000, 10_000, 100_000, 500_000, 1_000_000),
+        )
+        self.last_batch = Gauge(
+            "compactd_last_batch_timestamp_seconds",
+            "When the last micro-batch finished (epoch seconds)",
             registry=registry,
         )
+        self.last_tick = Gauge(
+            "compactd_last_tick_timestamp_seconds",
+            "When the driver's deadline ticker last ran (epoch seconds): the job's heartbeat",
+            registry=registry,
+        )
+        self.trigger_interval = Gauge(
+            "compactd_trigger_interval_seconds", "The configured trigger interval", registry=registry
+        )
+        self.source_lag = Gauge(
+            "compactd_source_lag_records",
+            "Records in each source topic not yet processed: latest offsets minus the last completed batch's end",
+            ["topic"],
+            registry=registry,
+        )
+        self.offsets_caught_up = Gauge(
+            "compactd_offsets_caught_up",
+            "1 once the job has read __consumer_offsets to where it ended at start (deletes allowed), else 0",
+            registry=registry,
+        )
+        self.state_keys = Gauge("compactd_state_keys", "Keys in compactd's Redis database", registry=registry)
+        self.state_bytes = Gauge("compactd_state_memory_bytes", "Redis used_memory", registry=registry)
         self.outbox_depth = Gauge("compactd_outbox_depth", "Actions decided and not yet carried out", registry=registry)
         self.actions_held = Gauge(
             "compactd_actions_held",

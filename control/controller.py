@@ -19,6 +19,7 @@ from compactd.clock import now_ms
 from compactd.errors import DeliveryTimeout
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord
+from compactd.policy.forecast import partition_stats
 from compactd.policy.plan import NOT_CAUGHT_UP, PartitionPlan, plan_partition, send_check
 from compactd.policy.thresholds import Thresholds, group_counts, resolve, resolve_global, topic_excluded
 from compactd.policy.throttle import TokenBucket, backoff_ms
@@ -61,6 +62,7 @@ class Controller:
         self.audit = audit
         self.metrics = metrics
         self.clock = clock
+        metrics.partitions.clock = clock  # delays and ages are measured on the clock decisions are made on
         self.deletes_allowed = deletes_allowed
         self.probe = probe
         self.lock = threading.Lock()
@@ -107,7 +109,9 @@ class Controller:
                     per_topic[topic] = self.thresholds(topic)
                 return group_counts(group, per_topic[topic])
 
+            merge_started = time.monotonic()
             touched, replayed = self.state.merge(stream_id, batch_id, changes, counts)
+            self.metrics.merge_seconds.observe(time.monotonic() - merge_started)
             self.probe("after_merge", batch_id)
             self.metrics.batches.labels("replayed" if replayed else "merged").inc()
             keys = [(t, p) for t, parts in touched.items() for p in sorted(parts)]
@@ -158,14 +162,15 @@ class Controller:
             key = (view.topic, view.partition)
             excluded = topic_excluded(view.topic, th, self.own_topics)
             plans.append(plan_partition(view, th, records[key], now, allowed, excluded))
+            if excluded:
+                self.metrics.partitions.forget(key)
+            else:  # what operators see per partition comes from this evaluation, not from a scan at scrape time
+                self.metrics.partitions.update(key, partition_stats(view, th, now))
         for plan in plans:
             self._apply(plan, now)
         self.state.set_deadlines({(p.topic, p.partition): p.deadline for p in plans})
         self.state.set_compaction_due({(p.topic, p.partition): p.compaction_due for p in plans})
         self.metrics.evaluations.labels(trigger).inc(len(views))
-        oldest = self.state.oldest_compaction_due()
-        # KIP-354's max-compaction-delay-secs, over every partition compactd tracks
-        self.metrics.max_compaction_delay.set(0 if oldest is None else max(now - oldest, 0) / 1000)
 
     def _apply(self, plan: PartitionPlan, now: int) -> None:
         for rec in plan.answered:

@@ -74,6 +74,10 @@ class RedisState:
     def close(self) -> None:
         self.r.close()
 
+    def size(self) -> tuple[int, int]:
+        """(keys in the database, Redis used_memory bytes), for the state-size gauges."""
+        return int(self.r.dbsize()), int(self.r.info("memory").get("used_memory", 0))
+
     def topic_base(self, topic: str) -> str:
         return self.keys.topic_base(topic)
 

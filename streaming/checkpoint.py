@@ -37,3 +37,10 @@ def batch_end_offsets(spark_checkpoint: Path, batch_id: int | None = None) -> di
     lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
     # "v1", the batch metadata, then one line per source: ours is the only source
     return json.loads(lines[-1]) if len(lines) >= 3 else {}
+
+
+def completed_end_offsets(spark_checkpoint: Path) -> dict[str, dict[str, int]]:
+    """End offsets of the last batch Spark marked complete (its `commits/` log); {} before the first one."""
+    folder = spark_checkpoint / "commits"
+    ids = [int(p.name) for p in folder.glob("*") if p.name.isdigit()] if folder.is_dir() else []
+    return batch_end_offsets(spark_checkpoint, max(ids)) if ids else {}

@@ -104,7 +104,9 @@ def test_compaction_nudge_retry_and_restore(cluster, rclient) -> None:
         "s", 0, segment_batch(topic, Segment(0, 100, T0 - 2 * H, 1, T0 - 2 * H), Segment(100, 200, T0 - 10, 1, T0 - 10))
     )
     assert topic_config(cluster.bootstrap, topic, "max.compaction.lag.ms") == ("1", False)
-    assert ctl.metrics.max_compaction_delay._value.get() == H / 1000  # 2h old, 1h allowed
+    delay = ctl.metrics.registry.get_sample_value
+    assert delay("compactd_max_compaction_delay_seconds") == H / 1000  # 2h old, 1h allowed
+    assert delay("compactd_compaction_delay_seconds", {"topic": topic, "partition": "0"}) == H / 1000
     # ticks before the retry interval decide nothing new
     clock[0] += 59_999
     ctl.tick()
@@ -122,7 +124,8 @@ def test_compaction_nudge_retry_and_restore(cluster, rclient) -> None:
     assert topic_config(cluster.bootstrap, topic, "max.compaction.lag.ms") == ("86400000", False)
     assert ctl.state.records([(topic, 0)])[(topic, 0)] == [] and ctl.state.nudged(topic) == {}
     # the oldest dirty segment now is 10 ms old: nothing overdue anywhere
-    assert ctl.metrics.max_compaction_delay._value.get() == 0
+    assert delay("compactd_max_compaction_delay_seconds") == 0
+    assert delay("compactd_compaction_delay_seconds", {"topic": topic, "partition": "0"}) is None  # left the top-N
     assert ctl.state.last_actions()[f"{topic}/-1"].detail["restored"] == {"max.compaction.lag.ms": "86400000"}
 
 
