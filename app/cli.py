@@ -134,6 +134,29 @@ def build_parser() -> argparse.ArgumentParser:
     put.add_argument("scope", help="global, topic:<name> or partition:<topic>/<n>")
     put.add_argument("assignments", nargs="*", metavar="KEY=VALUE", help='VALUE as JSON (5000, false, ["a.*"]) or text')
     put.add_argument("--unset", action="append", default=[], metavar="KEY", help="back to the file's (or lower) scope")
+
+    dash = sub.add_parser("dashboards", help="Grafana dashboards as code: build, push, render")
+    dash_sub = dash.add_subparsers(dest="dashboards_command", required=True, parser_class=_Parser)
+    build = dash_sub.add_parser("build", help="write the dashboards' JSON", formatter_class=_Help)
+    build.add_argument("--out", default=None, help="directory (default: the package's dashboards/json)")
+    push = dash_sub.add_parser("push", help="create or update folder, datasource, dashboards", formatter_class=_Help)
+    push.add_argument("--grafana-url", required=_env("grafana_url") is None, default=_env("grafana_url"))
+    push.add_argument(
+        "--api-key", default=_env("grafana_api_key"), help="service account token (env COMPACTD_GRAFANA_API_KEY)"
+    )
+    push.add_argument("--folder", default="compactd", help="folder title (uid compactd)")
+    push.add_argument(
+        "--prometheus-url",
+        default=_env("prometheus_url") or "http://prometheus:9090",
+        help="URL Grafana uses for the compactd Prometheus datasource",
+    )
+    render = dash_sub.add_parser(
+        "render", help="draw a dashboard's panels from Prometheus to PNG", formatter_class=_Help
+    )
+    render.add_argument("--prometheus-url", default=_env("prometheus_url") or "http://127.0.0.1:9090")
+    render.add_argument("--out", default="docs/img", help="directory for <dashboard>.png")
+    render.add_argument("--dashboard", default="overview", choices=["overview", "partition", "health"])
+    render.add_argument("--range-s", type=float, default=3600.0, help="time range drawn, seconds back from now")
     return parser
 
 
@@ -239,7 +262,29 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboards(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    if args.dashboards_command == "build":
+        from compactd.dashboards.build import JSON_DIR, write_all
+
+        for path in write_all(Path(args.out) if args.out else JSON_DIR):
+            print(path)
+        return 0
+    if args.dashboards_command == "push":
+        from compactd.dashboards.push import push
+
+        result = push(args.grafana_url, args.api_key, args.folder, args.prometheus_url)
+        print(result.line())
+        return 0
+    from compactd.dashboards.render import render
+
+    print(render(args.prometheus_url, Path(args.out), args.dashboard, args.range_s))
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "dashboards": cmd_dashboards,
     "run": cmd_run,
     "status": cmd_status,
     "config": cmd_config,

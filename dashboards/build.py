@@ -1,0 +1,399 @@
+"""compactd's Grafana dashboards as code (grafana-foundation-sdk, Grafana 11.6 schema).
+
+`python -m compactd.dashboards.build` (or `compactd dashboards build`) writes the JSON under `dashboards/json/`;
+tests/integration/test_dashboards.py fails when the committed JSON is not what this module builds, and runs every
+panel query against a real Prometheus scraping a real job.
+
+Three dashboards, one uid each: the overview (what is late, what could be freed, what compactd did, what comes
+next), the partition drill-down (`topic`, `partition` variables) and the job's health.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import stat, table, timeseries
+from grafana_foundation_sdk.builders.prometheus import Dataquery as PromQuery
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh, VariableSort
+
+JSON_DIR = Path(__file__).resolve().parent / "json"
+DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
+RATE = "$__rate_interval"
+PER_PARTITION = (
+    "compactd_compaction_delay_seconds|compactd_earliest_uncompacted_age_seconds|compactd_deletable_bytes|"
+    "compactd_min_committed_offset|compactd_next_action_timestamp_seconds"
+)
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str = ""
+    instant: bool = False
+
+
+def _target(q: Query, ref: str) -> PromQuery:
+    t = PromQuery().expr(q.expr).ref_id(ref).datasource(DATASOURCE)
+    if q.legend:
+        t = t.legend_format(q.legend)
+    return t.instant() if q.instant else t.range()
+
+
+def _with(panel, queries: list[Query], title: str, unit: str, w: int, h: int, description: str):
+    panel = panel.title(title).description(description).unit(unit).span(w).height(h).datasource(DATASOURCE)
+    for i, q in enumerate(queries):
+        panel = panel.with_target(_target(q, chr(ord("A") + i)))
+    return panel
+
+
+def ts(title: str, queries: list[Query], unit: str = "short", w: int = 12, h: int = 8, description: str = ""):
+    return _with(timeseries.Panel(), queries, title, unit, w, h, description)
+
+
+def st(title: str, query: Query, unit: str = "short", w: int = 4, h: int = 4, description: str = ""):
+    return _with(stat.Panel(), [query], title, unit, w, h, description)
+
+
+def tbl(title: str, queries: list[Query], unit: str = "short", w: int = 12, h: int = 8, description: str = ""):
+    return _with(table.Panel(), queries, title, unit, w, h, description)
+
+
+def _base(uid: str, title: str, description: str) -> db.Dashboard:
+    return (
+        db.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(["compactd", "kafka"])
+        .refresh("30s")
+        .time("now-6h", "now")
+        .timezone("browser")
+        .with_variable(db.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
+    )
+
+
+def overview() -> db.Dashboard:
+    d = _base(
+        "compactd-overview",
+        "compactd / overview",
+        "Compaction lag against KIP-354's bound, what consumed retention would free, what compactd did and will do.",
+    )
+    d = d.with_row(db.Row("Now"))
+    d = d.with_panel(
+        st(
+            "Max compaction delay",
+            Query("max(compactd_max_compaction_delay_seconds)"),
+            "s",
+            description="KIP-354 max-compaction-delay-secs: how far the worst partition is past its lag",
+        )
+    )
+    d = d.with_panel(
+        st(
+            "Deletable now (consumed)",
+            Query('sum(compactd_cluster_deletable_bytes{retention="consumed"})'),
+            "bytes",
+            description="What consumed retention frees: read by every counted group, old enough",
+        )
+    )
+    d = d.with_panel(
+        st(
+            "Deletable now (forced)",
+            Query('sum(compactd_cluster_deletable_bytes{retention="forced"})'),
+            "bytes",
+            description="What forced (time) retention frees, whatever the groups did",
+        )
+    )
+    d = d.with_panel(st("Partitions tracked", Query("sum(compactd_tracked_partitions)")))
+    d = d.with_panel(
+        st("Outbox", Query("sum(compactd_outbox_depth)"), description="Actions decided, not yet carried out")
+    )
+    d = d.with_panel(
+        st(
+            "DLQ records / 5m",
+            Query("sum(increase(compactd_dlq_records_total[5m]))"),
+            description="Rejected input; see the DLQ panel below",
+        )
+    )
+    d = d.with_row(db.Row("Compaction (KIP-354)"))
+    d = d.with_panel(
+        ts(
+            "Compaction delay, worst topics",
+            [Query("topk(10, compactd_topic_compaction_delay_seconds)", "{{topic}}")],
+            "s",
+            description="Per topic: the largest delay of its partitions past max.compaction.lag.ms",
+        )
+    )
+    d = d.with_panel(
+        tbl(
+            "Worst partitions",
+            [Query("topk(20, compactd_compaction_delay_seconds)", "{{topic}}/{{partition}}", instant=True)],
+            "s",
+            description="Per-partition series exist for the top-N worst partitions only (metrics.top_n)",
+        )
+    )
+    d = d.with_row(db.Row("Consumed retention (KIP-68)"))
+    d = d.with_panel(
+        ts(
+            "Deletable bytes, largest topics",
+            [Query("topk(10, compactd_topic_deletable_bytes)", "{{topic}} {{retention}}")],
+            "bytes",
+            description="Bytes deleteRecords would free now, per topic and retention level",
+        )
+    )
+    d = d.with_panel(
+        tbl(
+            "Most deletable partitions",
+            [Query("topk(20, compactd_deletable_bytes)", "{{topic}}/{{partition}} {{retention}}", instant=True)],
+            "bytes",
+        )
+    )
+    d = d.with_row(db.Row("Actions"))
+    d = d.with_panel(
+        ts(
+            "Actions",
+            [Query(f"sum by (action, status) (rate(compactd_actions_total[{RATE}]))", "{{action}} {{status}}")],
+            "ops",
+            description="Every decision by final status; dry_run until dry.run is false",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "DLQ",
+            [Query(f"sum by (stream, reason) (rate(compactd_dlq_records_total[{RATE}]))", "{{stream}} {{reason}}")],
+            "ops",
+            description="Rejected input records by stream and reason",
+        )
+    )
+    d = d.with_row(db.Row("Forecast"))
+    d = d.with_panel(
+        tbl(
+            "Next actions",
+            [
+                Query(
+                    "bottomk(20, compactd_next_action_timestamp_seconds) - time()",
+                    "{{topic}}/{{partition}} {{rule}}",
+                    instant=True,
+                )
+            ],
+            "s",
+            description="Seconds until each partition next crosses a threshold (lag or a retention), soonest first",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Next crossing per topic",
+            [Query("topk(10, time() - compactd_topic_next_action_timestamp_seconds)", "{{topic}} {{rule}}")],
+            "s",
+            description="Negative: seconds until the topic's next crossing, by rule",
+        )
+    )
+    return d
+
+
+def partition() -> db.Dashboard:
+    d = _base(
+        "compactd-partition",
+        "compactd / partition",
+        "One topic and one of its partitions (partitions appear while they are in a top-N list).",
+    )
+    d = d.with_variable(
+        db.QueryVariable("topic")
+        .label("Topic")
+        .datasource(DATASOURCE)
+        .query({"query": "label_values(compactd_topic_deletable_bytes, topic)", "refId": "topics"})
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.ALPHABETICAL_ASC)
+    )
+    d = d.with_variable(
+        db.QueryVariable("partition")
+        .label("Partition")
+        .datasource(DATASOURCE)
+        .query({"query": f'label_values({{__name__=~"{PER_PARTITION}",topic="$topic"}}, partition)', "refId": "parts"})
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.NUMERICAL_ASC)
+    )
+    sel = 'topic="$topic",partition="$partition"'
+    d = d.with_row(db.Row("Topic $topic"))
+    d = d.with_panel(
+        ts(
+            "Topic compaction delay",
+            [
+                Query('compactd_topic_compaction_delay_seconds{topic="$topic"}', "delay"),
+                Query('compactd_topic_earliest_uncompacted_age_seconds{topic="$topic"}', "oldest dirty record"),
+            ],
+            "s",
+            w=8,
+        )
+    )
+    d = d.with_panel(
+        ts("Topic deletable", [Query('compactd_topic_deletable_bytes{topic="$topic"}', "{{retention}}")], "bytes", w=8)
+    )
+    d = d.with_panel(
+        ts(
+            "Topic deletable offsets",
+            [Query('compactd_topic_deletable_offsets{topic="$topic"}', "{{retention}}")],
+            "short",
+            w=8,
+        )
+    )
+    d = d.with_row(db.Row("Partition $topic/$partition"))
+    d = d.with_panel(
+        ts(
+            "Compaction delay and dirty age",
+            [
+                Query(f"compactd_compaction_delay_seconds{{{sel}}}", "delay past max.compaction.lag.ms"),
+                Query(f"compactd_earliest_uncompacted_age_seconds{{{sel}}}", "oldest dirty record"),
+            ],
+            "s",
+            w=8,
+        )
+    )
+    d = d.with_panel(
+        ts("Deletable bytes", [Query(f"compactd_deletable_bytes{{{sel}}}", "{{retention}}")], "bytes", w=8)
+    )
+    d = d.with_panel(
+        ts(
+            "Minimum committed offset",
+            [Query(f"compactd_min_committed_offset{{{sel}}}", "min committed (counted groups)")],
+            "short",
+            w=8,
+            description="The lowest position over the groups that count; consumed retention never deletes past it",
+        )
+    )
+    d = d.with_panel(
+        tbl(
+            "Next crossings",
+            [Query(f"compactd_next_action_timestamp_seconds{{{sel}}} - time()", "{{rule}}", instant=True)],
+            "s",
+            w=24,
+            h=6,
+        )
+    )
+    return d
+
+
+def health() -> db.Dashboard:
+    d = _base("compactd-health", "compactd / job health", "Is the Spark job keeping up, and is it allowed to act?")
+    d = d.with_panel(
+        st(
+            "Offsets caught up",
+            Query("min(compactd_offsets_caught_up)"),
+            description="0 while __consumer_offsets is still being read: deletes are on hold",
+        )
+    )
+    d = d.with_panel(st("Since last batch", Query("time() - max(compactd_last_batch_timestamp_seconds)"), "s"))
+    d = d.with_panel(st("Heartbeat age", Query("time() - max(compactd_last_tick_timestamp_seconds)"), "s"))
+    d = d.with_panel(st("Outbox", Query("sum(compactd_outbox_depth)")))
+    d = d.with_panel(
+        st(
+            "Held by caps",
+            Query("sum(compactd_actions_held)"),
+            description="Due actions held by actions.per.second or compaction.max.concurrent",
+        )
+    )
+    d = d.with_panel(st("Redis keys", Query("sum(compactd_state_keys)")))
+    d = d.with_panel(
+        ts(
+            "Batch duration (p50, p95)",
+            [
+                Query(f"histogram_quantile(0.5, sum by (le) (rate(compactd_batch_seconds_bucket[{RATE}])))", "p50"),
+                Query(f"histogram_quantile(0.95, sum by (le) (rate(compactd_batch_seconds_bucket[{RATE}])))", "p95"),
+                Query(
+                    f"histogram_quantile(0.95, sum by (le) (rate(compactd_merge_seconds_bucket[{RATE}])))", "merge p95"
+                ),
+            ],
+            "s",
+            description="Driver time per micro-batch: merge into Redis, decide, act",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Source lag",
+            [Query("sum by (topic) (compactd_source_lag_records)", "{{topic}}")],
+            "short",
+            description="Records in each source topic not yet processed by a completed batch",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Input records",
+            [Query(f"sum by (stream, kind) (rate(compactd_input_records_total[{RATE}]))", "{{stream}} {{kind}}")],
+            "ops",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Records per batch",
+            [
+                Query(
+                    f"sum(rate(compactd_batch_records_sum[{RATE}])) / sum(rate(compactd_batch_records_count[{RATE}]))",
+                    "records / batch",
+                )
+            ],
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Outbox and held actions",
+            [Query("sum(compactd_outbox_depth)", "outbox"), Query("sum(compactd_actions_held)", "held by caps")],
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Config version per scope",
+            [Query("max by (scope) (compactd_config_version)", "{{scope}}")],
+            description="Applied config event version per scope",
+        )
+    )
+    d = d.with_panel(ts("Redis state", [Query("sum(compactd_state_memory_bytes)", "used memory")], "bytes"))
+    d = d.with_panel(
+        ts(
+            "Evaluations",
+            [Query(f"sum by (trigger) (rate(compactd_partition_evaluations_total[{RATE}]))", "{{trigger}}")],
+            "ops",
+        )
+    )
+    return d
+
+
+BUILDERS = {"overview": overview, "partition": partition, "health": health}
+
+
+def render_json(builder: db.Dashboard) -> str:
+    return JSONEncoder(sort_keys=True, indent=2).encode(builder.build()) + "\n"
+
+
+def build_all() -> dict[str, str]:
+    """File name → JSON text of every dashboard."""
+    return {f"{name}.json": render_json(make()) for name, make in BUILDERS.items()}
+
+
+def write_all(out: Path = JSON_DIR) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in build_all().items():
+        (out / name).write_text(text)
+        written.append(out / name)
+    return written
+
+
+def panel_queries(dashboard_json: dict) -> Iterator[tuple[str, str]]:
+    """(panel title, expr) of every query of every panel, rows included."""
+    for panel in dashboard_json.get("panels", []):
+        for inner in [panel, *panel.get("panels", [])]:
+            for target in inner.get("targets", []) or []:
+                if target.get("expr"):
+                    yield inner.get("title", ""), target["expr"]
+
+
+def load(name: str) -> dict:
+    return json.loads((JSON_DIR / f"{name}.json").read_text())
+
+
+if __name__ == "__main__":
+    for path in write_all():
+        print(path)
