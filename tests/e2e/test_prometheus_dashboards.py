@@ -1,0 +1,159 @@
+"""A real Prometheus (Debian package) scrapes a running job: every panel query of every dashboard returns series,
+the alert rules load against the real metrics, and the overview renders to PNG from the scraped data."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from compactd.app.application import Application
+from compactd.app.cli import main
+from compactd.dashboards.build import BUILDERS, JSON_DIR
+from compactd.dashboards.render import panel_results, render
+from compactd.demo.embedded import free_port
+from compactd.metrics import Metrics
+
+H = 3_600_000
+
+
+def start_prometheus(tmp: Path, target_port: int) -> tuple[subprocess.Popen, str]:
+    exe = shutil.which("prometheus")
+    assert exe, "prometheus not found: `make deps` installs the Debian package"
+    shutil.copy(JSON_DIR.parent / "alerts.yaml", tmp / "alerts.yaml")
+    (tmp / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "rule_files: [alerts.yaml]\n"
+        "scrape_configs:\n"
+        f"  - job_name: compactd\n    static_configs: [{{targets: ['127.0.0.1:{target_port}']}}]\n"
+    )
+    port = free_port()
+    log = (tmp / "prometheus.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            exe,
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def query(url: str, expr: str) -> list:
+    with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}", timeout=10) as r:
+        return json.load(r)["data"]["result"]
+
+
+def wait_for(what: str, check, timeout_s: float) -> None:
+    until = time.monotonic() + timeout_s
+    while True:
+        try:
+            if check():
+                return
+        except OSError:
+            pass  # Prometheus still starting
+        assert time.monotonic() < until, what
+        time.sleep(0.5)
+
+
+@pytest.mark.spark
+def test_every_panel_query_returns_series_from_a_real_prometheus(
+    spark, cluster, job_settings, tmp_path, capsys, monkeypatch
+) -> None:
+    topic = cluster.name("orders")
+    metrics_port = free_port()
+    s = job_settings(
+        trigger_interval_ms=1000,
+        metrics_port=metrics_port,
+        metrics={"top_n": 100, "sample_interval_ms": 1000},
+        thresholds={
+            f"topic:{topic}": {
+                "max.compaction.lag.ms": H,
+                "consumed.retention.ms": H,
+                "forced.retention.ms": 2 * H,
+            }
+        },
+    )
+    for t in (s.topics.segments, s.topics.commits, s.topics.config):
+        cluster.create(t)
+    now = int(time.time() * 1000)
+
+    def seg(base: int, ts: int, closed: int) -> dict:
+        return {
+            "type": "segment_rolled",
+            "topic": topic,
+            "partition": 0,
+            "base_offset": base,
+            "end_offset": base + 100,
+            "first_batch_max_ts": ts,
+            "size_bytes": 4096,
+            "ts": closed,
+        }
+
+    # an overdue dirty segment, read by every group and past forced retention; a fresh one that crosses later
+    cluster.send(s.topics.segments, [seg(0, now - 3 * H, now - 3 * H), seg(100, now - 60_000, now - 60_000)])
+    cluster.send(
+        s.topics.commits,
+        [{"type": "offset_commit", "group": "g", "topic": topic, "partition": 0, "offset": 200, "ts": now}],
+    )
+    cluster.send_raw(s.topics.segments, b"{not json", b"bad")
+    cluster.flush()
+    flags = ["--bootstrap-servers", s.bootstrap_servers, "--redis-url", s.redis_url]
+
+    prom, prom_url = start_prometheus(tmp_path, metrics_port)
+    stop = threading.Event()
+    try:
+        with Application(s, spark=spark, metrics=Metrics(CollectorRegistry())) as job:
+            runner = threading.Thread(target=job.run, kwargs={"stop": stop})
+            runner.start()
+            try:
+                monkeypatch.setenv("COMPACTD_TOPICS__CONFIG", s.topics.config)
+                assert main(["config", "set", "global", "action.retry.ms=600000", *flags]) == 0
+                wait_for(
+                    "Prometheus scraping the job",
+                    lambda: any(r["value"][1] == "1" for r in query(prom_url, 'up{job="compactd"}')),
+                    90,
+                )
+                wait_for(
+                    "the job's data in Prometheus",
+                    lambda: (
+                        query(prom_url, f'compactd_compaction_delay_seconds{{topic="{topic}"}}')
+                        and query(prom_url, 'compactd_config_version{scope="global"}')
+                    ),
+                    90,
+                )
+                time.sleep(5)  # a few more scrapes, so rate() has two points in every window
+
+                variables = {"topic": topic, "partition": "0"}
+                empty: dict[str, int] = {}
+                for _ in range(20):
+                    results = {n: panel_results(prom_url, n, variables) for n in BUILDERS}
+                    empty = {f"{n}/{q}": c for n, qs in results.items() for q, c in qs.items() if c == 0}
+                    if not empty:
+                        break
+                    time.sleep(1)
+                assert not empty, empty
+                total = sum(len(qs) for qs in results.values())
+                assert total >= 35  # every query of the three dashboards ran
+                png = render(prom_url, tmp_path / "img", "overview", range_s=300)
+                assert png.stat().st_size > 20_000
+                rules = json.load(urllib.request.urlopen(f"{prom_url}/api/v1/rules", timeout=10))["data"]["groups"]
+                assert len(rules[0]["rules"]) == 7 and all(r["health"] == "ok" for r in rules[0]["rules"])
+            finally:
+                stop.set()
+                runner.join(120)
+    finally:
+        prom.terminate()
+        prom.wait(20)
+    capsys.readouterr()
