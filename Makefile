@@ -42,6 +42,7 @@ lint: deps
 bench: deps
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/decode_offsets.py
+	$(BIN)/python bench/metrics_scrape.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .demo

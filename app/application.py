@@ -168,6 +168,7 @@ class Application:
     def _arm_readiness(self) -> None:
         """Snapshot the offsets topic's high watermarks; deletes wait until the stream has read that far."""
         if self.settings.offsets_source != "consumer_offsets":
+            self.metrics.offsets_caught_up.set(1)  # offsets come from the commits topic: no gate to wait for
             return
         topic = self.settings.topics.consumer_offsets
         targets = high_watermarks(self.conn, topic)

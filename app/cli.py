@@ -92,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--duration", type=float, default=float(_env("duration") or 0), help="stop after this many seconds; 0 = Ctrl-C"
     )
     demo.add_argument("--workdir", default=_env("workdir"), help="keep demo data here (default: a temp dir, removed)")
+    demo.add_argument(
+        "--render",
+        default=None,
+        metavar="DIR",
+        help="also run a local Prometheus (Debian package) and, at the end, draw the dashboards to DIR/*.png",
+    )
 
     agent = sub.add_parser("agent", help="publish segment events from Kafka log directories", formatter_class=_Help)
     agent.add_argument(
@@ -157,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--out", default="docs/img", help="directory for <dashboard>.png")
     render.add_argument("--dashboard", default="overview", choices=["overview", "partition", "health"])
     render.add_argument("--range-s", type=float, default=3600.0, help="time range drawn, seconds back from now")
+    render.add_argument("--var", action="append", default=[], metavar="NAME=VALUE", help="dashboard variable")
     return parser
 
 
@@ -212,7 +219,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from compactd.demo.demo import run_demo
 
-    return run_demo(duration_s=args.duration, workdir=args.workdir)
+    return run_demo(duration_s=args.duration, workdir=args.workdir, render_dir=args.render)
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
@@ -279,7 +286,8 @@ def cmd_dashboards(args: argparse.Namespace) -> int:
         return 0
     from compactd.dashboards.render import render
 
-    print(render(args.prometheus_url, Path(args.out), args.dashboard, args.range_s))
+    variables = dict(v.split("=", 1) for v in args.var if "=" in v)
+    print(render(args.prometheus_url, Path(args.out), args.dashboard, args.range_s, variables))
     return 0
 
 

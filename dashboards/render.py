@@ -42,14 +42,23 @@ def _legend(fmt: str, labels: dict[str, str]) -> str:
     return out
 
 
-def render(prometheus_url: str, out_dir: Path, name: str = "overview", range_s: float = 3600.0) -> Path:
-    """Draw every panel of dashboard `name` into one PNG; returns its path."""
+def render(
+    prometheus_url: str,
+    out_dir: Path,
+    name: str = "overview",
+    range_s: float = 3600.0,
+    variables: dict[str, str] | None = None,
+) -> Path:
+    """Draw every panel of dashboard `name` into one PNG; returns its path. `variables`: values for $topic, ..."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    board = load(name)
+    text = json.dumps(load(name))
+    for var, value in (variables or {}).items():
+        text = text.replace(f"${var}", value)
+    board = json.loads(text)
     panels = [p for p in board["panels"] if p.get("type") != "row"]
     cols = 3
     rows = math.ceil(len(panels) / cols)
@@ -70,10 +79,13 @@ def render(prometheus_url: str, out_dir: Path, name: str = "overview", range_s: 
             ax.set_ylabel(UNITS.get(unit, unit), fontsize=8)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=6, loc="upper left")
+            else:
+                _no_data(ax)
         elif panel["type"] == "stat":
             result = prom_query(prometheus_url, targets[0]["expr"], end)
             value = float(result[0]["value"][1]) if result else float("nan")
-            ax.text(0.5, 0.45, f"{value:,.0f}", ha="center", va="center", fontsize=26)
+            shown = "no data" if math.isnan(value) else f"{value:,.0f}"
+            ax.text(0.5, 0.45, shown, ha="center", va="center", fontsize=26 if result else 16)
             ax.text(0.5, 0.12, UNITS.get(unit, unit), ha="center", fontsize=9, color="grey")
             ax.set_axis_off()
         else:  # table: one bar per row, largest first
@@ -82,18 +94,27 @@ def render(prometheus_url: str, out_dir: Path, name: str = "overview", range_s: 
                 for series in prom_query(prometheus_url, t["expr"], end):
                     bars.append((_legend(t.get("legendFormat", ""), series["metric"]), float(series["value"][1])))
             bars = bars[:12]
+            if not bars:
+                _no_data(ax)
+                continue
             ax.barh([b[0] for b in bars][::-1], [b[1] for b in bars][::-1])
             ax.tick_params(axis="y", labelsize=6)
             ax.set_xlabel(UNITS.get(unit, unit), fontsize=8)
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_axis_off()
     fig.suptitle(board["title"], fontsize=14)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.png"
     fig.savefig(path, dpi=80)
     plt.close(fig)
     return path
+
+
+def _no_data(ax: object) -> None:
+    ax.text(0.5, 0.5, "no data now", ha="center", va="center", fontsize=11, color="grey", transform=ax.transAxes)  # type: ignore[attr-defined]
+    ax.set_xticks([])  # type: ignore[attr-defined]
+    ax.set_yticks([])  # type: ignore[attr-defined]
 
 
 def panel_results(prometheus_url: str, name: str, variables: dict[str, str]) -> dict[str, int]:

@@ -27,7 +27,7 @@ from confluent_kafka.admin import NewTopic
 from compactd.app.settings import Settings
 from compactd.app.status import format_table, status_rows
 from compactd.clock import now_ms
-from compactd.demo.embedded import Service, kafka_broker, redis_server
+from compactd.demo.embedded import Service, free_port, kafka_broker, prometheus_server, redis_server
 from compactd.kafka.admin import admin_client, ensure_topics
 from compactd.keys import partition_key
 
@@ -201,8 +201,11 @@ def _printer(settings: Settings, sim: SimulatedCluster, stop: threading.Event, s
         print("\n".join(out), flush=True)
 
 
-def run_demo(duration_s: float = 0, workdir: str | None = None) -> int:
-    """Run until Ctrl-C or `duration_s`; a temp dir is removed at the end, a given `workdir` is kept."""
+def run_demo(duration_s: float = 0, workdir: str | None = None, render_dir: str | None = None) -> int:
+    """Run until Ctrl-C or `duration_s`; a temp dir is removed at the end, a given `workdir` is kept.
+
+    `render_dir`: also scrape the job with a local Prometheus and draw the dashboards there when the demo ends.
+    """
     from compactd.app.application import Application
 
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="compactd-demo-"))
@@ -215,6 +218,14 @@ def run_demo(duration_s: float = 0, workdir: str | None = None) -> int:
         services.append(kafka_broker(root / "broker"))
         redis_port, broker_port = services[0].port, services[1].port
         settings = demo_settings(f"127.0.0.1:{broker_port}", f"redis://127.0.0.1:{redis_port}/0", root / "checkpoint")
+        prometheus_url = None
+        if render_dir:
+            settings.metrics_port = free_port()
+            settings.metrics.sample_interval_ms = 2000
+            prom = prometheus_server(root / "prometheus", settings.metrics_port)
+            services.append(prom)
+            prometheus_url = f"http://127.0.0.1:{prom.port}"
+            print(f"demo: Prometheus {prometheus_url} scrapes the job every second", flush=True)
         print(f"demo: broker 127.0.0.1:{broker_port}, redis 127.0.0.1:{redis_port}, data in {root}", flush=True)
         # before the simulated cleaner subscribes to the actions topic
         ensure_topics(settings.kafka_connection(), settings.own_topics(), configs=settings.own_topic_configs())
@@ -231,6 +242,13 @@ def run_demo(duration_s: float = 0, workdir: str | None = None) -> int:
             t.start()
         with Application(settings) as app:
             app.run(stop=stop)
+        if prometheus_url and render_dir:
+            from compactd.dashboards.render import render
+
+            span = max(time.monotonic() - started, 60.0)
+            for name in ("overview", "health", "partition"):
+                path = render(prometheus_url, Path(render_dir), name, span, {"topic": "orders", "partition": "0"})
+                print(f"demo: drew {path}", flush=True)
         for t in threads[:2]:
             t.join(10)
         state = settings.redis_state()

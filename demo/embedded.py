@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import time
+from importlib import resources
 from pathlib import Path
 
 from compactd.errors import CompactdError
@@ -100,3 +101,27 @@ def kafka_broker(workdir: Path, port: int | None = None) -> Service:
         str(port),
     ]
     return Service("noida-db", argv, port, workdir / "broker.log")
+
+
+def prometheus_server(workdir: Path, target_port: int, port: int | None = None) -> Service:
+    """A Prometheus (Debian package) scraping 127.0.0.1:`target_port` every second, with compactd's alert rules."""
+    exe = shutil.which("prometheus")
+    if exe is None:
+        raise CompactdError("prometheus not found: run `make deps` (apt-get install prometheus)")
+    port = port or free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    rules = resources.files("compactd.dashboards").joinpath("alerts.yaml").read_text()
+    (workdir / "alerts.yaml").write_text(rules)
+    (workdir / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "rule_files: [alerts.yaml]\n"
+        "scrape_configs:\n"
+        f"  - job_name: compactd\n    static_configs: [{{targets: ['127.0.0.1:{target_port}']}}]\n"
+    )
+    argv = [
+        exe,
+        f"--config.file={workdir / 'prometheus.yml'}",
+        f"--storage.tsdb.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    return Service("prometheus", argv, port, workdir / "prometheus.log")

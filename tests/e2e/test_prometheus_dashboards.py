@@ -4,50 +4,22 @@ the alert rules load against the real metrics, and the overview renders to PNG f
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import threading
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from compactd.app.application import Application
 from compactd.app.cli import main
-from compactd.dashboards.build import BUILDERS, JSON_DIR
+from compactd.dashboards.build import BUILDERS
 from compactd.dashboards.render import panel_results, render
-from compactd.demo.embedded import free_port
+from compactd.demo.embedded import free_port, prometheus_server
 from compactd.metrics import Metrics
 
 H = 3_600_000
-
-
-def start_prometheus(tmp: Path, target_port: int) -> tuple[subprocess.Popen, str]:
-    exe = shutil.which("prometheus")
-    assert exe, "prometheus not found: `make deps` installs the Debian package"
-    shutil.copy(JSON_DIR.parent / "alerts.yaml", tmp / "alerts.yaml")
-    (tmp / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "rule_files: [alerts.yaml]\n"
-        "scrape_configs:\n"
-        f"  - job_name: compactd\n    static_configs: [{{targets: ['127.0.0.1:{target_port}']}}]\n"
-    )
-    port = free_port()
-    log = (tmp / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            exe,
-            f"--config.file={tmp / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    return proc, f"http://127.0.0.1:{port}"
 
 
 def query(url: str, expr: str) -> list:
@@ -111,7 +83,8 @@ def test_every_panel_query_returns_series_from_a_real_prometheus(
     cluster.flush()
     flags = ["--bootstrap-servers", s.bootstrap_servers, "--redis-url", s.redis_url]
 
-    prom, prom_url = start_prometheus(tmp_path, metrics_port)
+    prom = prometheus_server(tmp_path / "prometheus", metrics_port)
+    prom_url = f"http://127.0.0.1:{prom.port}"
     stop = threading.Event()
     try:
         with Application(s, spark=spark, metrics=Metrics(CollectorRegistry())) as job:
@@ -154,6 +127,5 @@ def test_every_panel_query_returns_series_from_a_real_prometheus(
                 stop.set()
                 runner.join(120)
     finally:
-        prom.terminate()
-        prom.wait(20)
+        prom.stop()
     capsys.readouterr()
