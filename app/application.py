@@ -278,13 +278,14 @@ class Application:
         stop = stop or threading.Event()
         interval = self.settings.trigger_interval_ms / 1000
         last_error, said_at = "", 0.0
-        # every partition once, so the per-partition metrics describe all of them from the first scrape
-        self.controller.evaluate_all()
+        warming = True
         try:
             while query.isActive and not stop.is_set():
                 try:
                     self.metrics.last_tick.set(time.time())
                     self.controller.tick()
+                    if warming:  # metrics of partitions no batch touched yet, one chunk per tick
+                        warming = self.controller.warm_metrics() > 0
                     self._sample()
                     if last_error:
                         log.info("deadline ticks work again")

@@ -45,6 +45,9 @@ class PartitionMetrics(Collector):
     def __len__(self) -> int:
         return len(self._stats)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._stats
+
     def describe(self) -> list[Any]:
         return []  # series come and go with the top-N lists: nothing fixed to declare
 

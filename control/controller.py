@@ -68,6 +68,7 @@ class Controller:
         self.lock = threading.Lock()
         self.bucket = TokenBucket(resolve_global(self.layers).actions_per_second)
         self.monotonic = time.monotonic  # the rate cap runs on real time whatever `clock` says
+        self._unwarmed: list[tuple[str, int]] | None = None  # partitions whose metrics a start has not filled yet
         # actions due but held back by actions.per.second after the last dispatch: `run --once` waits for them
         self.held_back = 0
         # what this process carried out, by final status: the `run --once` summary line reads it
@@ -134,6 +135,22 @@ class Controller:
             self._evaluate(keys, trigger)
             self._dispatch()
             return len(keys)
+
+    def warm_metrics(self, limit: int = EVAL_CHUNK) -> int:
+        """Fill the per-partition metrics of partitions no batch has evaluated yet, `limit` at a time (one chunk per
+        tick after a start), read-only: a restart decides again at once and is not held up by a full scan."""
+        with self.lock:
+            if self._unwarmed is None:
+                self._unwarmed = self.state.all_partitions()
+            chunk, self._unwarmed = self._unwarmed[:limit], self._unwarmed[limit:]
+            if chunk:
+                now = self.clock()
+                for view in self.state.views(chunk):
+                    th = self.thresholds(view.topic, view.partition)
+                    key = (view.topic, view.partition)
+                    if not topic_excluded(view.topic, th, self.own_topics) and key not in self.metrics.partitions:
+                        self.metrics.partitions.update(key, partition_stats(view, th, now))
+            return len(self._unwarmed)
 
     def evaluate_all(self) -> int:
         """Evaluate every known partition (`run --once`, and start-up after a long pause); returns how many."""
