@@ -21,7 +21,7 @@ from compactd.app.settings import Settings
 from compactd.clock import now_ms
 from compactd.control.controller import Controller, Probe, _no_probe
 from compactd.control.runtime_config import RuntimeConfig
-from compactd.errors import ConfigError, DependencyUnavailable, QueryFailed
+from compactd.errors import ConfigError, DependencyUnavailable, ForcedStop, QueryFailed, StopTimeout
 from compactd.kafka.admin import admin_client, check_reachable, ensure_topics, high_watermarks, list_end_offsets
 from compactd.metrics import Metrics, default_metrics
 from compactd.policy.readiness import Readiness
@@ -107,6 +107,7 @@ class Application:
         self._last_log = time.monotonic()
         self._idle_batches = 0
         self._admin: Any = None
+        self.forced = False  # a second signal: leave without waiting for the running batch
         self._sampled_at = 0.0
 
     @property
@@ -196,7 +197,7 @@ class Application:
         )
         self.job = StreamingJob(spec, self.spark, self.on_batch)
         self.job.start(once)
-        self._closers.append(self.job.stop)
+        self._closers.append(self._stop_job)
 
     # ---- per batch ----
 
@@ -268,6 +269,9 @@ class Application:
         if once:
             try:
                 query.awaitTermination()
+            except ForcedStop:
+                self.forced = True
+                raise
             except Exception as exc:  # reported once, on one line
                 self._raise_if_failed()
                 raise QueryFailed(f"streaming query failed: {root_cause(str(exc))}") from None
@@ -290,6 +294,8 @@ class Application:
                     if last_error:
                         log.info("deadline ticks work again")
                     last_error = ""
+                except ForcedStop:
+                    raise
                 except Exception as exc:  # a Redis or Kafka hiccup: say so once, keep the stream, retry next tick
                     error = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
                     if error != last_error or time.monotonic() - said_at >= IDLE_LOG_EVERY_S:
@@ -297,10 +303,33 @@ class Application:
                         said_at = time.monotonic()
                     last_error = error
                 stop.wait(interval)
-        finally:
-            self.job.stop()
-        self._raise_if_failed()
+            self._raise_if_failed()
+            if stop.is_set():
+                self._stop_gracefully()
+        except ForcedStop:
+            self.forced = True
+            raise
         return self.summary.line(self.controller.outcomes)
+
+    def _stop_gracefully(self) -> None:
+        """SIGTERM: let the running batch finish, stop the query between batches, send what the outbox holds."""
+        assert self.job is not None
+        budget = self.settings.stop_timeout_ms / 1000
+        until = time.monotonic() + budget
+        log.info("stopping: finishing the running batch, then draining the outbox (at most %.0fs)", budget)
+        if not self.job.stop(timeout_s=budget):
+            self.forced = True
+            raise StopTimeout(
+                f"the running batch did not finish within stop_timeout_ms={self.settings.stop_timeout_ms}; "
+                "the checkpoint replays it on the next start"
+            )
+        self.controller.tick()  # decisions due now go out before we leave
+        self._drain(until)
+
+    def _stop_job(self) -> None:
+        """Closer for the query: between batches, unless a forced stop left it to die with the process."""
+        if self.job is not None and not self.forced:
+            self.job.stop(timeout_s=self.settings.stop_timeout_ms / 1000)
 
     def _sample(self) -> None:
         """Gauges that need a round trip (source lag: one ListOffsets; Redis size), every metrics.sample_interval_ms."""

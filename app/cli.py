@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from compactd.errors import CompactdError, ConfigError, InputError, UsageError
+from compactd.errors import CompactdError, ConfigError, ForcedStop, InputError, UsageError
 
 # Options that map to top-level settings (flag -> settings field); each also reads COMPACTD_<OPTION>.
 JOB_OPTIONS = ("bootstrap_servers", "redis_url", "checkpoint_dir", "trigger_interval_ms", "metrics_port")
@@ -175,10 +175,21 @@ def _settings(args: argparse.Namespace, options: Sequence[str] = JOB_OPTIONS) ->
 
 
 def _stop_on_signals() -> threading.Event:
+    """First SIGTERM/SIGINT: stop gracefully (finish the batch, drain the outbox). Second: leave at once."""
     stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop.is_set():
+            raise ForcedStop(
+                f"stopped by a second {signal.Signals(signum).name} before the running batch finished; "
+                "the checkpoint replays it on the next start"
+            )
+        log.info("%s: stopping after the running batch (send it again to stop at once)", signal.Signals(signum).name)
+        stop.set()
+
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
     return stop
 
 

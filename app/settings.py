@@ -72,6 +72,8 @@ class Settings(BaseSettings):
     # "kafka" = Spark's own connector (needs the spark-sql-kafka jar); same options, same row shape.
     spark_source: Literal["compactd-kafka", "kafka"] = "compactd-kafka"
     create_topics: bool = True
+    # SIGTERM: finish the running batch and drain the outbox within this long, else exit 1 (a 2nd SIGTERM: at once)
+    stop_timeout_ms: int = Field(120_000, ge=0)
 
     @field_validator("thresholds")
     @classmethod

@@ -56,3 +56,11 @@ class UnsafeDecision(CompactdError):
 
 class QueryFailed(CompactdError):
     """The Spark streaming query stopped with an error; the message is its root cause, on one line."""
+
+
+class ForcedStop(CompactdError):
+    """A second SIGTERM/SIGINT while stopping: exit now; the checkpoint replays the batch that was running."""
+
+
+class StopTimeout(CompactdError):
+    """The running batch did not finish within stop_timeout_ms after a stop was asked for."""

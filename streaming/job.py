@@ -105,15 +105,21 @@ class StreamingJob:
         exc = self.query.exception() if self.query is not None else None
         return None if exc is None else root_cause(str(exc))
 
-    def stop(self, timeout_s: float = 120.0) -> None:
-        """Stop between batches: stopping inside foreachBatch has crashed Spark's stream thread."""
+    def stop(self, timeout_s: float = 120.0) -> bool:
+        """Stop between batches (stopping inside foreachBatch has crashed Spark's stream thread).
+
+        Returns False, leaving the query running, if the running batch did not finish within `timeout_s`.
+        """
         query = self.query
         if query is None or not query.isActive:
-            return
+            return True
         deadline = time.monotonic() + timeout_s
-        while query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        while query.status.get("isTriggerActive"):
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(0.1)
         query.stop()
+        return True
 
 
 def describe(exc: BaseException) -> str:
