@@ -63,6 +63,8 @@ class Settings(BaseSettings):
     # Redis AUTH without putting the password in the URL (env COMPACTD_REDIS_PASSWORD); never logged.
     # TLS: a `rediss://` URL, with `?ssl_ca_certs=/path/ca.pem` (redis-py URL options) when the CA is private.
     redis_password: SecretStr | None = None
+    # redis_url names any node of a Redis Cluster; the client finds the others (redis-py's RedisCluster)
+    redis_cluster: bool = False
     max_rows_per_trigger: int = Field(500_000, gt=0)
     max_event_bytes: int = Field(64 * 1024, gt=0)
     metrics_port: int = Field(0, ge=0, description="Prometheus /metrics port on the driver; 0 = off")
@@ -101,7 +103,9 @@ class Settings(BaseSettings):
         from compactd.state.redis_store import RedisState
 
         password = None if self.redis_password is None else self.redis_password.get_secret_value()
-        return RedisState.from_url(self.redis_url, self.redis_prefix, timeout_s=timeout_s, password=password)
+        return RedisState.from_url(
+            self.redis_url, self.redis_prefix, timeout_s=timeout_s, password=password, cluster=self.redis_cluster
+        )
 
     def secrets(self) -> list[str]:
         """Config-event signing secrets, the first one signs (never logged: SecretStr hides them)."""

@@ -54,7 +54,9 @@ class Service:
         self._log.close()
 
 
-def redis_server(workdir: Path, port: int | None = None, password: str | None = None) -> Service:
+def redis_server(
+    workdir: Path, port: int | None = None, password: str | None = None, extra: tuple[str, ...] = ()
+) -> Service:
     exe = shutil.which("redis-server")
     if exe is None:
         raise CompactdError("redis-server not found: run `make deps` (apt-get install redis-server)")
@@ -75,6 +77,7 @@ def redis_server(workdir: Path, port: int | None = None, password: str | None = 
         "--daemonize",
         "no",
         *(["--requirepass", password] if password else []),
+        *extra,
     ]
     return Service("redis", argv, port, workdir / "redis.log")
 
@@ -125,3 +128,55 @@ def prometheus_server(workdir: Path, target_port: int, port: int | None = None) 
         f"--web.listen-address=127.0.0.1:{port}",
     ]
     return Service("prometheus", argv, port, workdir / "prometheus.log")
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is valid and free too."""
+    for _ in range(200):
+        port = free_port()
+        if port + 10_000 > 65_535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 10_000))
+            except OSError:
+                continue
+        return port
+    raise CompactdError("no free port pair for a Redis Cluster node")
+
+
+def redis_cluster(workdir: Path, masters: int = 3) -> list[Service]:
+    """A real Redis Cluster on loopback: `masters` redis-servers with cluster mode on, slots spread by redis-cli."""
+    nodes = []
+    try:
+        for i in range(masters):
+            node_dir = workdir / f"node{i}"
+            extra = ("--cluster-enabled", "yes", "--cluster-config-file", str(node_dir / "nodes.conf"))
+            nodes.append(redis_server(node_dir, port=_cluster_port(), extra=extra))
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise CompactdError("redis-cli not found: run `make deps` (apt-get install redis-server)")
+        addresses = [f"127.0.0.1:{n.port}" for n in nodes]
+        subprocess.run(
+            [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        deadline = time.monotonic() + 30
+        while True:  # every node agrees the cluster is up
+            states = [
+                subprocess.run(
+                    [cli, "-p", str(n.port), "cluster", "info"], capture_output=True, text=True, timeout=10
+                ).stdout
+                for n in nodes
+            ]
+            if all("cluster_state:ok" in st for st in states):
+                return nodes
+            if time.monotonic() > deadline:
+                raise CompactdError("redis cluster did not reach cluster_state:ok within 30s")
+            time.sleep(0.2)
+    except BaseException:
+        for n in nodes:
+            n.stop()
+        raise

@@ -34,14 +34,20 @@ def _safe_url(url: str) -> str:
 class RedisState:
     """Narrow interface over Redis: merge a batch, read views, schedule deadlines, keep the outbox."""
 
-    def __init__(self, client: redis.Redis, prefix: str = "cd", url: str = "") -> None:
-        self.r = client
+    def __init__(
+        self, client: redis.Redis | Callable[[], Any], prefix: str = "cd", url: str = "", cluster: bool = False
+    ) -> None:
+        """`client`: a redis-py client, or a function making one on first use (a cluster client connects as it is
+        made, and constructors here only configure)."""
+        self._client: Any = None if callable(client) else client
+        self._make_client: Callable[[], Any] | None = client if callable(client) else None
         self.prefix = prefix
         self.url = url
+        self.cluster = cluster
         self.keys = RedisKeys(prefix)
         lua = resources.files(__package__ or "compactd.state").joinpath("lua")
-        self._merge = self.r.register_script(lua.joinpath("merge.lua").read_text())  # loaded on first use
-        self._recount = self.r.register_script(lua.joinpath("recount.lua").read_text())
+        self._lua = {name: lua.joinpath(f"{name}.lua").read_text() for name in ("merge", "recount")}
+        self._scripts: dict[str, Any] = {}
         self.k_deadlines = self.keys.deadlines
         self.k_compaction_due = self.keys.compaction_due
         self.k_rec = self.keys.records
@@ -50,19 +56,50 @@ class RedisState:
         self.k_nudge = self.keys.nudge
         self.k_topics = self.keys.topics
 
+    @property
+    def r(self) -> Any:
+        if self._client is None:
+            assert self._make_client is not None
+            self._client = self._make_client()
+        return self._client
+
+    def _script(self, name: str) -> Any:
+        """A Lua script bound to the client (EVALSHA, loaded on first use, per node in a cluster)."""
+        if name not in self._scripts:
+            self._scripts[name] = self.r.register_script(self._lua[name])
+        return self._scripts[name]
+
     @classmethod
-    def from_url(cls, url: str, prefix: str = "cd", timeout_s: float = 5.0, password: str | None = None) -> RedisState:
-        """Configure only: redis-py connects on the first command (see `start`). `password` beats the URL's."""
-        extra = {} if password is None else {"password": password}
-        client = redis.Redis.from_url(
-            url, socket_connect_timeout=timeout_s, socket_timeout=max(timeout_s, 30.0), **extra
-        )
-        return cls(client, prefix, url)
+    def from_url(
+        cls,
+        url: str,
+        prefix: str = "cd",
+        timeout_s: float = 5.0,
+        password: str | None = None,
+        cluster: bool = False,
+    ) -> RedisState:
+        """Configure only: the client connects on first use (see `start`). `password` beats the URL's.
+
+        `cluster`: `url` names any node of a Redis Cluster; the client discovers the others and routes each key to
+        its slot. Every multi-key operation compactd makes stays within one hash tag (one slot).
+        """
+        extra: dict[str, Any] = {"socket_connect_timeout": timeout_s, "socket_timeout": max(timeout_s, 30.0)}
+        if password is not None:
+            extra["password"] = password
+        if cluster:
+            from redis.cluster import RedisCluster
+
+            return cls(lambda: RedisCluster.from_url(url, **extra), prefix, url, cluster=True)
+        return cls(redis.Redis.from_url(url, **extra), prefix, url)
 
     def start(self) -> None:
         """Connect and check the server answers: DependencyUnavailable names the setting to change."""
         try:
             self.r.ping()
+        except redis.exceptions.RedisClusterException as exc:
+            raise DependencyUnavailable(
+                "Redis Cluster", _safe_url(self.url), "--redis-url / redis_url (and redis_cluster)", str(exc)[:200]
+            ) from None
         except redis.AuthenticationError as exc:
             raise DependencyUnavailable(
                 "Redis", _safe_url(self.url), "--redis-url / redis_url (or redis_password)", str(exc)
@@ -72,11 +109,19 @@ class RedisState:
             raise DependencyUnavailable("Redis", _safe_url(self.url), "--redis-url / redis_url", cause) from None
 
     def close(self) -> None:
-        self.r.close()
+        if self._client is not None:
+            self._client.close()
 
     def size(self) -> tuple[int, int]:
-        """(keys in the database, Redis used_memory bytes), for the state-size gauges."""
-        return int(self.r.dbsize()), int(self.r.info("memory").get("used_memory", 0))
+        """(keys in the database, Redis used_memory bytes), for the state-size gauges; summed over a cluster."""
+        where = {"target_nodes": "primaries"} if self.cluster else {}
+        keys = self.r.dbsize(**where)
+        info = self.r.info("memory", **where)
+        if isinstance(keys, dict):
+            keys = sum(keys.values())
+        if "used_memory" in info:
+            return int(keys), int(info["used_memory"])
+        return int(keys), sum(int(node.get("used_memory", 0)) for node in info.values() if isinstance(node, dict))
 
     def topic_base(self, topic: str) -> str:
         return self.keys.topic_base(topic)
@@ -116,15 +161,16 @@ class RedisState:
                 deleted_in.setdefault(_s(topic), []).append(group)
         topics = sorted(set(changes.topics) | set(deleted_in) | set(assign))
         empty = TopicChanges()
-        pipe = self.r.pipeline(transaction=False)  # one round trip for every topic's script
-        for topic in topics:
-            payload = self._payload(
+        payloads = [
+            self._payload(
                 topic, changes.topics.get(topic, empty), deleted_in.get(topic, []), assign.get(topic, []), counts
             )
-            self._merge(keys=[self.topic_base(topic)], args=[stream_id, batch_id, payload], client=pipe)
+            for topic in topics
+        ]
+        results = self._run_merges(stream_id, batch_id, topics, payloads)
         touched: dict[str, set[int]] = {}
         replayed = False
-        for topic, res in zip(topics, pipe.execute(), strict=True):
+        for topic, res in zip(topics, results, strict=True):
             if res == -1:
                 replayed = True
                 # state already has this batch; still report what it touched so deadlines get refreshed
@@ -148,6 +194,20 @@ class RedisState:
             if not self.r.sismember(self.keys.groups(topic), group):
                 self.r.srem(self.keys.group_topics(group), topic)
         return touched, replayed
+
+    def _run_merges(self, stream_id: str, batch_id: int, topics: list[str], payloads: list[str]) -> list[Any]:
+        """One merge script per topic: pipelined in one round trip on a single server; on a cluster, where
+        redis-py does not pipeline scripts, one call each (every script stays on its topic's slot)."""
+        script = self._script("merge")
+        if self.cluster:
+            return [
+                script(keys=[self.topic_base(t)], args=[stream_id, batch_id, p])
+                for t, p in zip(topics, payloads, strict=True)
+            ]
+        pipe = self.r.pipeline(transaction=False)
+        for topic, payload in zip(topics, payloads, strict=True):
+            script(keys=[self.topic_base(topic)], args=[stream_id, batch_id, payload], client=pipe)
+        return pipe.execute()
 
     @staticmethod
     def _partitions_in(tc: TopicChanges) -> Iterable[int]:
@@ -184,7 +244,7 @@ class RedisState:
         touched: list[tuple[str, int]] = []
         for topic in self.topics() if topics is None else topics:
             counted = [g for g in self.groups(topic) if counts(g, topic)]
-            parts = self._recount(keys=[self.topic_base(topic)], args=[json.dumps(counted)])
+            parts = self._script("recount")(keys=[self.topic_base(topic)], args=[json.dumps(counted)])
             touched.extend((topic, int(_s(n))) for n in parts)
         return touched
 
