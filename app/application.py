@@ -72,13 +72,13 @@ class Application:
         self.settings = settings
         self.spark = spark
         self.verbose = verbose
-        self.metrics = metrics or default_metrics()
+        self.metrics = metrics or default_metrics(settings.cluster)
         self.metrics.partitions.top_n = settings.metrics.top_n
         conn = settings.kafka_connection()
         self.conn = conn
         self.state = settings.redis_state(timeout_s=CHECK_TIMEOUT_S)
-        self.audit = AuditLog(conn, settings.topics.actions)
-        self.dlq = DeadLetters(conn, settings.topics.dlq)
+        self.audit = AuditLog(conn, settings.topics.actions, cluster=settings.cluster)
+        self.dlq = DeadLetters(conn, settings.topics.dlq, cluster=settings.cluster)
         self.sink: ActionSink = sink or KafkaAdminSink(conn, self.state)
         self.readiness = Readiness(settings.topics.consumer_offsets, None)
         self.controller = Controller(

@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     config_secrets: list[SecretStr] = Field(default_factory=list)
     # Extensions beyond the contract.
     redis_prefix: str = "cd"
+    # The Kafka cluster this job watches: part of every Redis key, action record and metric, so jobs for several
+    # clusters share one Redis, one Prometheus and one set of dashboards.
+    cluster: str = Field("default", pattern=r"^[A-Za-z0-9._-]{1,64}$")
     # Redis AUTH without putting the password in the URL (env COMPACTD_REDIS_PASSWORD); never logged.
     # TLS: a `rediss://` URL, with `?ssl_ca_certs=/path/ca.pem` (redis-py URL options) when the CA is private.
     redis_password: SecretStr | None = None
@@ -98,13 +101,18 @@ class Settings(BaseSettings):
         offsets = t.consumer_offsets if self.offsets_source == "consumer_offsets" else t.commits
         return [t.segments, offsets, t.config]
 
+    @property
+    def key_prefix(self) -> str:
+        """Every Redis key of this job starts with it: `<redis_prefix>:<cluster>`."""
+        return f"{self.redis_prefix}:{self.cluster}"
+
     def redis_state(self, timeout_s: float = 5.0) -> RedisState:
         """The one way compactd connects to Redis: URL, prefix, password and timeouts from these settings."""
         from compactd.state.redis_store import RedisState
 
         password = None if self.redis_password is None else self.redis_password.get_secret_value()
         return RedisState.from_url(
-            self.redis_url, self.redis_prefix, timeout_s=timeout_s, password=password, cluster=self.redis_cluster
+            self.redis_url, self.key_prefix, timeout_s=timeout_s, password=password, cluster=self.redis_cluster
         )
 
     def secrets(self) -> list[str]:

@@ -24,7 +24,6 @@ from compactd.app.settings import Settings
 from compactd.demo.embedded import kafka_broker, redis_server
 from compactd.kafka.config import KafkaConnection
 from compactd.keys import partition_key
-from compactd.state.redis_store import RedisState
 from compactd.streaming.session import spark_session
 
 
@@ -113,7 +112,7 @@ def main() -> None:
             app.run(once=True)
             run_s = time.monotonic() - t0
             batches = app.summary.batches
-        tracked = len(RedisState.from_url(settings.redis_url).all_partitions())
+        tracked = len(settings.redis_state().all_partitions())
         print(
             json.dumps(
                 {

@@ -6,13 +6,36 @@ series come from `partition_metrics.PartitionMetrics` (top-N); consumer groups n
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Sample
 
 from compactd.partition_metrics import PartitionMetrics
 
 
+class ClusterRegistry(CollectorRegistry):
+    """A registry whose every sample carries `cluster="<name>"`: jobs for several Kafka clusters can share one
+    Prometheus and one set of dashboards."""
+
+    def __init__(self, cluster: str = "default") -> None:
+        super().__init__()
+        self.cluster = cluster
+
+    def collect(self) -> Iterator[Metric]:
+        for family in super().collect():
+            labelled = Metric(family.name, family.documentation, family.type, family.unit)
+            labelled.samples = [
+                Sample(s.name, {**s.labels, "cluster": self.cluster}, s.value, s.timestamp, s.exemplar)
+                for s in family.samples
+            ]
+            yield labelled
+
+
 class Metrics:
-    def __init__(self, registry: CollectorRegistry = REGISTRY, top_n: int = 100) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, top_n: int = 100, cluster: str = "default") -> None:
+        registry = registry if registry is not None else ClusterRegistry(cluster)
         self.registry = registry
         self.partitions = PartitionMetrics(top_n)
         registry.register(self.partitions)
@@ -100,12 +123,11 @@ class Metrics:
             start_http_server(port, registry=self.registry)
 
 
-_default: Metrics | None = None
+_default: dict[str, Metrics] = {}
 
 
-def default_metrics() -> Metrics:
-    """One set per process: prometheus_client refuses to register the same names twice."""
-    global _default
-    if _default is None:
-        _default = Metrics()
-    return _default
+def default_metrics(cluster: str = "default") -> Metrics:
+    """One set per process and cluster: metric names may be registered once per registry."""
+    if cluster not in _default:
+        _default[cluster] = Metrics(cluster=cluster)
+    return _default[cluster]

@@ -11,6 +11,7 @@ next), the partition drill-down (`topic`, `partition` variables) and the job's h
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +38,21 @@ class Query:
     instant: bool = False
 
 
+CLUSTER = 'cluster=~"$cluster"'
+
+
+def scoped(expr: str) -> str:
+    """Every compactd selector of `expr` limited to the dashboard's `cluster` variable (several jobs, one
+    Prometheus): `m{a="b"}` → `m{cluster=~"$cluster",a="b"}`, `m` → `m{cluster=~"$cluster"}`."""
+
+    def add(match: re.Match[str]) -> str:
+        return f"{match.group(1)}{{{CLUSTER}," if match.group(2) else f"{match.group(1)}{{{CLUSTER}}}"
+
+    return re.sub(r"\b(compactd_[a-z_]+)\b(\{)?", add, expr).replace(f"{{{CLUSTER},}}", f"{{{CLUSTER}}}")
+
+
 def _target(q: Query, ref: str) -> PromQuery:
-    t = PromQuery().expr(q.expr).ref_id(ref).datasource(DATASOURCE)
+    t = PromQuery().expr(scoped(q.expr)).ref_id(ref).datasource(DATASOURCE)
     if q.legend:
         t = t.legend_format(q.legend)
     return t.instant() if q.instant else t.range()
@@ -73,6 +87,16 @@ def _base(uid: str, title: str, description: str) -> db.Dashboard:
         .time("now-6h", "now")
         .timezone("browser")
         .with_variable(db.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
+        .with_variable(
+            db.QueryVariable("cluster")
+            .label("Kafka cluster")
+            .datasource(DATASOURCE)
+            .query({"query": "label_values(compactd_tracked_partitions, cluster)", "refId": "clusters"})
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(VariableSort.ALPHABETICAL_ASC)
+            .include_all(True)
+            .all_value(".*")
+        )
     )
 
 
@@ -204,7 +228,7 @@ def partition() -> db.Dashboard:
         db.QueryVariable("topic")
         .label("Topic")
         .datasource(DATASOURCE)
-        .query({"query": "label_values(compactd_topic_deletable_bytes, topic)", "refId": "topics"})
+        .query({"query": f"label_values(compactd_topic_deletable_bytes{{{CLUSTER}}}, topic)", "refId": "topics"})
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(VariableSort.ALPHABETICAL_ASC)
     )
@@ -212,7 +236,12 @@ def partition() -> db.Dashboard:
         db.QueryVariable("partition")
         .label("Partition")
         .datasource(DATASOURCE)
-        .query({"query": f'label_values({{__name__=~"{PER_PARTITION}",topic="$topic"}}, partition)', "refId": "parts"})
+        .query(
+            {
+                "query": f'label_values({{__name__=~"{PER_PARTITION}",{CLUSTER},topic="$topic"}}, partition)',
+                "refId": "parts",
+            }
+        )
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(VariableSort.NUMERICAL_ASC)
     )

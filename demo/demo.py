@@ -246,8 +246,9 @@ def run_demo(duration_s: float = 0, workdir: str | None = None, render_dir: str 
             from compactd.dashboards.render import render
 
             span = max(time.monotonic() - started, 60.0)
+            variables = {"topic": "orders", "partition": "0", "cluster": settings.cluster}
             for name in ("overview", "health", "partition"):
-                path = render(prometheus_url, Path(render_dir), name, span, {"topic": "orders", "partition": "0"})
+                path = render(prometheus_url, Path(render_dir), name, span, variables)
                 print(f"demo: drew {path}", flush=True)
         for t in threads[:2]:
             t.join(10)

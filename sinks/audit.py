@@ -11,8 +11,9 @@ from compactd.model import ActionRecord
 class AuditLog:
     """At-least-once: a crash between send and outbox completion repeats a record with the same `id`."""
 
-    def __init__(self, conn: KafkaConnection, topic: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, conn: KafkaConnection, topic: str, timeout_s: float = 30.0, cluster: str = "default") -> None:
         self.topic = topic
+        self.cluster = cluster
         self.timeout_s = timeout_s
         self._writer = JsonTopicWriter(conn, topic, {"enable.idempotence": False}, what="action records")
 
@@ -20,7 +21,7 @@ class AuditLog:
         self._writer.start()
 
     def publish(self, rec: ActionRecord) -> None:
-        self._writer.write(partition_key(rec.topic, rec.partition), rec.audit())
+        self._writer.write(partition_key(rec.topic, rec.partition), {**rec.audit(), "cluster": self.cluster})
 
     def flush(self, timeout_s: float | None = None) -> None:
         self._writer.flush(self.timeout_s if timeout_s is None else timeout_s)

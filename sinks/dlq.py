@@ -33,8 +33,9 @@ def dlq_record(row: Mapping[str, Any], now: int) -> dict[str, Any]:
 
 
 class DeadLetters:
-    def __init__(self, conn: KafkaConnection, topic: str) -> None:
+    def __init__(self, conn: KafkaConnection, topic: str, cluster: str = "default") -> None:
         self.topic = topic
+        self.cluster = cluster
         self._writer = JsonTopicWriter(conn, topic, what="DLQ records")
 
     def start(self) -> None:
@@ -44,7 +45,7 @@ class DeadLetters:
         """Send and wait: a batch is merged only after its rejects are durable, so nothing is lost."""
         n = 0
         for row in rows:
-            self._writer.write(row.get("raw_key"), dlq_record(row, now))
+            self._writer.write(row.get("raw_key"), {**dlq_record(row, now), "cluster": self.cluster})
             n += 1
         if n:
             self._writer.flush(30)

@@ -111,7 +111,8 @@ def test_kill_9_mid_batch_then_restart_matches_crash_free_run(spark, cluster, jo
     assert run_cli(config, log, fault="after_enqueue:2") == -9, log.read_text()[-3000:]
     assert run_cli(config, log) == 0, log.read_text()[-3000:]
 
-    assert merge_state(rclient, "crash") == merge_state(rclient, "ref")
+    merged = merge_state(rclient, crash.key_prefix)
+    assert merged and merged == merge_state(rclient, ref.key_prefix)
     got = cluster.read_all(crash.topics.actions)
     assert len({a["id"] for a in got}) == len(got), "an action was carried out twice"
     assert essence(got) == essence(cluster.read_all(ref.topics.actions))

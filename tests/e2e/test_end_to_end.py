@@ -10,7 +10,6 @@ from pyspark.sql import DataFrame
 
 from compactd.app.application import Application
 from compactd.app.settings import Settings
-from compactd.state.redis_store import RedisState
 from compactd.streaming.decode import Decoder
 from compactd.streaming.job import StreamingJob, StreamSpec
 
@@ -100,7 +99,7 @@ def test_once_run_deletes_consumed_segments_and_compacts_overdue(spark, cluster,
     assert (compact["topic"], compact["reason"], compact["status"]) == (ctopic, "max_compaction_lag", "sent")
     assert compact["delay_ms"] >= HOUR - 5_000
     assert cluster.watermarks(orders) == (1000, 3000)
-    view = RedisState.from_url(redis_url).view(orders, 0)
+    view = settings.redis_state().view(orders, 0)
     assert view.min_committed == 1500
     import urllib.request
 
@@ -170,7 +169,7 @@ def test_deadline_fires_without_new_events_within_one_trigger(spark, cluster, jo
         ],
     )
     deadline = first_batch_max_ts + lag + 1
-    state = RedisState.from_url(redis_url)
+    state = settings.redis_state()
     stop = threading.Event()
     with Application(settings, spark=spark) as job:
         runner = threading.Thread(target=job.run, kwargs={"stop": stop})

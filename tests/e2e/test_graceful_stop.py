@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compactd.state.redis_store import RedisState
-
 pytestmark = pytest.mark.spark
 HOUR = 3_600_000
 SLOW_S = 8.0
@@ -70,7 +68,7 @@ def test_sigterm_finishes_the_batch_and_drains_then_exits_0(cluster, job_setting
     finally:
         proc.kill()
     assert took >= SLOW_S - 1  # it waited for the batch instead of cutting it short
-    state = RedisState.from_url(redis_url)
+    state = s.redis_state()
     assert state.outbox() == []  # decided in that batch, carried out before leaving
     audit = cluster.read_all(s.topics.actions)
     assert [(a["topic"], a["action"], a["status"]) for a in audit] == [(topic, "compact", "dry_run")]

@@ -10,7 +10,6 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from compactd.app.application import Application
 from compactd.app.cli import main
@@ -87,7 +86,7 @@ def test_every_panel_query_returns_series_from_a_real_prometheus(
     prom_url = f"http://127.0.0.1:{prom.port}"
     stop = threading.Event()
     try:
-        with Application(s, spark=spark, metrics=Metrics(CollectorRegistry())) as job:
+        with Application(s, spark=spark, metrics=Metrics(cluster=s.cluster)) as job:
             runner = threading.Thread(target=job.run, kwargs={"stop": stop})
             runner.start()
             try:
@@ -108,7 +107,7 @@ def test_every_panel_query_returns_series_from_a_real_prometheus(
                 )
                 time.sleep(5)  # a few more scrapes, so rate() has two points in every window
 
-                variables = {"topic": topic, "partition": "0"}
+                variables = {"topic": topic, "partition": "0", "cluster": "default"}
                 empty: dict[str, int] = {}
                 for _ in range(20):
                     results = {n: panel_results(prom_url, n, variables) for n in BUILDERS}

@@ -149,7 +149,7 @@ def test_agent_new_segment_file_moves_earliest_uncompacted(spark, cluster, job_s
     (pdir / f"{100:020d}.log").write_bytes(encode_batch_v2(100, t0 + 50, t0 + 51))  # active
     settings = job_settings(trigger_interval_ms=500)
     cluster.create(settings.topics.segments)
-    state = RedisState.from_url(redis_url)
+    state = settings.redis_state()
     stop = threading.Event()
 
     def wait_for(predicate, what: str, timeout: float = 90) -> None:

@@ -12,7 +12,6 @@ from compactd.app.application import Application
 from compactd.app.cli import main
 from compactd.codec.config_events import sign
 from compactd.kafka.reader import read_to_end
-from compactd.state.redis_store import RedisState
 
 H = 3_600_000
 
@@ -49,7 +48,7 @@ def test_config_event_changes_a_threshold_in_the_running_job(
         "ts": now - H,
     }
     cluster.send(s.topics.segments, [segment])
-    state = RedisState.from_url(redis_url)
+    state = s.redis_state()
     stop = threading.Event()
     with Application(s, spark=spark) as job:
         runner = threading.Thread(target=job.run, kwargs={"stop": stop})

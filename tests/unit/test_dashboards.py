@@ -39,7 +39,7 @@ def test_dashboards_round_trip_through_the_sdk_and_are_complete() -> None:
             assert refs and all(refs) and len(set(refs)) == len(refs), panel["title"]
     assert uids == {"compactd-overview", "compactd-partition", "compactd-health"}
     variables = [v["name"] for v in load("partition")["templating"]["list"]]
-    assert variables == ["datasource", "topic", "partition"]
+    assert variables == ["datasource", "cluster", "topic", "partition"]
 
 
 def exported_names() -> set[str]:

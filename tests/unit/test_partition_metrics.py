@@ -87,3 +87,21 @@ def test_ten_thousand_partitions_stay_a_few_hundred_series() -> None:
     assert 100 < len(per_partition) <= 6 * 100
     assert len(lines) < 1000, len(lines)
     assert all("group" not in ln for ln in lines)
+
+
+def test_every_sample_carries_the_cluster_name() -> None:
+    metrics = Metrics(top_n=10, cluster="eu-west")
+    metrics.actions.labels("compact", "max_compaction_lag", "sent").inc()
+    metrics.partitions.update(
+        ("t", 0), partition_stats(view(), Thresholds.model_validate({"max.compaction.lag.ms": H}), NOW)
+    )
+    lines = series(metrics.registry)
+    assert lines and all('cluster="eu-west"' in ln for ln in lines)
+    get = metrics.registry.get_sample_value
+    assert (
+        get(
+            "compactd_actions_total",
+            {"action": "compact", "reason": "max_compaction_lag", "status": "sent", "cluster": "eu-west"},
+        )
+        == 1
+    )
