@@ -103,9 +103,18 @@ def test_once_run_deletes_consumed_segments_and_compacts_overdue(spark, cluster,
     assert view.min_committed == 1500
     import urllib.request
 
+    from prometheus_client.parser import text_string_to_metric_families
+
     scraped = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
-    assert 'compactd_actions_total{action="delete_records",reason="consumed_retention",status="sent"}' in scraped
-    assert 'compactd_input_records_total{kind="segment_rolled",stream="segments"}' in scraped
+    samples = {
+        (s.name, tuple(sorted(s.labels.items())))
+        for family in text_string_to_metric_families(scraped)
+        for s in family.samples
+    }
+    sent = {"action": "delete_records", "reason": "consumed_retention", "status": "sent", "cluster": "default"}
+    assert ("compactd_actions_total", tuple(sorted(sent.items()))) in samples
+    rolled = {"kind": "segment_rolled", "stream": "segments", "cluster": "default"}
+    assert ("compactd_input_records_total", tuple(sorted(rolled.items()))) in samples
     assert [s.base_offset for s in view.segments] == [0, 1000, 2000]
 
 

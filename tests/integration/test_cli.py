@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from compactd.app.cli import main
-from compactd.app.settings import load_settings
+from compactd.app.settings import Settings, load_settings
 from compactd.model import Segment
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
@@ -62,7 +62,7 @@ def test_config_get_resolves_scopes(tmp_path: Path, capsys, redis_url: str) -> N
 
 
 def test_status_shows_partitions(redis_url: str, rclient, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
-    st = RedisState(rclient)
+    st = RedisState(rclient, Settings().key_prefix)  # what `status` reads with no flags: cd:default
     c = BatchChanges()
     c.topic("orders").segments.append((0, Segment(0, 100, 0, 1, 0)))
     c.topic("orders").offsets.append(("g", 0, 100))

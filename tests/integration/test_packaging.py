@@ -58,7 +58,7 @@ def test_unpacked_wheel_imports_and_finds_its_lua_without_the_source_tree(tmp_pa
     zipfile.ZipFile(wheel).extractall(site)
     probe = (
         "import compactd, redis; from compactd.state.redis_store import RedisState; "
-        "s = RedisState(redis.Redis(port=1)); print(compactd.__file__); print(len(s._merge.script))"
+        "s = RedisState(redis.Redis(port=1)); print(compactd.__file__); print(len(s._lua['merge']))"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe],

@@ -43,7 +43,7 @@ def config_rows(s: Settings) -> list[dict]:
 
 
 def applier(s: Settings, rclient: redis.Redis, sink: RecordingSink | None = None) -> tuple[RuntimeConfig, Controller]:
-    state = RedisState(rclient)
+    state = RedisState(rclient, s.key_prefix)
     metrics = Metrics(CollectorRegistry())
     ctl = Controller(state, s.thresholds, sink or RecordingSink(), None, metrics, clock=lambda: 10 * H)
     rc = RuntimeConfig(state, s.thresholds, s.secrets(), ctl, metrics)
@@ -111,7 +111,7 @@ def test_signed_events_stale_and_invalid_ones_change_nothing(job_settings, clust
         "malformed_json",
     ]
     assert ctl.thresholds("any").dry_run is False and ctl.thresholds("any").action_retry_ms == 300_000
-    assert json.loads(rclient.hget("cd:{cfg}:layers", "global"))["version"] == 1
+    assert json.loads(rclient.hget(f"{s.key_prefix}:{{cfg}}:layers", "global"))["version"] == 1
 
 
 def test_changing_groups_exclude_recounts_who_holds_data_back(job_settings, rclient) -> None:
@@ -121,7 +121,7 @@ def test_changing_groups_exclude_recounts_who_holds_data_back(job_settings, rcli
     batch.topic("orders").segments.append((0, Segment(0, 100, 0, 1, 0)))
     batch.topic("orders").offsets.extend([("billing", 0, 500), ("lagging", 0, 20)])
     ctl.on_batch("s", 0, batch)
-    state = RedisState(rclient)
+    state = RedisState(rclient, s.key_prefix)
     assert state.view("orders", 0).min_committed == 20
     event = {"type": "config", "scope": "topic:orders", "set": {"groups.exclude": ["lag.*"]}, "version": 1, "ts": 1}
     row = {"stream": "config", "raw_value": json.dumps(event).encode(), "src_partition": 0, "src_offset": 0}
