@@ -17,6 +17,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+import compactd
 from compactd.app.settings import Settings
 from compactd.clock import now_ms
 from compactd.control.controller import Controller, Probe, _no_probe
@@ -180,9 +181,12 @@ class Application:
 
     def _start_stream(self, once: bool) -> None:
         if self.spark is None:
-            from compactd.streaming.session import spark_session
+            from compactd.streaming.session import check_executors, spark_session
 
             self.spark = spark_session(self.settings.spark_master, verbose=self.verbose)
+            if not self.spark.sparkContext.master.startswith("local"):
+                where = check_executors(self.spark, self.settings.executor_check_timeout_ms / 1000)
+                log.info("executors import compactd %s from %s", compactd.__version__, ", ".join(where))
         s = self.settings
         spec = StreamSpec(
             conn=self.conn,

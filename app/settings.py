@@ -73,6 +73,8 @@ class Settings(BaseSettings):
     metrics_port: int = Field(0, ge=0, description="Prometheus /metrics port on the driver; 0 = off")
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     spark_master: str = "local[2]"
+    # on a cluster: every executor must import compactd (same version) within this long, checked before the stream
+    executor_check_timeout_ms: int = Field(120_000, gt=0)
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     # "kafka" = Spark's own connector (needs the spark-sql-kafka jar); same options, same row shape.
     spark_source: Literal["compactd-kafka", "kafka"] = "compactd-kafka"

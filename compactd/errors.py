@@ -42,6 +42,10 @@ class DependencyUnavailable(CompactdError):
         super().__init__(f"{component} unreachable at {address} ({cause}); check {setting}")
 
 
+class ExecutorsUnavailable(CompactdError):
+    """The Spark cluster runs no task for compactd, or its executors lack compactd's environment."""
+
+
 class SourceReadError(CompactdError):
     """A Kafka range could not be read inside a Spark task (Spark retries the task where it can)."""
 

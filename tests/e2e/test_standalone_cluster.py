@@ -1,0 +1,131 @@
+"""compactd on a real multi-process Spark: a standalone master and worker on loopback, the job submitted with
+`deploy/submit` exactly as the README's "Deploying" section says. The worker has no virtualenv and no PYTHONPATH:
+its executors import compactd only from the environment deploy/submit packs and ships."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.spark_standalone import standalone_cluster
+
+pytestmark = pytest.mark.spark
+ROOT = Path(__file__).resolve().parents[2]
+HOUR = 3_600_000
+
+
+def segment(topic: str, base: int, end: int, first_ts: int, ts: int) -> dict:
+    return {
+        "type": "segment_rolled",
+        "topic": topic,
+        "partition": 0,
+        "base_offset": base,
+        "end_offset": end,
+        "first_batch_max_ts": first_ts,
+        "size_bytes": 10,
+        "ts": ts,
+    }
+
+
+def test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster(cluster, job_settings, tmp_path: Path) -> None:
+    now = int(time.time() * 1000)
+    orders, ctopic = cluster.name("orders"), cluster.name("ctopic")
+    cluster.create(orders, 1, {"cleanup.policy": "delete"})
+    cluster.create(ctopic, 1, {"cleanup.policy": "compact"})
+    cluster.fill(orders, 3000)
+    settings = job_settings(
+        thresholds={
+            "global": {"dry.run": False},
+            f"topic:{orders}": {"consumed.retention.ms": HOUR},
+            f"topic:{ctopic}": {"max.compaction.lag.ms": HOUR},
+        },
+    )
+    cluster.send(
+        settings.topics.segments,
+        [
+            segment(orders, 0, 1000, now - 3 * HOUR, now - 2 * HOUR),
+            segment(orders, 1000, 2000, now - 2 * HOUR, now - 90 * 60_000),
+            segment(orders, 2000, 3000, now - HOUR, now - 60_000),
+            segment(ctopic, 0, 100, now - 2 * HOUR, now - HOUR),
+        ],
+    )
+    cluster.send_raw(settings.topics.segments, b'{"type": "segment_rolled", "topic": ', b"bad")
+    cluster.send(
+        settings.topics.commits,
+        [
+            {"type": "offset_commit", "group": "billing", "topic": orders, "partition": 0, "offset": 1500, "ts": now},
+            {"type": "offset_commit", "group": "analytics", "topic": orders, "partition": 0, "offset": 2500, "ts": now},
+        ],
+    )
+    cluster.flush()
+    config = tmp_path / "compactd.yaml"
+    config.write_text(yaml.safe_dump(settings.model_dump(mode="json")))
+
+    first_action: list[float] = []
+
+    def watch_actions(started: float, stop: threading.Event) -> None:
+        while not stop.is_set() and not first_action:
+            if cluster.read_all(settings.topics.actions):
+                first_action.append(time.monotonic() - started)
+            stop.wait(0.5)
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
+    env["PYTHON"] = sys.executable  # the interpreter deploy/submit runs with and builds the shipped environment from
+    with standalone_cluster(tmp_path / "spark") as spark:
+        stop = threading.Event()
+        started = time.monotonic()
+        watcher = threading.Thread(target=watch_actions, args=(started, stop), daemon=True)
+        watcher.start()
+        done = subprocess.run(
+            [str(ROOT / "deploy" / "submit"), "--master", spark.master_url, "--config", str(config), "--", "--once"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
+        )
+        stop.set()
+        watcher.join()
+        executor_logs = spark.executor_logs()
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    # executors imported compactd from the archive the worker unpacked into the application's directory
+    shipped = [line for line in done.stderr.splitlines() if "executors import compactd" in line]
+    assert shipped and f"{spark.work_dir}/app-" in shipped[0] and "/environment/" in shipped[0], done.stderr[-3000:]
+    assert "Traceback" not in executor_logs
+
+    actions = {a["action"]: a for a in cluster.read_all(settings.topics.actions)}
+    delete = actions["delete_records"]
+    assert (delete["topic"], delete["before_offset"], delete["status"]) == (orders, 1000, "sent")
+    compact = actions["compact"]
+    assert (compact["topic"], compact["reason"], compact["status"]) == (ctopic, "max_compaction_lag", "sent")
+    assert cluster.watermarks(orders) == (1000, 3000)
+    dlq = cluster.read_all(settings.topics.dlq)
+    assert [d["reason"] for d in dlq] == ["malformed_json"], json.dumps(dlq)[:500]
+    print(f"submit-to-first-action {first_action[0]:.1f} s" if first_action else "no action seen while running")
+
+
+def test_a_cluster_without_free_executors_fails_in_seconds_with_one_line(job_settings, tmp_path: Path) -> None:
+    with standalone_cluster(tmp_path / "spark", worker=False) as spark:
+        settings = job_settings(spark_master=spark.master_url, executor_check_timeout_ms=5_000)
+        config = tmp_path / "compactd.yaml"
+        config.write_text(yaml.safe_dump(settings.model_dump(mode="json")))
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "compactd", "run", "--once", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        took = time.monotonic() - started
+    assert done.returncode == 1, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "no Spark executor ran a task within 5 s" in errors[0], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and took < 60
