@@ -43,6 +43,7 @@ bench: deps
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/decode_offsets.py
 	$(BIN)/python bench/metrics_scrape.py
+	$(BIN)/python bench/restart.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .demo
