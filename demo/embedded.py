@@ -38,9 +38,7 @@ class Service:
     def __init__(self, name: str, argv: list[str], port: int, log: Path, env: dict[str, str] | None = None) -> None:
         self.name, self.port, self.log = name, port, log
         self._log = open(log, "ab")  # noqa: SIM115 - lives as long as the process
-        self.proc = subprocess.Popen(
-            argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, env=env
-        )
+        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         _wait_port(port, self.proc, name)
 
     def stop(self) -> None:
