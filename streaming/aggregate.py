@@ -20,7 +20,8 @@ from compactd.state.changes import BatchChanges
 
 
 def aggregate(decoded: DataFrame) -> DataFrame:
-    """One row per key: the latest event (commits, in log order) or the furthest one (cleaner, log start)."""
+    """One row per key: the latest event (commits, in log order) or the furthest one (cleaner, log start); `n` sums
+    the input records each row stands for (the source may have pre-aggregated them: see decode.Reducer)."""
     err = F.col("error").isNotNull()
     kind = F.col("kind")
     key_kind = (
@@ -34,14 +35,14 @@ def aggregate(decoded: DataFrame) -> DataFrame:
         kind.isin("compacted", "log_start"),
         F.struct(F.col("value_offset").alias("a"), F.lit(0).cast("bigint").alias("b")),
     ).otherwise(F.struct(F.col("src_partition").cast("bigint").alias("a"), F.col("src_offset").alias("b")))
-    record = F.struct(*[F.col(c) for c in decoded.columns], order.alias("ord"))
+    record = F.struct(*[F.col(c) for c in decoded.columns if c != "n"], order.alias("ord"))
     return (
         decoded.withColumn("k", key_kind)
         .withColumn("e_topic", F.when(single, F.col("src_topic")))
         .withColumn("e_partition", F.when(single, F.col("src_partition")))
         .withColumn("e_offset", F.when(single, F.col("src_offset")))
         .groupBy("k", "topic", "partition", "grp", "base_offset", "e_topic", "e_partition", "e_offset")
-        .agg(F.max_by(record, order).alias("r"), F.count(F.lit(1)).alias("n"))
+        .agg(F.max_by(record, order).alias("r"), F.sum("n").alias("n"))
         .select("k", "n", "r.*")
         .withColumn("ord_a", F.col("ord.a"))
         .withColumn("ord_b", F.col("ord.b"))

@@ -7,8 +7,8 @@ records become rows with `error` set and the original bytes kept for the DLQ.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 
@@ -57,15 +57,15 @@ DECODED_SCHEMA = pa.schema(
         ("raw_key", pa.binary()),
         ("raw_value", pa.binary()),
         ("assigned", pa.string()),  # group metadata: JSON {topic: [partition, ...]} of the members' assignments
+        ("n", pa.int64()),  # input records this row stands for (pre-aggregated in the source: many)
     ]
 )
 DECODED_DDL = (
     "stream string, kind string, topic string, partition int, grp string, base_offset bigint, "
     "end_offset bigint, first_batch_max_ts bigint, size_bytes bigint, value_offset bigint, ts bigint, "
     "error string, message string, src_topic string, src_partition int, src_offset bigint, "
-    "raw_key binary, raw_value binary, assigned string"
+    "raw_key binary, raw_value binary, assigned string, n bigint"
 )
-_FIELDS = [f.name for f in DECODED_SCHEMA]
 
 
 def assigned_json(group: GroupValue) -> str:
@@ -155,19 +155,76 @@ class Decoder:
             out.update(grp=ev.group)
         return out
 
+    def rows(self, batch: pa.RecordBatch) -> list[dict]:
+        """Kafka-shaped Arrow batch → one decoded row per record (the reference path; `n` = 1)."""
+        out_rows = []
+        keys = batch.column("key").to_pylist()
+        values = batch.column("value").to_pylist()
+        topics = batch.column("topic").to_pylist()
+        parts = batch.column("partition").to_pylist()
+        offsets = batch.column("offset").to_pylist()
+        for key, value, src_topic, src_part, src_off in zip(keys, values, topics, parts, offsets, strict=True):
+            out = self.row(src_topic, value, key)
+            out.update(src_topic=src_topic, src_partition=src_part, src_offset=src_off, n=1)
+            if out.get("error") or out["stream"] == "config":
+                out.update(raw_key=key, raw_value=value)
+            out_rows.append(out)
+        return out_rows
+
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """`mapInArrow` over Kafka rows (Spark's own Kafka connector: `spark_source: kafka`)."""
         for batch in batches:
-            cols = {name: [] for name in _FIELDS}
-            keys = batch.column("key").to_pylist()
-            values = batch.column("value").to_pylist()
-            topics = batch.column("topic").to_pylist()
-            parts = batch.column("partition").to_pylist()
-            offsets = batch.column("offset").to_pylist()
-            for key, value, src_topic, src_part, src_off in zip(keys, values, topics, parts, offsets, strict=True):
-                out = self.row(src_topic, value, key)
-                out.update(src_topic=src_topic, src_partition=src_part, src_offset=src_off)
-                if out.get("error") or out["stream"] == "config":
-                    out.update(raw_key=key, raw_value=value)
-                for name in _FIELDS:
-                    cols[name].append(out.get(name))
-            yield pa.RecordBatch.from_pydict(cols, schema=DECODED_SCHEMA)
+            yield to_arrow(self.rows(batch))
+
+    def to_option(self) -> str:
+        """The decoder as a data-source option (options are strings)."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_option(cls, text: str) -> Decoder:
+        return cls(**json.loads(text))
+
+
+def to_arrow(rows: list[dict]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(rows, schema=DECODED_SCHEMA)
+
+
+class Reducer:
+    """Pre-aggregates decoded rows the way `aggregate()` does in Spark — same keys, same winner, counts summed in
+    `n` — inside the source's reader, so Spark converts and shuffles one row per key and input partition instead of
+    one per record. Rejected records and config events are kept one by one, as there."""
+
+    def __init__(self) -> None:
+        self.kept: list[dict] = []
+        self.best: dict[tuple, list] = {}
+
+    def add(self, rows: Iterable[dict]) -> None:
+        best = self.best
+        for row in rows:
+            kind = row.get("kind")
+            if row.get("error") is not None or kind == "config":
+                row.setdefault("n", 1)
+                self.kept.append(row)
+                continue
+            k = "offset" if kind in _OFFSET_KINDS else kind
+            key = (k, row.get("topic"), row.get("partition"), row.get("grp"), row.get("base_offset"))
+            # cleaner checkpoints and log starts only move forward; the rest follows its source partition's log order
+            forward = kind in _FORWARD_KINDS
+            order = (row["value_offset"], 0) if forward else (row["src_partition"], row["src_offset"])
+            slot = best.get(key)
+            if slot is None:
+                best[key] = [order, row, row.get("n", 1)]
+            else:
+                slot[2] += row.get("n", 1)
+                if order > slot[0]:
+                    slot[0], slot[1] = order, row
+
+    def rows(self) -> list[dict]:
+        out = list(self.kept)
+        for _, row, n in self.best.values():
+            out.append({**row, "n": n})
+        return out
+
+
+_OFFSET_KINDS = frozenset(("offset_commit", "offset_delete"))
+_FORWARD_KINDS = frozenset(("compacted", "log_start"))

@@ -5,7 +5,9 @@ timestampType), so a cluster with the spark-sql-kafka jar can switch with `forma
 Source offsets are `{"topic": {"partition": next_offset}}`: Spark's checkpoint owns progress.
 
 Options: `kafka.bootstrap.servers`, `subscribe` (comma list), `startingOffsets` (earliest|latest),
-`maxOffsetsPerTrigger` (row cap per micro-batch), `kafka.<any librdkafka key>`, `readTimeoutMs`.
+`maxOffsetsPerTrigger` (record cap per micro-batch), `kafka.<any librdkafka key>`, `readTimeoutMs`, and `decoder`
+(a `Decoder.to_option()`): with it, each task decodes its records and pre-aggregates them (`Reducer`) and the rows have
+the decoded shape (`DECODED_DDL`) — Spark then handles one row per state key and input partition, not per record.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pyspark.sql.types import StructType
 from compactd.errors import SourceReadError
 from compactd.kafka.admin import Offsets, admin_client, list_end_offsets
 from compactd.kafka.config import KafkaConnection, KafkaValue
+from compactd.streaming.decode import DECODED_DDL, Decoder, Reducer, to_arrow
 
 KAFKA_SCHEMA_DDL = (
     "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, timestampType int"
@@ -42,12 +45,15 @@ ARROW_SCHEMA = pa.schema(
 
 
 # Reader tuning: noida-db (and any broker) may answer a fetch with a partition's whole backlog, so the receive
-# limit is raised; reads are bounded ranges, not long polls (short broker waits, deep prefetch queue); offsets
-# written inside transactions only count once committed. Users' `kafka.*` options override each of these.
+# limit is raised; reads are bounded ranges, not long polls (short broker waits, deep prefetch queue, no refetch
+# backoff); offsets written inside transactions only count once committed. Users' `kafka.*` options override
+# each of these.
 READER_DEFAULTS: dict[str, KafkaValue] = {
     "receive.message.max.bytes": 1_000_000_000,
     "fetch.wait.max.ms": 10,
     "queued.min.messages": 1_000_000,
+    # librdkafka backs off 1 s (default) before refetching once its queue is "full enough": a stall per range read
+    "fetch.queue.backoff.ms": 10,
     "isolation.level": "read_committed",
 }
 
@@ -96,6 +102,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.starting = options.get("startingOffsets", "earliest")
         self._admin: Any = None
         self._target: Offsets | None = None
+        self.decoder = Decoder.from_option(options["decoder"]) if options.get("decoder") else None
 
     def _watermarks(self, which: str) -> Offsets:
         if self._admin is None:
@@ -142,7 +149,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
-        yield from read_range(self.conf, partition, int(self.options.get("readTimeoutMs", "60000")))
+        batches = read_range(self.conf, partition, int(self.options.get("readTimeoutMs", "60000")))
+        if self.decoder is None:
+            yield from batches
+            return
+        reducer = Reducer()
+        for batch in batches:
+            reducer.add(self.decoder.rows(batch))
+        rows = reducer.rows()
+        if rows:
+            yield to_arrow(rows)
 
     def commit(self, end: dict) -> None:
         pass  # progress lives in Spark's checkpoint, not in a consumer group
@@ -182,7 +198,9 @@ def read_range(
                 raise SourceReadError(
                     f"{rng.topic}/{rng.partition}: read stalled at {position} of [{rng.start},{rng.end})"
                 )
-            msgs = consumer.consume(num_messages=10_000, timeout=0.5)
+            # consume() waits for num_messages or the timeout: never ask for more than the range still holds (an
+            # end-of-partition event also counts), or every task pays the whole timeout on its last call
+            msgs = consumer.consume(num_messages=max(1, min(10_000, rng.end - position)), timeout=0.5)
             for m in msgs:
                 err = m.error()
                 if err is not None:
@@ -222,7 +240,7 @@ class KafkaSource(DataSource):
         return "compactd-kafka"
 
     def schema(self) -> str:
-        return KAFKA_SCHEMA_DDL
+        return DECODED_DDL if self.options.get("decoder") else KAFKA_SCHEMA_DDL
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         # Spark's options are case-insensitive (keys arrive lowercased): keep the mapping as it is.

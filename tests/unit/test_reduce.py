@@ -1,0 +1,95 @@
+"""The source's pre-aggregation (`Reducer`) keeps what Spark's aggregation would keep: reducing each input partition
+and then the union (as the source and `aggregate()` do together) gives the same rows and counts as one reduction of
+every record, and that equals a plain group-by with max-by written independently here."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compactd.streaming.decode import Reducer
+
+KINDS = ("offset_commit", "offset_delete", "segment_rolled", "compacted", "log_start", "group_delete", "config")
+
+
+@st.composite
+def records(draw: st.DrawFn) -> list[dict]:
+    """Decoded rows of several source partitions, in log order per partition (what a Kafka read yields)."""
+    out: list[dict] = []
+    forward = iter(range(10**6))  # distinct cleaner/log-start offsets: Spark's max_by has no defined tie winner
+    for src_partition in range(draw(st.integers(1, 4))):
+        for src_offset in range(draw(st.integers(0, 40))):
+            kind = draw(st.sampled_from(KINDS))
+            row: dict = {"stream": "x", "kind": kind, "src_partition": src_partition, "src_offset": src_offset}
+            if draw(st.integers(0, 9)) == 0:
+                row.update(kind=None, error="malformed_json")
+            elif kind in ("offset_commit", "offset_delete"):
+                row.update(grp=draw(st.sampled_from("abc")), topic="t", partition=draw(st.integers(0, 2)))
+                row["value_offset"] = src_offset if kind == "offset_commit" else None
+            elif kind == "segment_rolled":
+                row.update(topic="t", partition=draw(st.integers(0, 2)), base_offset=draw(st.sampled_from([0, 100])))
+            elif kind in ("compacted", "log_start"):
+                row.update(topic="t", partition=draw(st.integers(0, 2)), value_offset=next(forward) * 7 % 1000)
+            elif kind == "group_delete":
+                row.update(grp=draw(st.sampled_from("abc")))
+            out.append(row)
+    return out
+
+
+def reference(rows: list[dict]) -> tuple[dict, list]:
+    """Group by state key, max by order, count — written from the rules, not from the Reducer."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    singles = []
+    for r in rows:
+        if r.get("error") or r["kind"] == "config":
+            singles.append(r)
+            continue
+        k = "offset" if r["kind"] in ("offset_commit", "offset_delete") else r["kind"]
+        groups[(k, r.get("topic"), r.get("partition"), r.get("grp"), r.get("base_offset"))].append(r)
+
+    def order(r: dict) -> tuple:
+        if r["kind"] in ("compacted", "log_start"):
+            return (r["value_offset"], 0)
+        return (r["src_partition"], r["src_offset"])
+
+    return {key: (max(rs, key=order), len(rs)) for key, rs in groups.items()}, singles
+
+
+def reduced(rows: list[dict]) -> tuple[dict, list]:
+    out, singles = {}, []
+    for r in rows:
+        if r.get("error") or r["kind"] == "config":
+            singles.append(r)
+            continue
+        k = "offset" if r["kind"] in ("offset_commit", "offset_delete") else r["kind"]
+        key = (k, r.get("topic"), r.get("partition"), r.get("grp"), r.get("base_offset"))
+        assert key not in out, "one row per key"
+        out[key] = ({f: v for f, v in r.items() if f != "n"}, r["n"])
+    return out, singles
+
+
+def positions(rows: list[dict]) -> list[tuple[int, int]]:
+    return sorted((r["src_partition"], r["src_offset"]) for r in rows)
+
+
+@settings(max_examples=300, deadline=None)
+@given(records())
+def test_per_partition_then_union_equals_one_reduction_and_the_reference(rows: list[dict]) -> None:
+    expected, expected_singles = reference(rows)
+
+    whole = Reducer()
+    whole.add([dict(r) for r in rows])
+    got, singles = reduced(whole.rows())
+    assert got == expected and positions(singles) == positions(expected_singles)
+
+    per_partition: dict[int, Reducer] = defaultdict(Reducer)  # what each source task does
+    for r in rows:
+        per_partition[r["src_partition"]].add([dict(r)])
+    union = Reducer()  # what aggregate() does with their output (it sums n)
+    for part in per_partition.values():
+        union.add(part.rows())
+    got, singles = reduced(union.rows())
+    assert got == expected and positions(singles) == positions(expected_singles)
+    assert sum(r["n"] for r in union.rows()) == len(rows)
