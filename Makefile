@@ -44,6 +44,7 @@ bench: deps
 	$(BIN)/python bench/decode_offsets.py
 	$(BIN)/python bench/metrics_scrape.py
 	$(BIN)/python bench/restart.py
+	$(BIN)/python bench/latency.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .demo
