@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 from compactd.model import Segment
 from compactd.state.changes import BatchChanges
+from compactd.streaming.decode import Reducer
 
 
 def aggregate(decoded: DataFrame) -> DataFrame:
@@ -53,6 +54,27 @@ def aggregate(decoded: DataFrame) -> DataFrame:
 def collect_rows(aggregated: DataFrame) -> list[dict[str, Any]]:
     """Bring the (small) aggregate to the driver through Arrow: far cheaper than building Row objects."""
     return aggregated.toArrow().to_pylist()
+
+
+def reduce_on_driver(pre_aggregated: DataFrame) -> list[dict[str, Any]]:
+    """The source's tasks already reduced their records to one row per key (decode.Reducer): what is left is the
+    same reduction over the tasks' rows, done here instead of in a shuffle stage (a micro-batch then runs one Spark
+    stage, not two). Returns rows shaped like `aggregate()`'s."""
+    reducer = Reducer()
+    reducer.add(pre_aggregated.toArrow().to_pylist())
+    out = []
+    for row in reducer.rows():
+        kind = row.get("kind")
+        if row.get("error") is not None:
+            k = "error"
+        elif kind in ("offset_commit", "offset_delete"):
+            k = "offset"
+        else:
+            k = kind
+        forward = kind in ("compacted", "log_start")
+        ord_a, ord_b = (row["value_offset"], 0) if forward else (row["src_partition"], row["src_offset"])
+        out.append({**row, "k": k, "ord_a": ord_a, "ord_b": ord_b})
+    return out
 
 
 @dataclass

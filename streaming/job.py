@@ -17,7 +17,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from compactd.kafka.admin import Offsets
 from compactd.kafka.config import KafkaConnection
-from compactd.streaming.aggregate import Collected, aggregate, collect_changes, collect_rows
+from compactd.streaming.aggregate import Collected, aggregate, collect_changes, collect_rows, reduce_on_driver
 from compactd.streaming.checkpoint import batch_end_offsets
 from compactd.streaming.decode import DECODED_DDL, Decoder
 
@@ -85,8 +85,10 @@ class StreamingJob:
 
     def process_batch(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        decoded = df if self.decodes_in_source else df.mapInArrow(self.spec.decoder, DECODED_DDL)
-        collected = collect_changes(collect_rows(aggregate(decoded)))
+        if self.decodes_in_source:
+            collected = collect_changes(reduce_on_driver(df))
+        else:
+            collected = collect_changes(collect_rows(aggregate(df.mapInArrow(self.spec.decoder, DECODED_DDL))))
         try:
             self.handler(Batch(batch_id, collected, time.monotonic() - started, self.spec.checkpoint))
         except BaseException as exc:
