@@ -153,6 +153,11 @@ class Application:
                 component.start()
                 self._closers.append(component.close)
             self._arm_readiness()
+            if once and self._nothing_to_read():
+                log.info(
+                    "nothing new on %s since the last run: Spark not started", ", ".join(self.settings.source_topics())
+                )
+                return
             self._start_stream(once)
         except BaseException:
             self.close()
@@ -268,6 +273,10 @@ class Application:
         """
         if self.job is None:
             self.start(once)
+        if once and self.job is None:  # every source partition was read to its end already
+            self.summary.partitions += self.controller.evaluate_all()
+            self._drain(time.monotonic() + ONCE_DRAIN_S)
+            return self.summary.line(self.controller.outcomes)
         assert self.job is not None and self.job.query is not None
         query = self.job.query
         if once:
@@ -334,6 +343,18 @@ class Application:
         """Closer for the query: between batches, unless a forced stop left it to die with the process."""
         if self.job is not None and not self.forced:
             self.job.stop(timeout_s=self.settings.stop_timeout_ms / 1000)
+
+    def _nothing_to_read(self) -> bool:
+        """True when the last batch Spark planned is complete and ends at the last stable offset of every source
+        partition: `run --once` would start Spark (most of its 10 s) to plan an empty batch. A planned but unfinished
+        batch (a crash inside it) is never skipped: Spark must replay it."""
+        planned, done = batch_end_offsets(self.spark_checkpoint), completed_end_offsets(self.spark_checkpoint)
+        if planned != done:
+            return False
+        if self._admin is None:
+            self._admin = admin_client(self.conn)
+        latest = list_end_offsets(self._admin, self.settings.source_topics(), "high")
+        return all(end <= done.get(topic, {}).get(p, 0) for topic, parts in latest.items() for p, end in parts.items())
 
     def _sample(self) -> None:
         """Gauges that need a round trip (source lag: one ListOffsets; Redis size), every metrics.sample_interval_ms."""

@@ -117,6 +117,11 @@ def test_once_run_deletes_consumed_segments_and_compacts_overdue(spark, cluster,
     assert ("compactd_input_records_total", tuple(sorted(rolled.items()))) in samples
     assert [s.base_offset for s in view.segments] == [0, 1000, 2000]
 
+    # the checkpoint Spark wrote covers everything: a second `run --once` does not start the stream
+    with Application(settings.model_copy(update={"metrics_port": 0}), spark=spark) as again:
+        again.run(once=True)
+        assert again.job is None
+
 
 def test_bad_input_goes_to_dlq_and_changes_nothing(spark, cluster, job_settings, rclient) -> None:
     settings = job_settings(max_event_bytes=1024)
