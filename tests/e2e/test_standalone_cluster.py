@@ -112,9 +112,12 @@ def test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster(cluster, j
     print(f"submit-to-first-action {first_action[0]:.1f} s" if first_action else "no action seen while running")
 
 
-def test_a_cluster_without_free_executors_fails_in_seconds_with_one_line(job_settings, tmp_path: Path) -> None:
+def test_a_cluster_without_free_executors_fails_in_seconds_with_one_line(cluster, job_settings, tmp_path: Path) -> None:
     with standalone_cluster(tmp_path / "spark", worker=False) as spark:
         settings = job_settings(spark_master=spark.master_url, executor_check_timeout_ms=5_000)
+        cluster.create(settings.topics.segments)
+        cluster.send_raw(settings.topics.segments, b"{}", b"k")  # something to read: `run --once` starts Spark
+        cluster.flush()
         config = tmp_path / "compactd.yaml"
         config.write_text(yaml.safe_dump(settings.model_dump(mode="json")))
         started = time.monotonic()
