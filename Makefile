@@ -39,12 +39,14 @@ lint: deps
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# Each benchmark prints one JSON object; bench/results.json collects them (stderr keeps their progress logs).
+BENCHES := throughput decode_offsets metrics_scrape restart latency
 bench: deps
-	$(BIN)/python bench/throughput.py
-	$(BIN)/python bench/decode_offsets.py
-	$(BIN)/python bench/metrics_scrape.py
-	$(BIN)/python bench/restart.py
-	$(BIN)/python bench/latency.py
+	@rm -f bench/results.jsonl
+	@for b in $(BENCHES); do $(BIN)/python bench/$$b.py >> bench/results.jsonl || exit 1; tail -n 1 bench/results.jsonl; done
+	@$(BIN)/python -c 'import json,sys; rows=[json.loads(l) for l in open("bench/results.jsonl")]; json.dump(rows, open("bench/results.json","w"), indent=2)'
+	@rm -f bench/results.jsonl
+	@echo "wrote bench/results.json"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .demo
