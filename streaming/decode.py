@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 
 import pyarrow as pa
+from pydantic import TypeAdapter
 
 from compactd.codec.events import (
     MAX_INT,
@@ -25,6 +26,7 @@ from compactd.codec.events import (
     SegmentRolled,
     parse,
 )
+from compactd.codec.fast_events import OFFSET_TYPES, SEGMENT_TYPES, fast_row
 from compactd.codec.offsets import (
     DecodeError,
     GroupKey,
@@ -124,11 +126,18 @@ class Decoder:
         if src_topic == self.config_topic:
             return {"stream": "config", "kind": "config"}
         if src_topic == self.segments_topic:
-            stream, adapter = "segments", SEGMENT_EVENTS
+            stream, adapter, types = "segments", SEGMENT_EVENTS, SEGMENT_TYPES
         elif src_topic == self.commits_topic:
-            stream, adapter = "commits", OFFSET_EVENTS
+            stream, adapter, types = "commits", OFFSET_EVENTS, OFFSET_TYPES
         else:
             return {"stream": "unknown", "error": "unknown_topic", "message": f"unexpected topic {src_topic}"}
+        fast = fast_row(stream, types, value, self.max_event_bytes)
+        if fast is not None:
+            return fast
+        return self.reference_row(stream, adapter, value)
+
+    def reference_row(self, stream: str, adapter: TypeAdapter, value: bytes | None) -> dict:
+        """The pydantic models decide, and name the DLQ reason (every record the fast path does not accept)."""
         try:
             ev = parse(adapter, value, self.max_event_bytes)
         except Rejected as exc:
