@@ -59,9 +59,14 @@ def fast_row(stream: str, types: frozenset[str], value: bytes | None, max_bytes:
     """The decoded row for a clearly valid event of `types`, or None: ask the reference."""
     if value is None or len(value) > max_bytes:
         return None
+    if not value.isascii():  # msgspec does not check the names of the fields it skips: the reference does
+        try:
+            value.decode()
+        except UnicodeDecodeError:
+            return None
     try:
         e = _DECODE(value)
-    except msgspec.DecodeError:  # not JSON, not an object, or a field of an unexpected JSON type
+    except (msgspec.DecodeError, UnicodeDecodeError):  # not JSON (or UTF-8), not an object, a field's JSON type
         return None
     kind = e.type
     if kind not in types or not _count(e.ts):

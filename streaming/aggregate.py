@@ -17,12 +17,12 @@ from pyspark.sql import functions as F
 
 from compactd.model import Segment
 from compactd.state.changes import BatchChanges
-from compactd.streaming.decode import Reducer
+from compactd.streaming.decode import reduce_table
 
 
 def aggregate(decoded: DataFrame) -> DataFrame:
     """One row per key: the latest event (commits, in log order) or the furthest one (cleaner, log start); `n` sums
-    the input records each row stands for (the source may have pre-aggregated them: see decode.Reducer)."""
+    the input records each row stands for (the source may have pre-aggregated them: see decode.reduce_table)."""
     err = F.col("error").isNotNull()
     kind = F.col("kind")
     key_kind = (
@@ -57,13 +57,11 @@ def collect_rows(aggregated: DataFrame) -> list[dict[str, Any]]:
 
 
 def reduce_on_driver(pre_aggregated: DataFrame) -> list[dict[str, Any]]:
-    """The source's tasks already reduced their records to one row per key (decode.Reducer): what is left is the
+    """The source's tasks already reduced their records to one row per key (decode.reduce_table): what is left is the
     same reduction over the tasks' rows, done here instead of in a shuffle stage (a micro-batch then runs one Spark
     stage, not two). Returns rows shaped like `aggregate()`'s."""
-    reducer = Reducer()
-    reducer.add(pre_aggregated.toArrow().to_pylist())
     out = []
-    for row in reducer.rows():
+    for row in reduce_table(pre_aggregated.toArrow()).to_pylist():
         kind = row.get("kind")
         if row.get("error") is not None:
             k = "error"

@@ -7,12 +7,14 @@ records become rows with `error` set and the original bytes kept for the DLQ.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import TypeAdapter
 
+from compactd.codec.arrow_events import decode_json_block
 from compactd.codec.events import (
     MAX_INT,
     OFFSET_EVENTS,
@@ -164,21 +166,55 @@ class Decoder:
             out.update(grp=ev.group)
         return out
 
+    def record_row(self, src_topic: str, src_partition: int, src_offset: int, key: bytes | None,
+                   value: bytes | None) -> dict:  # fmt: skip
+        """One record's decoded row (`n` = 1), its bytes kept when it goes to the DLQ or is a config event."""
+        out = self.row(src_topic, value, key)
+        out.update(src_topic=src_topic, src_partition=src_partition, src_offset=src_offset, n=1)
+        if out.get("error") or out["stream"] == "config":
+            out.update(raw_key=key, raw_value=value)
+        return out
+
     def rows(self, batch: pa.RecordBatch) -> list[dict]:
         """Kafka-shaped Arrow batch → one decoded row per record (the reference path; `n` = 1)."""
-        out_rows = []
-        keys = batch.column("key").to_pylist()
-        values = batch.column("value").to_pylist()
-        topics = batch.column("topic").to_pylist()
-        parts = batch.column("partition").to_pylist()
-        offsets = batch.column("offset").to_pylist()
-        for key, value, src_topic, src_part, src_off in zip(keys, values, topics, parts, offsets, strict=True):
-            out = self.row(src_topic, value, key)
-            out.update(src_topic=src_topic, src_partition=src_part, src_offset=src_off, n=1)
-            if out.get("error") or out["stream"] == "config":
-                out.update(raw_key=key, raw_value=value)
-            out_rows.append(out)
-        return out_rows
+        cols = [batch.column(c).to_pylist() for c in ("topic", "partition", "offset", "key", "value")]
+        return [self.record_row(*rec) for rec in zip(*cols, strict=True)]
+
+    def table(
+        self, src_topic: str, src_partition: int, offsets: list[int], keys: list[bytes | None],
+        values: list[bytes | None],
+    ) -> pa.Table:  # fmt: skip
+        """Records of one source partition → decoded rows (`n` = 1). JSON streams are decoded in blocks
+        (`arrow_events`); binary offsets, config events and whatever a block does not accept, record by record."""
+        if src_topic in (self.segments_topic, self.commits_topic):
+            types = SEGMENT_TYPES if src_topic == self.segments_topic else OFFSET_TYPES
+            cols, positions, rest = decode_json_block(values, types, self.max_event_bytes)
+        else:
+            cols, positions, rest = {}, pa.array([], pa.int64()), list(range(len(values)))
+        parts = []
+        if m := len(positions):
+            stream = "segments" if src_topic == self.segments_topic else "commits"
+            fixed = {
+                "stream": pa.repeat(stream, m),
+                "src_topic": pa.repeat(src_topic, m),
+                "src_partition": pa.repeat(pa.scalar(src_partition, pa.int32()), m),
+                "src_offset": pc.take(pa.array(offsets, pa.int64()), positions),
+                "n": pa.repeat(pa.scalar(1, pa.int64()), m),
+            }
+            arrays = [cols.get(f.name, fixed.get(f.name)) for f in DECODED_SCHEMA]
+            parts.append(
+                pa.Table.from_arrays(
+                    [
+                        a.cast(f.type) if a is not None else pa.nulls(m, f.type)
+                        for a, f in zip(arrays, DECODED_SCHEMA, strict=True)
+                    ],
+                    schema=DECODED_SCHEMA,
+                )
+            )
+        if rest:
+            rows = [self.record_row(src_topic, src_partition, offsets[i], keys[i], values[i]) for i in rest]
+            parts.append(pa.Table.from_pylist(rows, schema=DECODED_SCHEMA))
+        return pa.concat_tables(parts) if parts else DECODED_SCHEMA.empty_table()
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """`mapInArrow` over Kafka rows (Spark's own Kafka connector: `spark_source: kafka`)."""
@@ -198,42 +234,37 @@ def to_arrow(rows: list[dict]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(rows, schema=DECODED_SCHEMA)
 
 
-class Reducer:
-    """Pre-aggregates decoded rows the way `aggregate()` does in Spark — same keys, same winner, counts summed in
-    `n` — inside the source's reader, so Spark converts and shuffles one row per key and input partition instead of
-    one per record. Rejected records and config events are kept one by one, as there."""
-
-    def __init__(self) -> None:
-        self.kept: list[dict] = []
-        self.best: dict[tuple, list] = {}
-
-    def add(self, rows: Iterable[dict]) -> None:
-        best = self.best
-        for row in rows:
-            kind = row.get("kind")
-            if row.get("error") is not None or kind == "config":
-                row.setdefault("n", 1)
-                self.kept.append(row)
-                continue
-            k = "offset" if kind in _OFFSET_KINDS else kind
-            key = (k, row.get("topic"), row.get("partition"), row.get("grp"), row.get("base_offset"))
-            # cleaner checkpoints and log starts only move forward; the rest follows its source partition's log order
-            forward = kind in _FORWARD_KINDS
-            order = (row["value_offset"], 0) if forward else (row["src_partition"], row["src_offset"])
-            slot = best.get(key)
-            if slot is None:
-                best[key] = [order, row, row.get("n", 1)]
-            else:
-                slot[2] += row.get("n", 1)
-                if order > slot[0]:
-                    slot[0], slot[1] = order, row
-
-    def rows(self) -> list[dict]:
-        out = list(self.kept)
-        for _, row, n in self.best.values():
-            out.append({**row, "n": n})
-        return out
+def reduce_table(table: pa.Table) -> pa.Table:
+    """One row per state key — the latest event (commits, in log order) or the furthest one (cleaner checkpoints, log
+    starts only move forward) — with `n` summing the records each stands for. Rejected records and config events are
+    kept one by one. This is `aggregate()`'s reduction, in Arrow kernels: the source's tasks run it over their records
+    (Spark then converts one row per key and task, not per record) and the driver over the tasks' rows."""
+    if table.num_rows == 0:
+        return table
+    kind = table.column("kind")
+    single = pc.fill_null(pc.or_kleene(pc.is_valid(table.column("error")), pc.equal(kind, "config")), False)
+    kept, rest = table.filter(single), table.filter(pc.invert(single))
+    if rest.num_rows == 0:
+        return kept
+    kind = rest.column("kind")
+    forward = pc.is_in(kind, _FORWARD_KINDS)
+    keyed = (
+        rest.append_column("_k", pc.if_else(pc.is_in(kind, _OFFSET_KINDS), pa.scalar("offset"), kind))
+        .append_column(
+            "_a", pc.if_else(forward, rest.column("value_offset"), pc.cast(rest.column("src_partition"), pa.int64()))
+        )
+        .append_column("_b", pc.if_else(forward, pa.scalar(0, pa.int64()), rest.column("src_offset")))
+    )
+    # stable sort by order; the last row of each key wins (ties: the last one read)
+    keyed = keyed.take(pc.sort_indices(keyed, [("_a", "ascending"), ("_b", "ascending")]))
+    keyed = keyed.append_column("_i", pa.array(range(keyed.num_rows), pa.int64()))
+    winners = keyed.group_by(["_k", "topic", "partition", "grp", "base_offset"], use_threads=False).aggregate(
+        [("_i", "last"), ("n", "sum")]
+    )
+    picked = keyed.take(winners.column("_i_last")).select(table.column_names)
+    picked = picked.set_column(picked.schema.get_field_index("n"), "n", winners.column("n_sum"))
+    return pa.concat_tables([kept, picked.cast(kept.schema)])
 
 
-_OFFSET_KINDS = frozenset(("offset_commit", "offset_delete"))
-_FORWARD_KINDS = frozenset(("compacted", "log_start"))
+_OFFSET_KINDS = pa.array(["offset_commit", "offset_delete"])
+_FORWARD_KINDS = pa.array(["compacted", "log_start"])

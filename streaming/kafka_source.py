@@ -6,8 +6,8 @@ Source offsets are `{"topic": {"partition": next_offset}}`: Spark's checkpoint o
 
 Options: `kafka.bootstrap.servers`, `subscribe` (comma list), `startingOffsets` (earliest|latest),
 `maxOffsetsPerTrigger` (record cap per micro-batch), `kafka.<any librdkafka key>`, `readTimeoutMs`, and `decoder`
-(a `Decoder.to_option()`): with it, each task decodes its records and pre-aggregates them (`Reducer`) and the rows have
-the decoded shape (`DECODED_DDL`) — Spark then handles one row per state key and input partition, not per record.
+(a `Decoder.to_option()`): with it, each task decodes its records and pre-aggregates them (`reduce_table`) and the rows
+have the decoded shape (`DECODED_DDL`) — Spark then handles one row per state key and input partition, not per record.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pyspark.sql.types import StructType
 from compactd.errors import SourceReadError
 from compactd.kafka.admin import Offsets, admin_client, list_end_offsets
 from compactd.kafka.config import KafkaConnection, KafkaValue
-from compactd.streaming.decode import DECODED_DDL, Decoder, Reducer, to_arrow
+from compactd.streaming.decode import DECODED_DDL, Decoder, reduce_table
 
 KAFKA_SCHEMA_DDL = (
     "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, timestampType int"
@@ -149,16 +149,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
-        batches = read_range(self.conf, partition, int(self.options.get("readTimeoutMs", "60000")))
+        timeout_ms = int(self.options.get("readTimeoutMs", "60000"))
         if self.decoder is None:
-            yield from batches
+            yield from read_range(self.conf, partition, timeout_ms)
             return
-        reducer = Reducer()
-        for batch in batches:
-            reducer.add(self.decoder.rows(batch))
-        rows = reducer.rows()
-        if rows:
-            yield to_arrow(rows)
+        reduced = []
+        for msgs in read_messages(self.conf, partition, timeout_ms):
+            decoded = self.decoder.table(
+                partition.topic,
+                partition.partition,
+                [m.offset() for m in msgs],
+                [m.key() for m in msgs],
+                [m.value() for m in msgs],
+            )
+            reduced.append(reduce_table(decoded))
+        if reduced:
+            yield from (reduce_table(pa.concat_tables(reduced)) if len(reduced) > 1 else reduced[0]).to_batches()
 
     def commit(self, end: dict) -> None:
         pass  # progress lives in Spark's checkpoint, not in a consumer group
@@ -167,14 +173,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._admin = None
 
 
-def read_range(
-    conf: dict[str, Any], rng: KafkaRange, timeout_ms: int, batch_rows: int = 100_000
-) -> Iterator[pa.RecordBatch]:
-    """Read offsets [start, end) of one partition as Arrow batches.
+def read_messages(conf: dict[str, Any], rng: KafkaRange, timeout_ms: int, chunk: int = 100_000) -> Iterator[list]:
+    """Read offsets [start, end) of one partition: lists of up to `chunk` confluent-kafka messages, in log order.
 
     Offsets may be missing inside the range (compaction, transaction markers), so the loop ends on the
     consumer position, not on a message count. A range that cannot be read in time fails the task:
-    Spark retries it, and nothing is silently skipped.
+    Spark retries it, and nothing is silently skipped. Per message only what Kafka itself costs: callers take the
+    fields they need with one comprehension each.
     """
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -187,9 +192,8 @@ def read_range(
             "enable.partition.eof": True,
         }
     )
-    tp = TopicPartition(rng.topic, rng.partition, rng.start)
-    consumer.assign([tp])
-    cols: dict[str, list] = {f.name: [] for f in ARROW_SCHEMA}
+    consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
+    pending: list = []
     deadline = time.monotonic() + timeout_ms / 1000
     position = rng.start
     try:
@@ -201,37 +205,51 @@ def read_range(
             # consume() waits for num_messages or the timeout: never ask for more than the range still holds (an
             # end-of-partition event also counts), or every task pays the whole timeout on its last call
             msgs = consumer.consume(num_messages=max(1, min(10_000, rng.end - position)), timeout=0.5)
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        position = max(position, m.offset())
+            good = [m for m in msgs if m.error() is None]
+            if len(good) != len(msgs):
+                for m in msgs:
+                    err = m.error()
+                    if err is None:
                         continue
-                    raise SourceReadError(f"{rng.topic}/{rng.partition}: {err.str()}")
-                off = m.offset()
-                if off >= rng.end:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        raise SourceReadError(f"{rng.topic}/{rng.partition}: {err.str()}")
+                    position = max(position, m.offset())
+            if good:
+                if good[-1].offset() >= rng.end:
+                    good = [m for m in good if m.offset() < rng.end]
                     position = rng.end
-                    break
-                ts_type, ts = m.timestamp()
-                cols["key"].append(m.key())
-                cols["value"].append(m.value())
-                cols["topic"].append(rng.topic)
-                cols["partition"].append(rng.partition)
-                cols["offset"].append(off)
-                cols["timestamp"].append(ts * 1000 if ts and ts > 0 else None)
-                cols["timestampType"].append(ts_type)
-                position = off + 1
-            if len(cols["offset"]) >= batch_rows:
-                yield pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA)
-                cols = {f.name: [] for f in ARROW_SCHEMA}
+                else:
+                    position = good[-1].offset() + 1
+                pending.extend(good)
+                if len(pending) >= chunk:
+                    yield pending
+                    pending = []
             if not msgs:
                 pos = consumer.position([TopicPartition(rng.topic, rng.partition)])[0].offset
                 if pos >= 0:
                     position = max(position, pos)
-        if cols["offset"]:
-            yield pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA)
+        if pending:
+            yield pending
     finally:
         consumer.close()
+
+
+def read_range(
+    conf: dict[str, Any], rng: KafkaRange, timeout_ms: int, batch_rows: int = 100_000
+) -> Iterator[pa.RecordBatch]:
+    """Read offsets [start, end) of one partition as Arrow batches of Spark's Kafka-source shape."""
+    for msgs in read_messages(conf, rng, timeout_ms, batch_rows):
+        stamps = [m.timestamp() for m in msgs]
+        cols = {
+            "key": [m.key() for m in msgs],
+            "value": [m.value() for m in msgs],
+            "topic": [rng.topic] * len(msgs),
+            "partition": [rng.partition] * len(msgs),
+            "offset": [m.offset() for m in msgs],
+            "timestamp": [ts * 1000 if ts and ts > 0 else None for _, ts in stamps],
+            "timestampType": [t for t, _ in stamps],
+        }
+        yield pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA)
 
 
 class KafkaSource(DataSource):

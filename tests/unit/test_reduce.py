@@ -1,15 +1,16 @@
-"""The source's pre-aggregation (`Reducer`) keeps what Spark's aggregation would keep: reducing each input partition
-and then the union (as the source and `aggregate()` do together) gives the same rows and counts as one reduction of
-every record, and that equals a plain group-by with max-by written independently here."""
+"""The source's pre-aggregation (`reduce_table`) keeps what Spark's aggregation would keep: reducing each input
+partition and then the union (as the source's tasks and the driver do together) gives the same rows and counts as one
+reduction of every record, and that equals a plain group-by with max-by written independently here."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 
+import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactd.streaming.decode import Reducer
+from compactd.streaming.decode import DECODED_SCHEMA, reduce_table
 
 KINDS = ("offset_commit", "offset_delete", "segment_rolled", "compacted", "log_start", "group_delete", "config")
 
@@ -39,7 +40,7 @@ def records(draw: st.DrawFn) -> list[dict]:
 
 
 def reference(rows: list[dict]) -> tuple[dict, list]:
-    """Group by state key, max by order, count — written from the rules, not from the Reducer."""
+    """Group by state key, max by order, count — written from the rules, not from reduce_table."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     singles = []
     for r in rows:
@@ -66,7 +67,7 @@ def reduced(rows: list[dict]) -> tuple[dict, list]:
         k = "offset" if r["kind"] in ("offset_commit", "offset_delete") else r["kind"]
         key = (k, r.get("topic"), r.get("partition"), r.get("grp"), r.get("base_offset"))
         assert key not in out, "one row per key"
-        out[key] = ({f: v for f, v in r.items() if f != "n"}, r["n"])
+        out[key] = ({f: v for f, v in r.items() if f != "n" and v is not None}, r["n"])
     return out, singles
 
 
@@ -74,22 +75,36 @@ def positions(rows: list[dict]) -> list[tuple[int, int]]:
     return sorted((r["src_partition"], r["src_offset"]) for r in rows)
 
 
+def reduce(rows: list[dict]) -> list[dict]:
+    table = pa.Table.from_pylist([{"n": 1, **r} for r in rows], schema=DECODED_SCHEMA)
+    return reduce_table(table).to_pylist()
+
+
+def plain(rows: list[dict]) -> list[dict]:
+    return [{f: v for f, v in r.items() if v is not None} for r in rows]
+
+
 @settings(max_examples=300, deadline=None)
 @given(records())
 def test_per_partition_then_union_equals_one_reduction_and_the_reference(rows: list[dict]) -> None:
-    expected, expected_singles = reference(rows)
+    expected, expected_singles = reference(plain(rows))
 
-    whole = Reducer()
-    whole.add([dict(r) for r in rows])
-    got, singles = reduced(whole.rows())
+    got, singles = reduced(plain(reduce(rows)))
     assert got == expected and positions(singles) == positions(expected_singles)
 
-    per_partition: dict[int, Reducer] = defaultdict(Reducer)  # what each source task does
+    per_partition: dict[int, list[dict]] = defaultdict(list)
     for r in rows:
-        per_partition[r["src_partition"]].add([dict(r)])
-    union = Reducer()  # what aggregate() does with their output (it sums n)
-    for part in per_partition.values():
-        union.add(part.rows())
-    got, singles = reduced(union.rows())
+        per_partition[r["src_partition"]].append(r)
+    tasks = [row for part in per_partition.values() for row in reduce(part)]  # what each source task does
+    union = reduce(tasks)  # what the driver does with their output (it sums n)
+    got, singles = reduced(plain(union))
     assert got == expected and positions(singles) == positions(expected_singles)
-    assert sum(r["n"] for r in union.rows()) == len(rows)
+    assert sum(r["n"] for r in union) == len(rows)
+
+
+def test_equal_order_keeps_the_last_read() -> None:
+    a = {"stream": "x", "kind": "compacted", "topic": "t", "partition": 0, "value_offset": 5, "ts": 1,
+         "src_partition": 0, "src_offset": 0}  # fmt: skip
+    b = {**a, "ts": 2, "src_offset": 1}
+    assert [r["ts"] for r in reduce([a, b])] == [2]
+    assert [r["ts"] for r in reduce([b, a])] == [1]
