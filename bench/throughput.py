@@ -1,8 +1,11 @@
 """Throughput of `run --once` on pre-filled topics: events/s from Kafka through Spark, Redis merge and decisions.
 
-Starts its own Redis and noida-db broker, fills the segments and commits topics (spread over partitions: the test
-broker answers a fetch with a partition's whole backlog), then times the job. Prints one JSON object.
-Usage: python bench/throughput.py [--events N] [--partitions P] [--topics T]
+Starts its own Redis and noida-db broker, fills the source topics — JSON segment and commit events, or (`--format
+binary`) offset commits in `__consumer_offsets`' own binary format on a mirror topic — then times the job, round after
+round in one Spark session (the first pays the cold start). Beside it, in the same run and against the same broker:
+a bare Python consumer reading the same records with `consume()` and `json.loads` (or `struct` for binary), and the
+stages timed apart (one core: read only, read + decode + reduce; the job: Spark's batch time, merge, decide+act).
+Prints one JSON object. Usage: python bench/throughput.py [--events N] [--format json|binary] [--segment-share S]
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import argparse
 import json
 import logging
 import random
+import struct
 import sys
 import tempfile
 import time
@@ -18,22 +22,34 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client import Histogram
 
 from compactd.app.application import Application
 from compactd.app.settings import Settings
+from compactd.codec.offsets import OffsetValue, encode_offset_key, encode_offset_value
 from compactd.demo.embedded import kafka_broker, redis_server
 from compactd.kafka.config import KafkaConnection
 from compactd.keys import partition_key
+from compactd.streaming.decode import Decoder
+from compactd.streaming.kafka_source import KafkaStreamReader, read_messages
 from compactd.streaming.session import spark_session
+
+MIRROR = "mirror.consumer_offsets"
 
 
 def fill(
-    bootstrap: str, events: int, data_topics: int, partitions: int, source_partitions: int, segment_share: float = 0.3
+    bootstrap: str,
+    events: int,
+    data_topics: int,
+    partitions: int,
+    source_partitions: int,
+    segment_share: float = 0.3,
+    binary: bool = False,
 ) -> None:
     conn = KafkaConnection(bootstrap)
     admin = AdminClient(conn.client("admin"))
     existing = admin.list_topics(timeout=10).topics
-    wanted = [t for t in ("compactd.segments", "compactd.commits") if t not in existing]
+    wanted = [t for t in ("compactd.segments", "compactd.commits", MIRROR) if t not in existing]
     for fut in admin.create_topics([NewTopic(t, source_partitions, 1) for t in wanted]).values() if wanted else []:
         fut.result(30)
     p = Producer(
@@ -67,29 +83,107 @@ def fill(
                 value=json.dumps(ev).encode(),
                 partition=i % source_partitions,
             )
+        elif binary:  # what a broker writes for a commit (key v1, value v3), keyed like Kafka: by group
+            g = rnd.choice(groups)
+            value = encode_offset_value(OffsetValue(3, i, "", now, leader_epoch=5))
+            key = encode_offset_key(g, topic, part)
+            p.produce(MIRROR, key=key, value=value, partition=groups.index(g) % source_partitions)
         else:
             g = rnd.choice(groups)
             ev = {"type": "offset_commit", "group": g, "topic": topic, "partition": part, "offset": i, "ts": now}
             p.produce(
-                "compactd.commits", key=g.encode(), value=json.dumps(ev).encode(), partition=hash(g) % source_partitions
+                "compactd.commits",
+                key=g.encode(),
+                value=json.dumps(ev).encode(),
+                partition=groups.index(g) % source_partitions,
             )
         if i % 50_000 == 0:
             p.flush()
     p.flush()
 
 
+_KEY = struct.Struct(">hh")
+_VALUE = struct.Struct(">hqih")
+
+
+def bare_consumer(bootstrap: str, topics: list[str], binary: bool) -> dict:
+    """What one plain Python consumer does with the same records: consume() and parse, nothing else."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    conn = KafkaConnection(bootstrap)
+    reader = KafkaStreamReader({"subscribe": ",".join(topics), "kafka.bootstrap.servers": bootstrap})
+    high = reader.initialOffset()
+    reader._target = None
+    ends = reader._watermarks("high")
+    total = sum(ends[t][p] - high[t][p] for t in ends for p in ends[t])
+    c = Consumer(conn.client("consumer", {"group.id": "bench-bare", "receive.message.max.bytes": 1_000_000_000}))
+    c.assign([TopicPartition(t, p, high[t][p]) for t in ends for p in ends[t]])
+    seen, parsed = 0, 0
+    t0 = time.monotonic()
+    while seen < total:
+        for m in c.consume(10_000, timeout=1.0):
+            if m.error() is not None:
+                continue
+            seen += 1
+            if binary:
+                key, value = m.key(), m.value()
+                _, glen = _KEY.unpack_from(key)
+                (tlen,) = struct.unpack_from(">h", key, 4 + glen)
+                key[4 : 4 + glen].decode(), key[6 + glen : 6 + glen + tlen].decode()
+                struct.unpack_from(">i", key, 6 + glen + tlen)
+                _, _offset, _, mlen = _VALUE.unpack_from(value)
+                struct.unpack_from(">q", value, 16 + mlen)
+            else:
+                json.loads(m.value())
+            parsed += 1
+    seconds = time.monotonic() - t0
+    c.close()
+    return {"records": parsed, "seconds": round(seconds, 2), "records_per_second": round(parsed / seconds)}
+
+
+def one_core_stages(bootstrap: str, topics: list[str], decoder: Decoder) -> dict:
+    """The source's work on one core, outside Spark: reading the ranges, then reading + decoding + reducing them."""
+    reader = KafkaStreamReader(
+        {"subscribe": ",".join(topics), "kafka.bootstrap.servers": bootstrap, "decoder": decoder.to_option()}
+    )
+    ranges = reader.partitions({}, reader.latestOffset({}, reader.getDefaultReadLimit()))
+    records = sum(r.end - r.start for r in ranges)
+    t0 = time.monotonic()
+    for r in ranges:
+        for _ in read_messages(reader.conf, r, 60_000):
+            pass
+    read_s = time.monotonic() - t0
+    t0 = time.monotonic()
+    for r in ranges:
+        for _ in reader.read(r):
+            pass
+    full_s = time.monotonic() - t0
+    return {
+        "records": records,
+        "read_per_second": round(records / read_s),
+        "read_decode_reduce_per_second": round(records / full_s),
+        "decode_reduce_us_per_record": round((full_s - read_s) / records * 1e6, 2),
+    }
+
+
+def histogram_sum(metric: Histogram) -> float:
+    return next(s.value for m in metric.collect() for s in m.samples if s.name.endswith("_sum"))
+
+
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     logging.getLogger("compactd").setLevel(logging.INFO)  # per-batch phase timings on stderr
     ap = argparse.ArgumentParser()
-    ap.add_argument("--events", type=int, default=300_000)
-    ap.add_argument("--topics", type=int, default=20)
+    ap.add_argument("--events", type=int, default=600_000)
+    ap.add_argument("--format", choices=("json", "binary"), default="json")
+    ap.add_argument("--topics", type=int, default=4)
     ap.add_argument("--partitions", type=int, default=50)
-    ap.add_argument("--source-partitions", type=int, default=8)
-    ap.add_argument("--max-rows-per-trigger", type=int, default=500_000)
+    ap.add_argument("--source-partitions", type=int, default=16)
+    ap.add_argument("--max-rows-per-trigger", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=2, help="fill + run --once again in the same Spark session")
-    ap.add_argument("--segment-share", type=float, default=0.3, help="share of segment events; the rest are commits")
+    ap.add_argument("--segment-share", type=float, default=0.0, help="share of segment events; the rest are commits")
     args = ap.parse_args()
+    binary = args.format == "binary"
     work = Path(tempfile.mkdtemp(prefix="compactd-bench-"))
     redis_svc, broker = redis_server(work / "redis"), kafka_broker(work / "broker")
     try:
@@ -102,40 +196,63 @@ def main() -> None:
             redis_url=f"redis://127.0.0.1:{redis_svc.port}/0",
             checkpoint_dir=str(work / "ckpt"),
             max_rows_per_trigger=args.max_rows_per_trigger,
+            offsets_source="consumer_offsets" if binary else "commits",
+            topics={"consumer_offsets": MIRROR},
             thresholds={
                 "global": {"max.compaction.lag.ms": 3_600_000, "consumed.retention.ms": 600_000},
                 f"topic:{'data-0'}": {"forced.retention.ms": 1_800_000},
             },
             kafka={"receive.message.max.bytes": "1000000000"},
         )
+        source_topics = ["compactd.segments", MIRROR if binary else "compactd.commits"]
         rounds = []
-        for _ in range(args.rounds):  # the first round pays Spark's and the Python workers' cold start
+        for _ in range(args.rounds):
             t0 = time.monotonic()
-            fill(bootstrap, args.events, args.topics, args.partitions, args.source_partitions, args.segment_share)
+            shape = (args.topics, args.partitions, args.source_partitions, args.segment_share, binary)
+            fill(bootstrap, args.events, *shape)
             fill_s = time.monotonic() - t0
             with Application(settings, spark=spark) as app:
+                merge0 = histogram_sum(app.metrics.merge_seconds)
+                handled0 = histogram_sum(app.metrics.batch_seconds)
                 t0 = time.monotonic()
                 app.run(once=True)
                 run_s = time.monotonic() - t0
+                progress = app.job.query.recentProgress if app.job and app.job.query else []
+                merge_s = histogram_sum(app.metrics.merge_seconds) - merge0
+                handled_s = histogram_sum(app.metrics.batch_seconds) - handled0
+            add_batch_s = sum(p["durationMs"].get("addBatch", 0) for p in progress if p.get("numInputRows")) / 1000
             rounds.append(
                 {
                     "fill_seconds": round(fill_s, 2),
                     "run_once_seconds": round(run_s, 2),
                     "events_per_second": round(args.events / run_s),
                     "micro_batches": app.summary.batches,
+                    "stages_seconds": {
+                        "spark_batches": round(add_batch_s - handled_s, 2),  # source tasks + driver reduction
+                        "merge": round(merge_s, 2),
+                        "decide_and_act": round(handled_s - merge_s, 2),
+                        "outside_batches": round(run_s - add_batch_s, 2),  # query start, planning, checkpoint, stop
+                    },
                 }
             )
+        decoder = app.decoder
+        bare = bare_consumer(bootstrap, source_topics, binary)
+        stages = one_core_stages(bootstrap, source_topics, decoder)
         tracked = len(settings.redis_state().all_partitions())
+        best = max(r["events_per_second"] for r in rounds[1:] or rounds)
         print(
             json.dumps(
                 {
-                    "benchmark": "run_once_throughput",
+                    "benchmark": f"run_once_throughput_{args.format}",
                     "events": args.events,
                     "data_partitions": tracked,
                     "source_partitions": args.source_partitions,
                     "segment_share": args.segment_share,
                     "spark_start_seconds": round(spark_start_s, 2),
-                    "events_per_second": rounds[-1]["events_per_second"],
+                    "events_per_second": best,
+                    "bare_consumer": bare,
+                    "ratio_to_bare_consumer": round(best / bare["records_per_second"], 2),
+                    "one_core": stages,
                     "rounds": rounds,
                 }
             )
