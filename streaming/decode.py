@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from pydantic import TypeAdapter
 
 from compactd.codec.arrow_events import decode_json_block
+from compactd.codec.arrow_offsets import decode_offset_commits
 from compactd.codec.events import (
     MAX_INT,
     OFFSET_EVENTS,
@@ -185,15 +186,19 @@ class Decoder:
         values: list[bytes | None],
     ) -> pa.Table:  # fmt: skip
         """Records of one source partition → decoded rows (`n` = 1). JSON streams are decoded in blocks
-        (`arrow_events`); binary offsets, config events and whatever a block does not accept, record by record."""
+        (`arrow_events`), `__consumer_offsets` commits with numpy (`arrow_offsets`); config events and whatever a
+        block does not accept, record by record."""
         if src_topic in (self.segments_topic, self.commits_topic):
             types = SEGMENT_TYPES if src_topic == self.segments_topic else OFFSET_TYPES
             cols, positions, rest = decode_json_block(values, types, self.max_event_bytes)
+            stream = "segments" if src_topic == self.segments_topic else "commits"
+        elif src_topic == self.offsets_topic:
+            cols, positions, rest = decode_offset_commits(keys, values)
+            stream = "consumer_offsets"
         else:
             cols, positions, rest = {}, pa.array([], pa.int64()), list(range(len(values)))
         parts = []
         if m := len(positions):
-            stream = "segments" if src_topic == self.segments_topic else "commits"
             fixed = {
                 "stream": pa.repeat(stream, m),
                 "src_topic": pa.repeat(src_topic, m),
