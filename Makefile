@@ -40,10 +40,11 @@ lint: deps
 	$(BIN)/ruff format --check .
 
 # Each benchmark prints one JSON object; bench/results.json collects them (stderr keeps their progress logs).
-BENCHES := throughput decode_offsets metrics_scrape restart latency
+BENCHES := "throughput.py" "throughput.py --format binary" "state_footprint.py" "decode_offsets.py" \
+	"metrics_scrape.py" "restart.py" "latency.py"
 bench: deps
 	@rm -f bench/results.jsonl
-	@for b in $(BENCHES); do $(BIN)/python bench/$$b.py >> bench/results.jsonl || exit 1; tail -n 1 bench/results.jsonl; done
+	@for b in $(BENCHES); do $(BIN)/python bench/$$b >> bench/results.jsonl || exit 1; tail -n 1 bench/results.jsonl; done
 	@$(BIN)/python -c 'import json,sys; rows=[json.loads(l) for l in open("bench/results.jsonl")]; json.dump(rows, open("bench/results.json","w"), indent=2)'
 	@rm -f bench/results.jsonl
 	@echo "wrote bench/results.json"

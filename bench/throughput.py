@@ -117,7 +117,7 @@ def bare_consumer(bootstrap: str, topics: list[str], binary: bool) -> dict:
     ends = reader._watermarks("high")
     total = sum(ends[t][p] - high[t][p] for t in ends for p in ends[t])
     c = Consumer(conn.client("consumer", {"group.id": "bench-bare", "receive.message.max.bytes": 1_000_000_000}))
-    c.assign([TopicPartition(t, p, high[t][p]) for t in ends for p in ends[t]])
+    c.assign([TopicPartition(t, int(p), high[t][p]) for t in ends for p in ends[t]])
     seen, parsed = 0, 0
     t0 = time.monotonic()
     while seen < total:
