@@ -3,9 +3,10 @@
 <prefix>:{<topic>}:...          per-topic state; one hash tag per topic keeps the merge script on one Cluster
                                 slot. The Lua script derives these from the base it is given:
                                 p:<n> hash (cleaned, log_start), seg:<n> zset (segments by base offset),
-                                off hash ("<n>|<group>" -> offset), cz:<n> zset (counted groups' offsets),
-                                gp:<group> set (partitions with an offset), groups / counted / parts sets,
-                                applied hash (stream id -> last merged batch)
+                                gid hash (group -> per-topic id), o:<id>:<bucket> hashes (partition -> offset,
+                                128 partitions each), oc / ob hashes (id -> partitions with an offset / highest
+                                bucket), cz:<n> zset (counted groups' ids by offset), groups / counted / parts
+                                sets, applied hash (stream id -> last merged batch); lua/offsets.lua has the rules
 <prefix>:{sched}:deadlines      zset "<topic>/<partition>" -> next evaluation time (ms)
 <prefix>:{sched}:compaction-due zset "<topic>/<partition>" -> when its oldest dirty record becomes overdue
 <prefix>:{act}:rec / outbox / last / nudge   the action records and their bookkeeping (one slot)
@@ -42,8 +43,15 @@ class RedisKeys:
     def partitions(self, topic: str) -> str:
         return f"{self.topic_base(topic)}:parts"
 
-    def offsets(self, topic: str) -> str:
-        return f"{self.topic_base(topic)}:off"
+    def group_ids(self, topic: str) -> str:
+        return f"{self.topic_base(topic)}:gid"
+
+    def offset_buckets(self, topic: str) -> str:
+        """id -> highest bucket of a group's offsets on the topic."""
+        return f"{self.topic_base(topic)}:ob"
+
+    def offset_bucket(self, topic: str, group_id: str, bucket: int) -> str:
+        return f"{self.topic_base(topic)}:o:{group_id}:{bucket}"
 
     def group_topics(self, group: str) -> str:
         return f"{self.prefix}:gt:{group}"

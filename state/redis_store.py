@@ -46,7 +46,11 @@ class RedisState:
         self.cluster = cluster
         self.keys = RedisKeys(prefix)
         lua = resources.files(__package__ or "compactd.state").joinpath("lua")
-        self._lua = {name: lua.joinpath(f"{name}.lua").read_text() for name in ("merge", "recount")}
+        shared = lua.joinpath("offsets.lua").read_text()
+        self._lua = {
+            name: lua.joinpath(f"{name}.lua").read_text().replace("--! include offsets.lua\n", shared)
+            for name in ("merge", "recount")
+        }
         self._scripts: dict[str, Any] = {}
         self.k_deadlines = self.keys.deadlines
         self.k_compaction_due = self.keys.compaction_due
@@ -306,11 +310,17 @@ class RedisState:
         return self.views([(topic, partition)])[0]
 
     def group_offsets(self, topic: str) -> dict[tuple[str, int], int]:
-        raw = self.r.hgetall(self.keys.offsets(topic))
+        """Every group's committed offset on every partition of the topic (lua/offsets.lua has the layout)."""
+        ids = {_s(i): _s(g) for g, i in self.r.hgetall(self.keys.group_ids(topic)).items()}
+        top = {_s(i): int(b) for i, b in self.r.hgetall(self.keys.offset_buckets(topic)).items()}
+        pipe = self.r.pipeline(transaction=False)
+        wanted = [(i, b) for i in sorted(ids) for b in range(top.get(i, -1) + 1)]
+        for i, b in wanted:
+            pipe.hgetall(self.keys.offset_bucket(topic, i, b))
         out = {}
-        for k, v in raw.items():
-            n, _, g = _s(k).partition("|")
-            out[(g, int(n))] = int(v)
+        for (i, _), entries in zip(wanted, pipe.execute(), strict=True):
+            for n, v in entries.items():
+                out[(ids[i], int(n))] = int(v)
         return out
 
     # ---- deadlines -----------------------------------------------------------------------------

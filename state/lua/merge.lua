@@ -19,42 +19,22 @@ if applied and tonumber(applied) >= batch then
 end
 local p = cjson.decode(ARGV[3])
 local touched = {}
--- Redis turns Lua numbers into strings with %.14g; integers are written with %d to keep every digit.
-local function int(x) return string.format('%d', x) end
-
-local function touch(n)
-  touched[tostring(n)] = true
-  redis.call('SADD', base .. ':parts', n)
-end
-
-local function touch_all()
-  for _, m in ipairs(redis.call('SMEMBERS', base .. ':parts')) do touched[m] = true end
-end
-
--- A group holds the topic back while it has an offset on it OR members assigned to it: an assigned group
--- that never committed has no position, so the minimum is unknown and consumed retention waits.
-local function forget_if_idle(g)
-  if redis.call('SCARD', base .. ':gp:' .. g) == 0 and redis.call('SISMEMBER', base .. ':asg', g) == 0 then
-    redis.call('SREM', base .. ':groups', g)
-    if redis.call('SREM', base .. ':counted', g) == 1 then
-      -- the number of counted groups changed: every partition's minimum may now be known/unknown
-      touch_all()
-    end
-  end
-end
-
-local function del_offset(g, n)
-  n = tostring(n)
-  redis.call('HDEL', base .. ':off', n .. '|' .. g)
-  redis.call('SREM', base .. ':gp:' .. g, n)
-  redis.call('ZREM', base .. ':cz:' .. n, g)
-  forget_if_idle(g)
-  touched[n] = true
-end
+--! include offsets.lua
 
 for _, g in ipairs(p.gdel or {}) do
   redis.call('SREM', base .. ':asg', g)
-  for _, n in ipairs(redis.call('SMEMBERS', base .. ':gp:' .. g)) do del_offset(g, n) end
+  local id = gid(g, false)
+  if id then
+    for b = 0, tonumber(redis.call('HGET', base .. ':ob', id) or '-1') do
+      local key = base .. ':o:' .. id .. ':' .. b
+      for _, n in ipairs(redis.call('HKEYS', key)) do
+        redis.call('ZREM', base .. ':cz:' .. n, id)
+        touched[n] = true
+      end
+      redis.call('DEL', key)
+    end
+    redis.call('HSET', base .. ':oc', id, 0)
+  end
   forget_if_idle(g)
 end
 
@@ -75,16 +55,7 @@ for _, o in ipairs(p.offsets or {}) do
   if off < 0 then
     del_offset(g, n)
   else
-    redis.call('HSET', base .. ':off', n .. '|' .. g, int(off))
-    redis.call('SADD', base .. ':gp:' .. g, n)
-    redis.call('SADD', base .. ':groups', g)
-    if counted == 1 then
-      redis.call('ZADD', base .. ':cz:' .. n, int(off), g)
-      if redis.call('SADD', base .. ':counted', g) == 1 then
-        for _, m in ipairs(redis.call('SMEMBERS', base .. ':parts')) do touched[m] = true end
-      end
-    end
-    touch(n)
+    set_offset(g, n, off, counted)
   end
 end
 

@@ -155,3 +155,39 @@ def test_empty_group_releases_its_assignment_and_filters_apply(rclient: redis.Re
     assert st.view("orders", 0).min_committed is None
     st.merge("s", 2, membership("n", {}), everyone)  # every member left: the group is Empty
     assert st.view("orders", 0).min_committed == 300 and st.groups("orders") == ["a"]
+
+
+def test_offsets_over_several_buckets_and_a_group_delete_across_them(rclient: redis.Redis) -> None:
+    st = RedisState(rclient)
+    parts = [0, 127, 128, 1000]  # three buckets of 128 partitions
+    st.merge("s", 0, commits(*[(g, "orders", n, 10 + n) for g in ("a", "b") for n in parts]), everyone)
+    assert st.group_offsets("orders") == {(g, n): 10 + n for g in ("a", "b") for n in parts}
+    assert [st.view("orders", n).min_committed for n in parts] == [10 + n for n in parts]
+    assert rclient.object("encoding", st.keys.offset_bucket("orders", "1", 7)) == b"listpack"
+    touched, _ = st.merge("s", 1, commits(deletes=("a",)), everyone)
+    assert touched["orders"] >= set(parts)
+    assert st.group_offsets("orders") == {("b", n): 10 + n for n in parts}
+    assert st.groups("orders") == ["b"] and st.view("orders", 1000).counted_groups == 1
+    st.merge("s", 2, commits(("b", "orders", 128, None)), everyone)
+    assert st.view("orders", 128).min_committed is None and st.view("orders", 127).min_committed == 137
+
+
+def test_state_of_the_previous_layout_is_moved_on_the_first_merge(rclient: redis.Redis) -> None:
+    """Offsets written by earlier versions (one `off` hash, gp:<group> sets, group names in cz) keep their meaning."""
+    st = RedisState(rclient)
+    base = st.keys.topic_base("orders")
+    rclient.hset(f"{base}:off", mapping={"0|a": 5, "0|b": 9, "1|a": 7, "300|b": 2})
+    rclient.sadd(f"{base}:gp:a", 0, 1)
+    rclient.sadd(f"{base}:gp:b", 0, 300)
+    rclient.sadd(f"{base}:groups", "a", "b")
+    rclient.sadd(f"{base}:counted", "a")  # b is excluded by groups.exclude
+    rclient.sadd(f"{base}:parts", 0, 1, 300)
+    rclient.zadd(f"{base}:cz:0", {"a": 5})
+    rclient.zadd(f"{base}:cz:1", {"a": 7})
+    assert st.view("orders", 0).min_committed == 5  # readable before the move
+    st.merge("s", 0, commits(("a", "orders", 1, 8)), lambda g, _t: g == "a")
+    assert st.group_offsets("orders") == {("a", 0): 5, ("b", 0): 9, ("a", 1): 8, ("b", 300): 2}
+    assert [st.view("orders", n).min_committed for n in (0, 1, 300)] == [5, 8, None]
+    assert not rclient.exists(f"{base}:off", f"{base}:gp:a", f"{base}:gp:b")
+    st.recount(everyone)  # b counts from now on
+    assert [st.view("orders", n).min_committed for n in (0, 1, 300)] == [5, None, None]

@@ -36,7 +36,9 @@ def test_every_per_topic_key_shares_the_topic_hash_tag() -> None:
         k.counted_groups("t"),
         k.groups("t"),
         k.partitions("t"),
-        k.offsets("t"),
+        k.group_ids("t"),
+        k.offset_buckets("t"),
+        k.offset_bucket("t", "3", 0),
     ]
     assert all(key.startswith("cd:{t}:") for key in per_topic)
     assert {k.records, k.outbox, k.last, k.nudge} == {f"cd:{{act}}:{n}" for n in ("rec", "outbox", "last", "nudge")}
