@@ -40,7 +40,7 @@ lint: deps
 	$(BIN)/ruff format --check .
 
 # Each benchmark prints one JSON object; bench/results.json collects them (stderr keeps their progress logs).
-BENCHES := "throughput.py" "throughput.py --format binary" "state_footprint.py" "decode_offsets.py" \
+BENCHES := "throughput.py" "throughput.py --format binary" "state_footprint.py" "scaling.py" "decode_offsets.py" \
 	"metrics_scrape.py" "restart.py" "latency.py"
 bench: deps
 	@rm -f bench/results.jsonl

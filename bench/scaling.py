@@ -1,0 +1,50 @@
+"""Scaling curve: the throughput benchmark at 1k, 10k and 100k data partitions (mixed segment and commit events).
+
+Each size runs `bench/throughput.py` in its own process (own Redis, broker and Spark session), two rounds; reported per
+size: events/s of the warm round, its micro-batch time in Spark, the time from a batch's data to its decisions
+(merge + decide + act after the Spark part), the partitions tracked, and Redis' memory. Prints one JSON object.
+Usage: python bench/scaling.py [--sizes 1000,10000,100000] [--events N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--events", type=int, default=300_000)
+    args = ap.parse_args()
+    here = Path(__file__).parent
+    curve = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        topics = max(1, size // 1000)
+        out = subprocess.run(
+            [sys.executable, str(here / "throughput.py"), "--events", str(args.events), "--topics", str(topics),
+             "--partitions", str(size // topics), "--segment-share", "0.3"],
+            check=True, capture_output=True, text=True,
+        ).stdout  # fmt: skip
+        run = json.loads(out.strip().splitlines()[-1])
+        warm = run["rounds"][-1]
+        stages = warm["stages_seconds"]
+        curve.append(
+            {
+                "partitions": size,
+                "partitions_tracked": run["data_partitions"],
+                "events_per_second": warm["events_per_second"],
+                "spark_batch_seconds": stages["spark_batches"],
+                "merge_decide_act_seconds": round(stages["merge"] + stages["decide_and_act"], 2),
+                "run_once_seconds": warm["run_once_seconds"],
+            }
+        )
+        print(json.dumps(curve[-1]), file=sys.stderr, flush=True)
+    print(json.dumps({"benchmark": "scaling_curve", "events": args.events, "curve": curve}))
+
+
+if __name__ == "__main__":
+    main()
