@@ -183,21 +183,26 @@ class Controller:
                 self.metrics.partitions.forget(key)
             else:  # what operators see per partition comes from this evaluation, not from a scan at scrape time
                 self.metrics.partitions.update(key, partition_stats(view, th, now))
+        queued: list[ActionRecord] = []
         for plan in plans:
-            self._apply(plan, now)
+            self._apply(plan, now, queued)
+        self.state.enqueue(*queued)
         self.state.set_deadlines({(p.topic, p.partition): p.deadline for p in plans})
         self.state.set_compaction_due({(p.topic, p.partition): p.compaction_due for p in plans})
         self.metrics.evaluations.labels(trigger).inc(len(views))
 
-    def _apply(self, plan: PartitionPlan, now: int) -> None:
+    def _apply(self, plan: PartitionPlan, now: int, queued: list[ActionRecord]) -> None:
+        """Carry out one partition's plan; its new decisions join `queued` (enqueued per chunk, in one round trip)."""
         for rec in plan.answered:
             self.state.answer(rec, now)
         if plan.compactions_answered:
+            # the restore check reads the outbox: what this chunk decided so far must be in it
+            self.state.enqueue(*queued)
+            queued.clear()
             self._maybe_restore(plan.topic, now)
         for why in plan.dropped:
             log.error("dropped unsafe decision: %s", why)
-        for rec in plan.enqueue:
-            self.state.enqueue(rec)
+        queued.extend(plan.enqueue)
 
     def _maybe_restore(self, topic: str, now: int) -> None:
         """Put a nudged topic config back once no partition of the topic has a compaction pending."""

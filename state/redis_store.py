@@ -277,16 +277,21 @@ class RedisState:
         keys = list(keys)
         pipe = self.r.pipeline(transaction=False)
         k = self.keys
+        topics = sorted({t for t, _ in keys})
+        for topic in topics:
+            pipe.scard(k.counted_groups(topic))
         for topic, n in keys:
             pipe.hgetall(k.partition_hash(topic, n))
             pipe.zrange(k.segments(topic, n), 0, -1)
             pipe.zrange(k.counted_offsets(topic, n), 0, 0, withscores=True)
             pipe.zcard(k.counted_offsets(topic, n))
-            pipe.scard(k.counted_groups(topic))
         res = pipe.execute()
+        counted_in = dict(zip(topics, res[: len(topics)], strict=True))
+        res = res[len(topics) :]
         out = []
         for i, (topic, n) in enumerate(keys):
-            h, segs, lowest, zcard, counted = res[5 * i : 5 * i + 5]
+            h, segs, lowest, zcard = res[4 * i : 4 * i + 4]
+            counted = counted_in[topic]
             h = {_s(k): int(v) for k, v in h.items()}
             segments = []
             for m in segs:
@@ -327,12 +332,13 @@ class RedisState:
 
     def _zput(self, key: str, scores: dict[tuple[str, int], int | None]) -> None:
         """Set or remove (None) the score of each "<topic>/<partition>" member in one round trip."""
+        put = {partition_key(t, n): at for (t, n), at in scores.items() if at is not None}
+        drop = [partition_key(t, n) for (t, n), at in scores.items() if at is None]
         pipe = self.r.pipeline(transaction=False)
-        for (topic, n), at in scores.items():
-            if at is None:
-                pipe.zrem(key, partition_key(topic, n))
-            else:
-                pipe.zadd(key, {partition_key(topic, n): at})
+        if put:
+            pipe.zadd(key, put)
+        if drop:
+            pipe.zrem(key, *drop)
         pipe.execute()
 
     def set_deadlines(self, deadlines: dict[tuple[str, int], int | None]) -> None:
@@ -367,11 +373,13 @@ class RedisState:
                 out[keys[i // len(kinds)]].append(ActionRecord.from_json(raw))
         return out
 
-    def enqueue(self, rec: ActionRecord) -> None:
-        """Record a decision and put it in the outbox in one transaction."""
+    def enqueue(self, *recs: ActionRecord) -> None:
+        """Record decisions and put them in the outbox in one transaction (one round trip for a batch's decisions)."""
+        if not recs:
+            return
         pipe = self.r.pipeline(transaction=True)
-        pipe.hset(self.k_rec, rec.slot, rec.to_json())
-        pipe.zadd(self.k_outbox, {rec.slot: rec.decided_at})
+        pipe.hset(self.k_rec, mapping={rec.slot: rec.to_json() for rec in recs})
+        pipe.zadd(self.k_outbox, {rec.slot: rec.decided_at for rec in recs})
         pipe.execute()
 
     def outbox(self, now: int | None = None, limit: int = 1000) -> list[ActionRecord]:

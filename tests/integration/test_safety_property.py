@@ -65,9 +65,10 @@ class Checked(RedisState):
     model: Model
     violations: list[str]
 
-    def enqueue(self, rec: ActionRecord) -> None:
-        check(rec, self.model, "decided", self.violations)
-        super().enqueue(rec)
+    def enqueue(self, *recs: ActionRecord) -> None:
+        for rec in recs:
+            check(rec, self.model, "decided", self.violations)
+        super().enqueue(*recs)
 
 
 def check(rec: ActionRecord, model: Model, when: str, violations: list[str]) -> None:
