@@ -112,12 +112,11 @@ def bare_consumer(bootstrap: str, topics: list[str], binary: bool) -> dict:
 
     conn = KafkaConnection(bootstrap)
     reader = KafkaStreamReader({"subscribe": ",".join(topics), "kafka.bootstrap.servers": bootstrap})
-    high = reader.initialOffset()
-    reader._target = None
+    low = reader.initialOffset()
     ends = reader._watermarks("high")
-    total = sum(ends[t][p] - high[t][p] for t in ends for p in ends[t])
+    total = sum(ends[t][p] - low[t][p] for t in ends for p in ends[t])
     c = Consumer(conn.client("consumer", {"group.id": "bench-bare", "receive.message.max.bytes": 1_000_000_000}))
-    c.assign([TopicPartition(t, int(p), high[t][p]) for t in ends for p in ends[t]])
+    c.assign([TopicPartition(t, int(p), low[t][p]) for t in ends for p in ends[t]])
     seen, parsed = 0, 0
     t0 = time.monotonic()
     while seen < total:
