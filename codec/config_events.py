@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from compactd.codec.events import MAX_INT, Rejected
 from compactd.errors import ConfigError
+from compactd.labels import BAD_SIGNATURE, INVALID_CONFIG, MALFORMED_JSON, NULL_VALUE, OVERSIZED
 from compactd.policy.thresholds import KNOWN_KEYS, parse_scope, validate_layer
 
 MAX_CONFIG_EVENT_BYTES = 64 * 1024
@@ -83,30 +84,30 @@ def parse_config_event(value: bytes | None, secrets: Sequence[str] = ()) -> tupl
     Returns the event and the JSON object it came from (for signatures and digests).
     """
     if value is None:
-        raise Rejected("null_value", "record has no value")
+        raise Rejected(NULL_VALUE, "record has no value")
     if len(value) > MAX_CONFIG_EVENT_BYTES:
-        raise Rejected("oversized", f"value is {len(value)} bytes, limit {MAX_CONFIG_EVENT_BYTES}")
+        raise Rejected(OVERSIZED, f"value is {len(value)} bytes, limit {MAX_CONFIG_EVENT_BYTES}")
     try:
         raw = json.loads(value)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise Rejected("malformed_json", f"not JSON: {exc}") from None
+        raise Rejected(MALFORMED_JSON, f"not JSON: {exc}") from None
     if not isinstance(raw, dict):
-        raise Rejected("malformed_json", "not a JSON object")
+        raise Rejected(MALFORMED_JSON, "not a JSON object")
     try:
         event = ConfigEvent.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         loc = ".".join(str(p) for p in err["loc"]) or "event"
-        raise Rejected("invalid_config", f"{loc}: {err['msg']}"[:300]) from None
+        raise Rejected(INVALID_CONFIG, f"{loc}: {err['msg']}"[:300]) from None
     except ConfigError as exc:
-        raise Rejected("invalid_config", str(exc)[:300]) from None
+        raise Rejected(INVALID_CONFIG, str(exc)[:300]) from None
     if secrets:
         if not event.sig:
-            raise Rejected("bad_signature", "unsigned event while config_secrets are set")
+            raise Rejected(BAD_SIGNATURE, "unsigned event while config_secrets are set")
         body = canonical(raw)
         good = any(
             hmac.compare_digest(hmac.new(s.encode(), body, hashlib.sha256).hexdigest(), event.sig) for s in secrets
         )
         if not good:
-            raise Rejected("bad_signature", "signature matches none of config_secrets")
+            raise Rejected(BAD_SIGNATURE, "signature matches none of config_secrets")
     return event, raw

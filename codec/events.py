@@ -8,6 +8,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from compactd.labels import INVALID_FIELD, MALFORMED_JSON, NULL_VALUE, OVERSIZED, UNKNOWN_TYPE
+
 # Offsets and timestamps travel through Lua and zset scores (doubles): above 2**53 they would lose digits,
 # and no real cluster comes close, so larger values are rejected as absurd.
 MAX_INT = 2**53
@@ -87,7 +89,8 @@ AnyEvent = SegmentRolled | Compacted | LogStart | OffsetCommit | OffsetDelete | 
 
 
 class Rejected(Exception):
-    """An input record that fails the contract; `reason` is a short, stable code plus a human message."""
+    """An input record that fails the contract; `reason` is a short, stable code (`compactd.labels`) plus a human
+    message."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
@@ -98,9 +101,9 @@ class Rejected(Exception):
 def parse(adapter: TypeAdapter, value: bytes | None, max_bytes: int) -> AnyEvent:
     """Validate one record's value or raise Rejected."""
     if value is None:
-        raise Rejected("null_value", "record has no value")
+        raise Rejected(NULL_VALUE, "record has no value")
     if len(value) > max_bytes:
-        raise Rejected("oversized", f"value is {len(value)} bytes, limit {max_bytes}")
+        raise Rejected(OVERSIZED, f"value is {len(value)} bytes, limit {max_bytes}")
     try:
         return adapter.validate_json(value)
     except ValidationError as exc:
@@ -108,7 +111,7 @@ def parse(adapter: TypeAdapter, value: bytes | None, max_bytes: int) -> AnyEvent
         kind = err["type"]
         loc = ".".join(str(p) for p in err["loc"])
         if kind == "json_invalid":
-            raise Rejected("malformed_json", f"not JSON: {err['msg']}") from None
+            raise Rejected(MALFORMED_JSON, f"not JSON: {err['msg']}") from None
         if kind in ("union_tag_invalid", "union_tag_not_found"):
-            raise Rejected("unknown_type", err["msg"]) from None
-        raise Rejected("invalid_field", f"{loc}: {err['msg']}"[:300]) from None
+            raise Rejected(UNKNOWN_TYPE, err["msg"]) from None
+        raise Rejected(INVALID_FIELD, f"{loc}: {err['msg']}"[:300]) from None

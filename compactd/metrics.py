@@ -1,17 +1,20 @@
 """Prometheus metrics of the driver.
 
 Labels of these metrics are bounded (kinds, reasons, statuses, source topics, scopes). Per-topic and per-partition
-series come from `partition_metrics.PartitionMetrics` (top-N); consumer groups never become label values.
+series come from `partition_metrics.PartitionMetrics` (top-N); consumer groups never become label values. Every series
+whose label values are known in advance (`compactd.labels`) is exported at 0 from start-up, the source topics' from
+the job's start (`init_source_topics`): `increase()` then sees a counter's first increment.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
+from compactd import labels
 from compactd.partition_metrics import PartitionMetrics
 
 
@@ -94,9 +97,23 @@ class Metrics:
         )
         self.offsets_caught_up = Gauge(
             "compactd_offsets_caught_up",
-            "1 once the job has read __consumer_offsets to where it ended at start (deletes allowed), else 0",
+            "1 when deletes are allowed: __consumer_offsets read to where it ended at start, no state rebuild pending",
             registry=registry,
         )
+        self.state_losses = Counter(
+            "compactd_state_losses",
+            "Times Redis did not hold the state the checkpoint assumes (flushed, restarted empty, lost writes)",
+            registry=registry,
+        )
+        self.state_rebuilding = Gauge(
+            "compactd_state_rebuilding",
+            "1 while a lost state is rebuilt from the sources (deletes held)",
+            registry=registry,
+        )
+        self.redis_outages = Counter(
+            "compactd_redis_outages", "Times Redis stopped answering while the job ran", registry=registry
+        )
+        self.redis_up = Gauge("compactd_redis_up", "0 while Redis does not answer the job, else 1", registry=registry)
         self.state_keys = Gauge("compactd_state_keys", "Keys in compactd's Redis database", registry=registry)
         self.state_bytes = Gauge("compactd_state_memory_bytes", "Redis used_memory", registry=registry)
         self.outbox_depth = Gauge("compactd_outbox_depth", "Actions decided and not yet carried out", registry=registry)
@@ -117,6 +134,29 @@ class Metrics:
             ["scope"],
             registry=registry,
         )
+        self._init_known_series()
+
+    def _init_known_series(self) -> None:
+        """A labelled series exists only once `.labels()` made it: make each known one now, at 0."""
+        for stream, reasons in labels.DLQ_REASONS.items():
+            for reason in reasons:
+                self.dlq_records.labels(stream, reason)
+        for stream, kinds in labels.INPUT_KINDS.items():
+            for kind in kinds:
+                self.input_records.labels(stream, kind)
+        for action, reason, status in labels.ACTION_OUTCOMES:
+            self.actions.labels(action, reason, status)
+        for outcome in labels.BATCH_OUTCOMES:
+            self.batches.labels(outcome)
+        for result in labels.CONFIG_RESULTS:
+            self.config_events.labels(result)
+        for trigger in labels.EVALUATION_TRIGGERS:
+            self.evaluations.labels(trigger)
+
+    def init_source_topics(self, topics: Iterable[str]) -> None:
+        """Source lag per topic from the job's start (0 until the first sample): the topics are only known then."""
+        for topic in topics:
+            self.source_lag.labels(topic)
 
     def serve(self, port: int) -> None:
         if port:

@@ -15,6 +15,7 @@ from typing import Any
 from compactd.codec.config_events import ConfigEvent
 from compactd.codec.events import Rejected
 from compactd.errors import ConfigError
+from compactd.labels import INVALID_CONFIG, STALE_VERSION
 from compactd.policy.thresholds import parse_scope, resolve
 
 Layers = Mapping[str, Mapping[str, Any]]
@@ -86,7 +87,7 @@ def apply_event(
         return None
     if event.version <= current.version:
         raise Rejected(
-            "stale_version", f"{event.scope}: version {event.version} is not newer than applied {current.version}"
+            STALE_VERSION, f"{event.scope}: version {event.version} is not newer than applied {current.version}"
         )
     values = {**current.values, **event.set_}
     for key in event.unset:
@@ -97,5 +98,5 @@ def apply_event(
         try:
             resolve(proposed, topic, partition)
         except ConfigError as exc:
-            raise Rejected("invalid_config", f"{event.scope} v{event.version}: {exc}") from None
+            raise Rejected(INVALID_CONFIG, f"{event.scope} v{event.version}: {exc}") from None
     return Change(event.scope, layer, bool(GROUP_KEYS & (set(event.set_) | set(event.unset))))

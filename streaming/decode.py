@@ -40,6 +40,7 @@ from compactd.codec.offsets import (
     decode_key,
     decode_offset_value,
 )
+from compactd.labels import INVALID_FIELD, UNDECODABLE, UNKNOWN_TOPIC
 
 DECODED_SCHEMA = pa.schema(
     [
@@ -118,9 +119,9 @@ class Decoder:
                 return {**out, "kind": "offset_delete"}
             v = decode_offset_value(value)
         except DecodeError as exc:
-            return {**out, "error": "undecodable", "message": str(exc)}
+            return {**out, "error": UNDECODABLE, "message": str(exc)}
         if not 0 <= v.offset <= MAX_INT or not 0 <= k.partition < 2**31:
-            return {**out, "error": "invalid_field", "message": f"absurd offset {v.offset} or partition"}
+            return {**out, "error": INVALID_FIELD, "message": f"absurd offset {v.offset} or partition"}
         return {**out, "kind": "offset_commit", "value_offset": v.offset, "ts": v.commit_timestamp}
 
     def row(self, src_topic: str, value: bytes | None, key: bytes | None = None) -> dict:
@@ -133,7 +134,7 @@ class Decoder:
         elif src_topic == self.commits_topic:
             stream, adapter, types = "commits", OFFSET_EVENTS, OFFSET_TYPES
         else:
-            return {"stream": "unknown", "error": "unknown_topic", "message": f"unexpected topic {src_topic}"}
+            return {"stream": "unknown", "error": UNKNOWN_TOPIC, "message": f"unexpected topic {src_topic}"}
         fast = fast_row(stream, types, value, self.max_event_bytes)
         if fast is not None:
             return fast

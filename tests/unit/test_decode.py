@@ -23,29 +23,30 @@ GOOD_SEG = {
 }
 
 
-@pytest.mark.parametrize(
-    ("topic", "value", "reason"),
-    [
-        ("seg", b"{not json", "malformed_json"),
-        ("seg", None, "null_value"),
-        ("seg", b"x" * 201, "oversized"),
-        ("seg", json.dumps({**GOOD_SEG, "type": "segment_exploded"}).encode(), "unknown_type"),
-        ("seg", json.dumps({"topic": "orders"}).encode(), "unknown_type"),
-        ("seg", json.dumps({**GOOD_SEG, "end_offset": 0}).encode(), "invalid_field"),
-        ("seg", json.dumps({**GOOD_SEG, "base_offset": -1}).encode(), "invalid_field"),
-        ("seg", json.dumps({**GOOD_SEG, "end_offset": 2**63}).encode(), "invalid_field"),
-        ("seg", json.dumps({**GOOD_SEG, "partition": "0"}).encode(), "invalid_field"),
-        ("seg", json.dumps({**GOOD_SEG, "topic": "bad topic!"}).encode(), "invalid_field"),
-        ("seg", b"[1,2]", "invalid_field"),
-        (
-            "com",
-            json.dumps({"type": "offset_commit", "group": "g", "topic": "t", "partition": 0, "ts": 1}).encode(),
-            "invalid_field",
-        ),
-        ("com", json.dumps(GOOD_SEG).encode(), "unknown_type"),  # a segment event on the commits topic
-        ("elsewhere", b"{}", "unknown_topic"),
-    ],
-)
+# (source topic, value, reason): also fed to the metrics test, which checks each reason is exported from start-up
+REJECTIONS: list[tuple[str, bytes | None, str]] = [
+    ("seg", b"{not json", "malformed_json"),
+    ("seg", None, "null_value"),
+    ("seg", b"x" * 201, "oversized"),
+    ("seg", json.dumps({**GOOD_SEG, "type": "segment_exploded"}).encode(), "unknown_type"),
+    ("seg", json.dumps({"topic": "orders"}).encode(), "unknown_type"),
+    ("seg", json.dumps({**GOOD_SEG, "end_offset": 0}).encode(), "invalid_field"),
+    ("seg", json.dumps({**GOOD_SEG, "base_offset": -1}).encode(), "invalid_field"),
+    ("seg", json.dumps({**GOOD_SEG, "end_offset": 2**63}).encode(), "invalid_field"),
+    ("seg", json.dumps({**GOOD_SEG, "partition": "0"}).encode(), "invalid_field"),
+    ("seg", json.dumps({**GOOD_SEG, "topic": "bad topic!"}).encode(), "invalid_field"),
+    ("seg", b"[1,2]", "invalid_field"),
+    (
+        "com",
+        json.dumps({"type": "offset_commit", "group": "g", "topic": "t", "partition": 0, "ts": 1}).encode(),
+        "invalid_field",
+    ),
+    ("com", json.dumps(GOOD_SEG).encode(), "unknown_type"),  # a segment event on the commits topic
+    ("elsewhere", b"{}", "unknown_topic"),
+]
+
+
+@pytest.mark.parametrize(("topic", "value", "reason"), REJECTIONS)
 def test_rejections_have_reasons(topic: str, value: bytes | None, reason: str) -> None:
     row = D.row(topic, value)
     assert row["error"] == reason and row["message"]
