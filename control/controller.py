@@ -16,11 +16,11 @@ from dataclasses import replace
 from typing import Any
 
 from compactd.clock import now_ms
-from compactd.errors import DeliveryTimeout
+from compactd.errors import DeliveryTimeout, DependencyUnavailable
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord
 from compactd.policy.forecast import partition_stats
-from compactd.policy.plan import NOT_CAUGHT_UP, PartitionPlan, plan_partition, send_check
+from compactd.policy.plan import NOT_CAUGHT_UP, PartitionPlan, cluster_check, plan_partition, send_check
 from compactd.policy.thresholds import Thresholds, group_counts, resolve, resolve_global, topic_excluded
 from compactd.policy.throttle import TokenBucket, backoff_ms
 from compactd.sinks.audit import AuditLog
@@ -53,10 +53,14 @@ class Controller:
         deletes_allowed: Callable[[], bool] = lambda: True,
         probe: Probe = _no_probe,
         own_topics: frozenset[str] = frozenset(),
+        cluster_offsets: Callable[[str], Mapping[str, Mapping[int, int]]] | None = None,
     ) -> None:
+        """`cluster_offsets(topic)`: group -> partition -> committed offset as the cluster has it, read right before
+        each consumed-retention delete (None: no such check, for tests without a cluster)."""
         self.state = state
         self.layers = dict(layers)
         self.own_topics = own_topics
+        self.cluster_offsets = cluster_offsets
         self.sink = sink
         self.dry = DryRunSink()
         self.audit = audit
@@ -257,12 +261,20 @@ class Controller:
                     if in_flight >= g.max_concurrent_nudges:
                         held += 1  # waits in the outbox until a nudged partition shows up compacted
                         continue
-                if not self.bucket.take(self.monotonic()):
-                    held += 1
-                    rate_held += 1
-                    sending = False  # the rate cap is global: nothing else may go this round
-                    continue
-                done = self.sink.execute(rec)
+                try:
+                    why = self._cluster_says_no(rec, th)
+                except DependencyUnavailable as exc:  # the cluster cannot vouch for the delete: not now
+                    done, why = rec.with_status("failed", error=str(exc)), None
+                else:
+                    if why is not None:
+                        finished.append(rec.with_status("skipped", why=why))
+                        continue
+                    if not self.bucket.take(self.monotonic()):
+                        held += 1
+                        rate_held += 1
+                        sending = False  # the rate cap is global: nothing else may go this round
+                        continue
+                    done = self.sink.execute(rec)
                 if done.status == "sent" and rec.action == "compact" and in_flight is not None:
                     in_flight += 1
                 if done.status == "failed":
@@ -287,6 +299,16 @@ class Controller:
         if view is None:
             return excluded
         return send_check(rec, view, th, now, excluded)
+
+    def _cluster_says_no(self, rec: ActionRecord, th: Thresholds) -> str | None:
+        """The last guard before a consumed-retention delete goes: the committed offsets of the topic's groups as
+        the cluster holds them (`cluster_check`). Raises DependencyUnavailable when they cannot be read."""
+        if self.cluster_offsets is None or rec.action != "delete_records" or rec.reason != "consumed_retention":
+            return None
+        why = cluster_check(rec, self.cluster_offsets(rec.topic), th)
+        if why is not None:
+            log.warning("delete of %s/%d before %s held back: %s", rec.topic, rec.partition, rec.before_offset, why)
+        return why
 
     def _finish(self, finished: list[ActionRecord]) -> None:
         """Audit every outcome, then move each record on: completed, or kept for its retry."""

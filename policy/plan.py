@@ -11,6 +11,7 @@ An action record's lifecycle, in one place:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ from compactd.policy.rules import (
     next_deadline,
     should_record,
 )
-from compactd.policy.thresholds import Thresholds
+from compactd.policy.thresholds import Thresholds, group_counts
 
 NOT_CAUGHT_UP = "offsets not caught up"
 
@@ -73,6 +74,27 @@ def send_check(rec: ActionRecord, view: PartitionView, th: Thresholds, now: int,
     allowed = None if fresh is None else fresh.before_offset
     if allowed is None or rec.before_offset > allowed:
         return f"no longer decided: deletable up to {allowed} now"
+    return None
+
+
+def cluster_check(rec: ActionRecord, committed: Mapping[str, Mapping[int, int]], th: Thresholds) -> str | None:
+    """Why a consumed-retention delete must not go, by the committed offsets the cluster itself holds (None: it may).
+
+    `committed`: group -> partition -> offset on the record's topic, as OffsetFetch answers. The decision's group
+    filters apply; a counted group that committed on the topic but not on this partition has an unknown position
+    there (KIP-68's -1), which blocks the delete as it does in the state. Groups compactd knows only from its
+    commits topic are not Kafka groups: the state's check covers them.
+    """
+    if rec.action != "delete_records" or rec.reason != "consumed_retention" or rec.before_offset is None:
+        return None
+    for group in sorted(committed):
+        if not group_counts(group, th):
+            continue
+        offset = committed[group].get(rec.partition)
+        if offset is None:
+            return f"group {group} has no committed offset on {rec.topic}/{rec.partition} in the cluster"
+        if rec.before_offset > offset:
+            return f"past group {group}'s committed offset {offset} in the cluster"
     return None
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from compactd.errors import UnsafeDecision
 from compactd.model import ActionRecord, Decision, PartitionView, Segment
-from compactd.policy.plan import NOT_CAUGHT_UP, check_delete_safe, plan_partition
+from compactd.policy.plan import NOT_CAUGHT_UP, check_delete_safe, cluster_check, plan_partition
 from compactd.policy.thresholds import Thresholds
 
 H = 3_600_000
@@ -56,3 +58,31 @@ def test_safety_recheck_refuses_a_consumed_delete_past_the_minimum() -> None:
     with pytest.raises(UnsafeDecision, match="not above log start"):
         check_delete_safe(d, view(log_start=200, min_committed=300))
     check_delete_safe(d, view(min_committed=200))
+
+
+def consumed_delete(before: int, partition: int = 0) -> ActionRecord:
+    return ActionRecord(
+        "x", "delete_records", "t", partition, "consumed_retention", False, NOW, "pending", before_offset=before
+    )
+
+
+def test_cluster_check_skips_a_delete_past_any_counted_kafka_groups_committed_offset() -> None:
+    th = Thresholds.model_validate({"consumed.retention.ms": H})
+    committed = {"g1": {0: 2600}, "g2": {0: 1100}}
+    assert cluster_check(consumed_delete(1000), committed, th) is None
+    assert cluster_check(consumed_delete(1100), committed, th) is None
+    assert cluster_check(consumed_delete(2000), committed, th) == "past group g2's committed offset 1100 in the cluster"
+
+
+def test_cluster_check_blocks_a_counted_group_without_an_offset_on_the_partition() -> None:
+    th = Thresholds.model_validate({"consumed.retention.ms": H})
+    why = cluster_check(consumed_delete(10, partition=1), {"g1": {0: 500}}, th)
+    assert why == "group g1 has no committed offset on t/1 in the cluster"
+
+
+def test_cluster_check_applies_the_decisions_group_filters_and_leaves_other_deletes_alone() -> None:
+    th = Thresholds.model_validate({"consumed.retention.ms": H, "groups.exclude": ["audit-.*"]})
+    assert cluster_check(consumed_delete(2000), {"audit-7": {0: 5}, "g1": {0: 2600}}, th) is None
+    forced = replace(consumed_delete(2000), reason="forced_retention")
+    assert cluster_check(forced, {"g2": {0: 5}}, th) is None  # forced retention deletes whatever groups did
+    assert cluster_check(consumed_delete(2000), {}, th) is None  # groups known only from compactd.commits

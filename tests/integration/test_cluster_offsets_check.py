@@ -1,0 +1,108 @@
+"""The last guard before a consumed-retention delete: the committed offsets real Kafka groups hold in the cluster.
+
+Real broker, real Kafka groups committing through a consumer, real Redis: a group compactd's state never saw
+still stops a delete past its offset, and a cluster that cannot be asked means no delete now, a retry later.
+"""
+
+from __future__ import annotations
+
+import time
+
+import redis
+from confluent_kafka import Consumer, TopicPartition
+from prometheus_client import CollectorRegistry
+
+from compactd.control.controller import Controller
+from compactd.kafka.config import KafkaConnection
+from compactd.kafka.groups import ClusterGroupOffsets
+from compactd.metrics import Metrics
+from compactd.model import Segment
+from compactd.sinks.audit import AuditLog
+from compactd.sinks.kafka_admin import KafkaAdminSink
+from compactd.state.changes import BatchChanges
+from compactd.state.redis_store import RedisState
+
+H = 3_600_000
+
+
+def kafka_commit(bootstrap: str, group: str, topic: str, offset: int, partition: int = 0) -> None:
+    """A real consumer group commits, the way an application does; compactd's state hears nothing of it."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
+    finally:
+        c.close()
+
+
+def three_segments_and_g1(topic: str, g1: str, now: int) -> BatchChanges:
+    """The issue's case: segments [0,1000) [1000,2000) [2000,3000), old; the state knows only g1, at 2500."""
+    c = BatchChanges()
+    for i in range(3):
+        c.topic(topic).segments.append((0, Segment(i * 1000, (i + 1) * 1000, now - 5 * H, 1, now - 5 * H)))
+    c.topic(topic).offsets.append((g1, 0, 2500))
+    return c
+
+
+def controller(cluster, rclient: redis.Redis, topic: str, actions: str, clock: list[int], offsets) -> Controller:
+    conn = KafkaConnection(cluster.bootstrap)
+    state = RedisState(rclient)
+    layers = {"global": {"dry.run": False}, f"topic:{topic}": {"consumed.retention.ms": H}}
+    sink = KafkaAdminSink(conn, state)
+    return Controller(
+        state,
+        layers,
+        sink,
+        AuditLog(conn, actions),
+        Metrics(CollectorRegistry()),
+        clock=lambda: clock[0],
+        cluster_offsets=offsets.committed,
+    )
+
+
+def test_a_kafka_group_compactd_never_saw_stops_a_delete_past_its_offset(cluster, rclient) -> None:
+    topic, actions = cluster.name("clicks"), cluster.name("actions")
+    g1, g2 = cluster.name("g1"), cluster.name("g2")
+    cluster.create(topic, 1, {"cleanup.policy": "delete"})
+    cluster.create(actions)
+    cluster.fill(topic, 3000)
+    kafka_commit(cluster.bootstrap, g1, topic, 2500)
+    kafka_commit(cluster.bootstrap, g2, topic, 1100)  # never reaches compactd's state
+    clock = [int(time.time() * 1000)]
+    offsets = ClusterGroupOffsets(KafkaConnection(cluster.bootstrap), ttl_s=0)
+    ctl = controller(cluster, rclient, topic, actions, clock, offsets)
+
+    ctl.on_batch("s", 0, three_segments_and_g1(topic, g1, clock[0]))
+
+    [rec] = cluster.read_all(actions)
+    assert (rec["status"], rec["before_offset"]) == ("skipped", 2000)
+    assert rec["detail"]["why"] == f"past group {g2}'s committed offset 1100 in the cluster"
+    assert cluster.watermarks(topic) == (0, 3000)
+
+    # g2 reads on and commits past the segment: the next decision goes out
+    kafka_commit(cluster.bootstrap, g2, topic, 2100)
+    clock[0] += ctl.thresholds(topic, 0).action_retry_ms + 1
+    ctl.evaluate([(topic, 0)], "test")
+    assert [(a["status"], a["before_offset"]) for a in cluster.read_all(actions)] == [
+        ("skipped", 2000),
+        ("sent", 2000),
+    ]
+    assert cluster.watermarks(topic) == (2000, 3000)
+
+
+def test_a_cluster_that_cannot_be_asked_means_no_delete_now_and_a_retry_later(cluster, rclient) -> None:
+    topic, actions, g1 = cluster.name("clicks"), cluster.name("actions"), cluster.name("g1")
+    cluster.create(topic, 1, {"cleanup.policy": "delete"})
+    cluster.create(actions)
+    cluster.fill(topic, 3000)
+    clock = [int(time.time() * 1000)]
+    dead = ClusterGroupOffsets(KafkaConnection("127.0.0.1:1"), ttl_s=0, timeout_s=1.0)
+    ctl = controller(cluster, rclient, topic, actions, clock, dead)
+
+    ctl.on_batch("s", 0, three_segments_and_g1(topic, g1, clock[0]))
+
+    [rec] = cluster.read_all(actions)
+    assert rec["status"] == "failed" and "group offsets" in rec["detail"]["error"]
+    assert rec["detail"]["retry_at"] > clock[0]
+    assert cluster.watermarks(topic) == (0, 3000)
+    [waiting] = RedisState(rclient).outbox()  # still in the outbox, due again at its retry time
+    assert waiting.before_offset == 2000 and waiting.status == "pending"
