@@ -79,6 +79,13 @@ class Settings(BaseSettings):
     # "kafka" = Spark's own connector (needs the spark-sql-kafka jar); same options, same row shape.
     spark_source: Literal["compactd-kafka", "kafka"] = "compactd-kafka"
     create_topics: bool = True
+    # Right before a consumed-retention delete, the committed offsets of the topic's groups are read from the cluster
+    # (ListGroups + OffsetFetch, kept this long) and a delete past any counted group's offset there is skipped.
+    # compactd's principal needs Describe on the groups. Off only where the cluster refuses it.
+    cluster_offsets_check: bool = True
+    cluster_offsets_ttl_ms: int = Field(5_000, ge=0)
+    # while Redis does not answer, a batch waits and is retried with backoff doubling up to this long
+    redis_retry_max_ms: int = Field(10_000, gt=0)
     # SIGTERM: finish the running batch and drain the outbox within this long, else exit 1 (a 2nd SIGTERM: at once)
     stop_timeout_ms: int = Field(120_000, ge=0)
 

@@ -1,30 +1,35 @@
-"""Readiness gate: no delete_records before the offsets topic has been read up to where it stood at start.
+"""Readiness gate: no delete_records before the sources have been read up to where they stood when it was armed.
 
-Until then the minimum committed offset may be built from a partial history (a group's newest commit, or its
-tombstone, not read yet), so deletes are recorded as `skipped` with `detail.why = "offsets not caught up"`.
+Armed at start on `__consumer_offsets` (its high watermarks then), and after a loss of the Redis state on every
+source topic (where they stood when the rebuild began). Until the stream has read that far, the minimum committed
+offset may be built from a partial history (a group's newest commit, or its tombstone, not read yet), so deletes
+are recorded as `skipped` with `detail.why = "offsets not caught up"`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+Offsets = Mapping[str, Mapping[str, int]]
+
 
 class Readiness:
-    def __init__(self, topic: str, targets: Mapping[str, int] | None) -> None:
-        """`targets`: high watermark per partition (str) at start; None disables the gate."""
-        self.topic = topic
-        self.targets = dict(targets or {})
-        self._ready = targets is None or all(v <= 0 for v in self.targets.values())
+    def __init__(self, targets: Offsets | None, why: str = "offsets not caught up") -> None:
+        """`targets`: topic -> partition (str) -> offset to reach; None (or nothing to read) opens the gate."""
+        self.targets = {t: dict(parts) for t, parts in (targets or {}).items()}
+        self.why = why
+        self._ready = all(v <= 0 for parts in self.targets.values() for v in parts.values())
 
     def ready(self) -> bool:
         return self._ready
 
-    def observe(self, source_offsets: Mapping[str, Mapping[str, int]]) -> bool:
+    def observe(self, source_offsets: Offsets) -> bool:
         """Feed the end offsets of a batch; True when this call opened the gate."""
         if self._ready:
             return False
-        reached = source_offsets.get(self.topic, {})
-        if all(int(reached.get(p, 0)) >= hw for p, hw in self.targets.items()):
-            self._ready = True
-            return True
-        return False
+        for topic, parts in self.targets.items():
+            reached = source_offsets.get(topic, {})
+            if any(int(reached.get(p, 0)) < target for p, target in parts.items()):
+                return False
+        self._ready = True
+        return True

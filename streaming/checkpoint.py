@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import uuid
 from pathlib import Path
 
@@ -44,3 +45,34 @@ def completed_end_offsets(spark_checkpoint: Path) -> dict[str, dict[str, int]]:
     folder = spark_checkpoint / "commits"
     ids = [int(p.name) for p in folder.glob("*") if p.name.isdigit()] if folder.is_dir() else []
     return batch_end_offsets(spark_checkpoint, max(ids)) if ids else {}
+
+
+EPOCH_FILE = "compactd-state-epoch"
+
+
+def read_epoch(checkpoint_dir: str | Path) -> str | None:
+    """The Redis state epoch this checkpoint was built against (state/health.py); None before the first."""
+    path = Path(checkpoint_dir) / EPOCH_FILE
+    return path.read_text().strip() if path.is_file() else None
+
+
+def write_epoch(checkpoint_dir: str | Path, epoch: str) -> None:
+    path = Path(checkpoint_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    tmp = path / f".epoch.{uuid.uuid4()}"
+    tmp.write_text(epoch)
+    os.replace(tmp, path / EPOCH_FILE)
+
+
+def last_completed_batch(spark_checkpoint: Path) -> int | None:
+    """The newest batch Spark marked complete: its merge into Redis had finished."""
+    folder = spark_checkpoint / "commits"
+    ids = [int(p.name) for p in folder.glob("*") if p.name.isdigit()] if folder.is_dir() else []
+    return max(ids) if ids else None
+
+
+def reset_stream(checkpoint_dir: str | Path, spark_checkpoint: Path) -> None:
+    """Forget the stream's progress and identity: the next query reads every source from its start, under a new
+    stream id (batch ids restart at 0, and must not be taken for batches the lost state had merged)."""
+    shutil.rmtree(spark_checkpoint, ignore_errors=True)
+    (Path(checkpoint_dir) / "compactd-stream-id").unlink(missing_ok=True)

@@ -117,7 +117,7 @@ def test_readiness_gate_skips_deletes_until_caught_up(cluster, rclient) -> None:
     cluster.fill(topic, 300)
     actions = cluster.name("actions")
     cluster.create(actions)
-    gate = Readiness("offsets", {"0": 10, "1": 5})
+    gate = Readiness({"offsets": {"0": 10, "1": 5}})
     state = RedisState(rclient)
     ctl = Controller(
         state,

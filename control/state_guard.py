@@ -1,0 +1,80 @@
+"""Never trust Redis further than it can be verified: detect a lost state, hold deletes, rebuild from the sources.
+
+The rules are in `state/health.py`; this is their IO: the epoch kept beside the checkpoint and in Redis, the last
+merged batch, the rebuild's targets (kept in Redis, so a job that dies mid-rebuild resumes it), and the delete gate
+as operators see it (`compactd explain`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from compactd.state.health import state_loss
+from compactd.state.redis_store import RedisState
+from compactd.streaming.checkpoint import last_completed_batch, read_epoch, reset_stream, write_epoch
+
+log = logging.getLogger("compactd.state")
+
+Offsets = Mapping[str, Mapping[str, int]]
+REBUILDING = "state rebuilding after a loss"
+
+
+class StateGuard:
+    def __init__(self, state: RedisState, checkpoint_dir: str | Path, spark_checkpoint: Path) -> None:
+        self.state = state
+        self.checkpoint_dir = Path(checkpoint_dir)
+        self.spark_checkpoint = spark_checkpoint
+        self.epoch: str | None = None  # the epoch this process verified, once it has
+        self.merged: int | None = None  # newest batch known merged into this Redis, by this stream
+
+    def loss_at_start(self, stream_id: str) -> str | None:
+        """Compare Redis with the checkpoint before anything is read; on agreement, adopt (or create) the epoch."""
+        self.merged = last_completed_batch(self.spark_checkpoint)
+        ours = read_epoch(self.checkpoint_dir)
+        why = state_loss(ours, self.state.health(), stream_id, self.merged, self.state.has_state())
+        if why is None:
+            self.epoch = self.state.claim_epoch(ours or uuid.uuid4().hex)
+            if ours != self.epoch:
+                write_epoch(self.checkpoint_dir, self.epoch)
+        return why
+
+    def loss_now(self, stream_id: str) -> str | None:
+        """The same comparison while running: one small read, before every merge and on every tick."""
+        return state_loss(self.epoch, self.state.health(), stream_id, self.merged, has_state=True)
+
+    def intact(self) -> bool:
+        """Right before a delete is decided or sent: Redis still holds our epoch (a flush since the last check)."""
+        return self.epoch is not None and self.state.epoch() == self.epoch
+
+    def merged_batch(self, stream_id: str, batch_id: int) -> None:
+        self.state.mark_merged(stream_id, batch_id)
+        self.merged = batch_id
+
+    def begin_rebuild(self, targets: Offsets) -> None:
+        """Wipe what is left, start a new epoch whose rebuild must read the sources up to `targets`, and forget the
+        stream's progress. Each step is safe to repeat: a crash anywhere in here is a loss again at the next start."""
+        wiped = self.state.wipe()
+        self.epoch = uuid.uuid4().hex
+        self.state.claim_epoch(self.epoch)
+        self.state.set_health(rebuild=json.dumps(targets, sort_keys=True))
+        write_epoch(self.checkpoint_dir, self.epoch)
+        reset_stream(self.checkpoint_dir, self.spark_checkpoint)
+        self.merged = None
+        log.info("rebuilding the state from the sources: %d keys wiped, reading up to %s", wiped, dict(targets))
+
+    def rebuild_targets(self) -> dict[str, dict[str, int]] | None:
+        raw = self.state.health().get("rebuild")
+        return None if raw is None else json.loads(raw)
+
+    def rebuild_done(self) -> None:
+        self.state.set_health(rebuild=None)
+
+    def show_gate(self, is_open: bool, why: str) -> None:
+        """The delete gate as `compactd explain` reads it."""
+        gate = {"open": is_open, "why": "" if is_open else why, "since": int(time.time() * 1000)}
+        self.state.set_health(gate=json.dumps(gate, sort_keys=True))

@@ -1,0 +1,73 @@
+"""Riding out a Redis outage: the failing step waits and is tried again, with one log line when it starts and one
+when it ends — never a traceback per batch."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import redis
+from redis import exceptions as rx
+
+log = logging.getLogger("compactd.state")
+
+T = TypeVar("T")
+
+# Errors that mean "Redis is not answering now" (down, loading its data, failing over), not "this call is wrong".
+REDIS_DOWN: tuple[type[BaseException], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    rx.ClusterDownError,
+    rx.TryAgainError,
+    rx.ReadOnlyError,
+    rx.RedisClusterException,
+)
+
+
+class RedisOutage:
+    """Tracks whether Redis is down, for every caller of one process (batches and the deadline ticker)."""
+
+    def __init__(self, max_backoff_s: float = 10.0, on_change: Callable[[bool], None] | None = None) -> None:
+        self.max_backoff_s = max_backoff_s
+        self.on_change = on_change or (lambda down: None)
+        self.down_since: float | None = None
+        self.outages = 0
+
+    def failed(self, exc: BaseException, what: str) -> None:
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+            self.outages += 1
+            cause = (str(exc).splitlines() or [type(exc).__name__])[0] or type(exc).__name__
+            log.warning("Redis unreachable (%s): %s, retrying with backoff until it answers", cause, what)
+            self.on_change(True)
+
+    def answered(self) -> None:
+        if self.down_since is not None:
+            log.info("Redis answers again after %.1fs", time.monotonic() - self.down_since)
+            self.down_since = None
+            self.on_change(False)
+
+    def retry(
+        self,
+        step: Callable[[], T],
+        what: str,
+        give_up: Callable[[], bool] = lambda: False,
+        sleep: Callable[[float], object] = time.sleep,
+    ) -> T:
+        """Run `step` until Redis answers it; steps must be safe to repeat (merges are idempotent per batch id).
+        `give_up()` true (a forced stop) re-raises the last error instead of waiting on."""
+        delay = 0.2
+        while True:
+            try:
+                result = step()
+            except REDIS_DOWN as exc:
+                self.failed(exc, what)
+                if give_up():
+                    raise
+                sleep(delay)
+                delay = min(delay * 2, self.max_backoff_s)
+                continue
+            self.answered()
+            return result
