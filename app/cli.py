@@ -85,6 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     _job_flags(status)
     status.add_argument("--json", action="store_true", help="JSON lines instead of a table")
 
+    explain = sub.add_parser(
+        "explain", help="why a partition is not compacted or deleted, and what happens next", formatter_class=_Help
+    )
+    _job_flags(explain)
+    explain.add_argument("target", metavar="TOPIC[/PARTITION]", help="a partition, or every partition of a topic")
+    explain.add_argument("--json", action="store_true", help="one JSON object per partition instead of text")
+    explain.add_argument("--limit", type=int, default=0, help="only the N worst partitions; 0 = all")
+
     demo = sub.add_parser(
         "demo", help="embedded broker + Redis + simulated cluster + the job, live", formatter_class=_Help
     )
@@ -196,8 +204,8 @@ def _stop_on_signals() -> threading.Event:
 def cmd_run(args: argparse.Namespace) -> int:
     from compactd.app.application import Application
 
-    settings = _settings(args)
     stop = _stop_on_signals()
+    settings = _settings(args)
     factory = args.app_factory or Application
     with factory(settings, verbose=args.log_level == "DEBUG") as app:
         summary = app.run(once=args.once, stop=stop)
@@ -212,6 +220,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     from compactd.app.status import print_status
 
     print_status(_settings(args), as_json=args.json)
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from compactd.app.explain import print_explain
+
+    print_explain(_settings(args), args.target, as_json=args.json, limit=args.limit)
     return 0
 
 
@@ -306,6 +321,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "dashboards": cmd_dashboards,
     "run": cmd_run,
     "status": cmd_status,
+    "explain": cmd_explain,
     "config": cmd_config,
     "demo": cmd_demo,
     "agent": cmd_agent,

@@ -63,6 +63,12 @@ def _deletable_end(view: PartitionView, age_ms: int, now: int, limit: int | None
     return end
 
 
+def aged_prefix_end(view: PartitionView, age_ms: int, now: int) -> int | None:
+    """The prefix rule by age alone: what consumed retention would free if no group held it back (`compactd explain`
+    reports the difference as held back)."""
+    return _deletable_end(view, age_ms, now, limit=None)
+
+
 def consumed_retention_offset(view: PartitionView, th: Thresholds, now: int) -> int | None:
     """KIP-68 level 1: delete segments every counted group has read, once they are old enough.
 

@@ -115,6 +115,18 @@ def resolve(layers: Mapping[str, Mapping[str, Any]], topic: str, partition: int 
         raise ConfigError(f"invalid effective config for {topic}/{partition}: {exc.errors()[0]['msg']}") from exc
 
 
+def key_scope(
+    layers: Mapping[str, Mapping[str, Any]], key: str, topic: str, partition: int | None = None
+) -> str | None:
+    """The scope whose layer gives `key` its effective value for a partition, as `resolve` merges them (the most
+    specific that sets it); None when no layer sets it and the built-in default applies. For `compactd explain`."""
+    scopes = [f"partition:{partition_key(topic, partition)}"] if partition is not None else []
+    for scope in [*scopes, f"topic:{topic}", "global"]:
+        if key in layers.get(scope, {}):
+            return scope
+    return None
+
+
 def resolve_global(layers: Mapping[str, Mapping[str, Any]]) -> Thresholds:
     """The global scope alone: where process-wide keys (actions.per.second, compaction.max.concurrent) are read."""
     try:

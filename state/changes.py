@@ -16,6 +16,9 @@ class TopicChanges:
     # (group, partition, committed offset or None for an offset tombstone)
     offsets: list[tuple[str, int, int | None]] = field(default_factory=list)
     group_deletes: list[str] = field(default_factory=list)
+    # group -> its latest offset commit time on this topic (epoch ms): `compactd explain` says since when a group
+    # holds data back. Per (group, topic), not per partition, to keep state small.
+    commit_ts: dict[str, int] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.segments or self.compacted or self.log_start or self.offsets or self.group_deletes)

@@ -5,11 +5,13 @@
                                 p:<n> hash (cleaned, log_start), seg:<n> zset (segments by base offset),
                                 gid hash (group -> per-topic id), o:<id>:<bucket> hashes (partition -> offset,
                                 128 partitions each), oc / ob hashes (id -> partitions with an offset / highest
-                                bucket), cz:<n> zset (counted groups' ids by offset), groups / counted / parts
-                                sets, applied hash (stream id -> last merged batch); lua/offsets.lua has the rules
+                                bucket), cz:<n> zset (counted groups' ids by offset), ct hash (id -> the group's
+                                latest commit time on the topic), groups / counted / asg (assigned) / parts sets,
+                                applied hash (stream id -> last merged batch); lua/offsets.lua has the rules
 <prefix>:{sched}:deadlines      zset "<topic>/<partition>" -> next evaluation time (ms)
 <prefix>:{sched}:compaction-due zset "<topic>/<partition>" -> when its oldest dirty record becomes overdue
 <prefix>:{act}:rec / outbox / last / nudge   the action records and their bookkeeping (one slot)
+<prefix>:{state}                hash: the state epoch, the last merged batch per stream, a rebuild's targets, the gate
 <prefix>:topics, <prefix>:gt:<group>         indexes (single-key operations only)
 """
 
@@ -45,6 +47,14 @@ class RedisKeys:
 
     def group_ids(self, topic: str) -> str:
         return f"{self.topic_base(topic)}:gid"
+
+    def assigned_groups(self, topic: str) -> str:
+        """Groups with members assigned to the topic (group metadata), committed there or not."""
+        return f"{self.topic_base(topic)}:asg"
+
+    def commit_times(self, topic: str) -> str:
+        """id -> a group's latest offset commit time on the topic (epoch ms), for `compactd explain`."""
+        return f"{self.topic_base(topic)}:ct"
 
     def offset_buckets(self, topic: str) -> str:
         """id -> highest bucket of a group's offsets on the topic."""
@@ -87,6 +97,13 @@ class RedisKeys:
     @property
     def nudge(self) -> str:
         return f"{self.prefix}:{{act}}:nudge"
+
+    @property
+    def state_health(self) -> str:
+        """Whether this Redis still holds the state the job's checkpoint assumes: `epoch`, `batch:<stream id>` (the
+        last merged batch), `rebuild` (source offsets a rebuild must reach), and `gate` = JSON {"open", "why",
+        "since"} of the delete gate, for explain."""
+        return f"{self.prefix}:{{state}}"
 
     @property
     def config_layers(self) -> str:

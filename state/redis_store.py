@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -20,6 +21,31 @@ from compactd.state.changes import BatchChanges, TopicChanges
 from compactd.state.keys import RedisKeys
 
 MAX_SAFE_INT = 2**53  # Lua and zset scores are doubles: integers above this lose digits
+LOWEST = 4  # counted groups read per partition for `compactd explain` (the lowest first; ties beyond are rare)
+
+
+@dataclass(frozen=True)
+class TopicGroups:
+    """A topic's partitions and groups as `compactd explain` reports them."""
+
+    size: int  # partitions compactd knows on the topic
+    partitions: frozenset[int]  # all of them, or the one asked for if known
+    ids: dict[str, str]  # group -> per-topic id (lua/offsets.lua)
+    counted: frozenset[str]  # groups that hold the topic back (groups.include/exclude)
+    assigned: frozenset[str]  # groups with members assigned to the topic
+    commit_ts: dict[str, int]  # group -> its latest offset commit time on the topic (epoch ms)
+
+
+@dataclass(frozen=True)
+class PartitionDetail:
+    """One partition as `compactd explain` reads it."""
+
+    view: PartitionView
+    lowest: tuple[tuple[str, int], ...]  # (group, offset) of the counted groups with the lowest offsets, lowest first
+    positioned: frozenset[str] | None  # counted groups with an offset here; read only when the minimum is unknown
+    records: tuple[ActionRecord, ...]  # live action records (in the outbox, or sent and not yet answered)
+    last: ActionRecord | None  # the last completed action
+    deadline: int | None  # next evaluation the job has scheduled
 
 
 def _s(value: bytes | str) -> str:
@@ -29,6 +55,30 @@ def _s(value: bytes | str) -> str:
 def _safe_url(url: str) -> str:
     """The URL without its password, for error lines."""
     return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url) if url else "(client given)"
+
+
+def _partition_view(
+    topic: str,
+    n: int,
+    fields: Iterable[tuple[Any, Any]],
+    segments: Iterable[Any],
+    lowest: Any,
+    zcard: int,
+    counted: int,
+) -> PartitionView:
+    """A partition's view from its reads: p:<n> fields, seg:<n> members, the lowest counted offset (the score of
+    cz:<n>'s first member), cz:<n>'s size, and the topic's number of counted groups."""
+    h = {_s(k): int(v) for k, v in fields}
+    known = counted > 0 and zcard == counted
+    return PartitionView(
+        topic=topic,
+        partition=n,
+        segments=tuple(Segment(*map(int, _s(m).split(":"))) for m in segments),
+        cleaned_up_to=h.get("cleaned"),
+        log_start=h.get("log_start", 0),
+        min_committed=int(lowest) if known and lowest is not None else None,
+        counted_groups=counted,
+    )
 
 
 class RedisState:
@@ -49,7 +99,7 @@ class RedisState:
         shared = lua.joinpath("offsets.lua").read_text()
         self._lua = {
             name: lua.joinpath(f"{name}.lua").read_text().replace("--! include offsets.lua\n", shared)
-            for name in ("merge", "recount")
+            for name in ("merge", "recount", "explain")
         }
         self._scripts: dict[str, Any] = {}
         self.k_deadlines = self.keys.deadlines
@@ -229,6 +279,7 @@ class RedisState:
                 "gdel": gdel,
                 "assign": assign,
                 "offsets": [[g, p, -1 if o is None else o, int(counts(g, topic))] for g, p, o in tc.offsets],
+                "committs": [[g, ts] for g, ts in sorted(tc.commit_ts.items())],
                 "compacted": [list(c) for c in tc.compacted],
                 "logstart": [list(c) for c in tc.log_start],
                 "segments": [
@@ -291,28 +342,82 @@ class RedisState:
         out = []
         for i, (topic, n) in enumerate(keys):
             h, segs, lowest, zcard = res[4 * i : 4 * i + 4]
-            counted = counted_in[topic]
-            h = {_s(k): int(v) for k, v in h.items()}
-            segments = []
-            for m in segs:
-                b, e, ts, size, closed = (int(x) for x in _s(m).split(":"))
-                segments.append(Segment(b, e, ts, size, closed))
-            known = counted > 0 and zcard == counted
             out.append(
-                PartitionView(
-                    topic=topic,
-                    partition=n,
-                    segments=tuple(segments),
-                    cleaned_up_to=h.get("cleaned"),
-                    log_start=h.get("log_start", 0),
-                    min_committed=int(lowest[0][1]) if known and lowest else None,
-                    counted_groups=counted,
-                )
+                _partition_view(topic, n, h.items(), segs, lowest[0][1] if lowest else None, zcard, counted_in[topic])
             )
         return out
 
     def view(self, topic: str, partition: int) -> PartitionView:
         return self.views([(topic, partition)])[0]
+
+    def topic_groups(self, topic: str, partition: int | None = None) -> TopicGroups:
+        """A topic's partitions (all of them, or whether it has `partition`) and groups (ids, counted, assigned,
+        latest commit times), in one round trip."""
+        k = self.keys
+        pipe = self.r.pipeline(transaction=False)
+        pipe.scard(k.partitions(topic))
+        if partition is None:
+            pipe.smembers(k.partitions(topic))
+        else:
+            pipe.sismember(k.partitions(topic), partition)
+        pipe.hgetall(k.group_ids(topic))
+        pipe.smembers(k.counted_groups(topic))
+        pipe.smembers(k.assigned_groups(topic))
+        pipe.hgetall(k.commit_times(topic))
+        size, parts, ids, counted, assigned, times = pipe.execute()
+        ids = {_s(g): _s(i) for g, i in ids.items()}
+        names = {i: g for g, i in ids.items()}
+        if partition is not None:
+            parts = [partition] if parts else []
+        return TopicGroups(
+            size=int(size),
+            partitions=frozenset(int(_s(n)) if not isinstance(n, int) else n for n in parts),
+            ids=ids,
+            counted=frozenset(_s(g) for g in counted),
+            assigned=frozenset(_s(g) for g in assigned),
+            commit_ts={names[_s(i)]: int(ts) for i, ts in times.items() if _s(i) in names},
+        )
+
+    def partition_details(self, topic: str, partitions: list[int], groups: TopicGroups) -> list[PartitionDetail]:
+        """What `compactd explain` needs per partition: view, lowest counted groups (all of them where the minimum is
+        unknown), live and last records, deadline. One round trip for the chunk (two on a cluster, where redis-py
+        does not pipeline scripts); the topic's part comes back from lua/explain.lua as one JSON string."""
+        names = {i: g for g, i in groups.ids.items()}
+        members = [partition_key(topic, n) for n in partitions]
+        script = self._script("explain")
+        args = [LOWEST, *partitions]
+        pipe = self.r.pipeline(transaction=False)
+        if not self.cluster:
+            script(keys=[self.topic_base(topic)], args=args, client=pipe)
+        pipe.hmget(self.k_rec, [f"{m}/{a}" for m in members for a in ("compact", "delete_records")])
+        pipe.hmget(self.k_last, members)
+        pipe.zmscore(self.k_deadlines, members)
+        res = pipe.execute()
+        raw = script(keys=[self.topic_base(topic)], args=args) if self.cluster else res.pop(0)
+        recs, last, deadlines = res
+        counted, rows = json.loads(raw)
+        out = []
+        for i, (n, (h, segs, zcard, low, ids)) in enumerate(zip(partitions, rows or [], strict=True)):
+            h, low = h or [], low or []
+            lowest = tuple((names.get(low[j], f"#{low[j]}"), int(low[j + 1])) for j in range(0, len(low), 2))
+            out.append(
+                PartitionDetail(
+                    view=_partition_view(
+                        topic, n, zip(h[::2], h[1::2], strict=True), segs or [], low[1] if low else None, zcard, counted
+                    ),
+                    lowest=lowest,
+                    positioned=None if ids is False else frozenset(names.get(m, f"#{m}") for m in ids or []),
+                    records=tuple(ActionRecord.from_json(r) for r in recs[2 * i : 2 * i + 2] if r is not None),
+                    last=None if last[i] is None else ActionRecord.from_json(last[i]),
+                    deadline=None if deadlines[i] is None else int(deadlines[i]),
+                )
+            )
+        return out
+
+    def gate(self) -> dict[str, Any] | None:
+        """The readiness gate as the running job last wrote it ({"open", "why", "since"}); None if never written."""
+        raw = self.r.hget(self.keys.state_health, "gate")
+        return None if raw is None else json.loads(raw)
 
     def group_offsets(self, topic: str) -> dict[tuple[str, int], int]:
         """Every group's committed offset on every partition of the topic (lua/offsets.lua has the layout)."""
@@ -453,3 +558,61 @@ class RedisState:
 
     def forget_config(self, topic: str, key: str) -> None:
         self.r.hdel(self.k_nudge, f"{topic}|{key}")
+
+    # ---- state health: is this still the state the checkpoint assumes? -------------------------
+
+    def health(self) -> dict[str, str]:
+        """The state hash (`RedisKeys.state_health`): epoch, last merged batch per stream, rebuild targets, gate."""
+        return {_s(k): _s(v) for k, v in self.r.hgetall(self.keys.state_health).items()}
+
+    def claim_epoch(self, epoch: str) -> str:
+        """Write `epoch` unless Redis already has one; returns the epoch Redis holds now."""
+        key = self.keys.state_health
+        self.r.hsetnx(key, "epoch", epoch)
+        return _s(self.r.hget(key, "epoch"))
+
+    def epoch(self) -> str | None:
+        value = self.r.hget(self.keys.state_health, "epoch")
+        return None if value is None else _s(value)
+
+    def mark_merged(self, stream_id: str, batch_id: int) -> None:
+        """Record the last batch whose merge completed: a Redis that later holds an older one lost writes."""
+        self.r.hset(self.keys.state_health, f"batch:{stream_id}", batch_id)
+
+    def set_health(self, **fields: str | None) -> None:
+        """Set (or, with None, remove) fields of the state hash: `rebuild` targets, the `gate`."""
+        key = self.keys.state_health
+        put = {k: v for k, v in fields.items() if v is not None}
+        drop = [k for k, v in fields.items() if v is None]
+        pipe = self.r.pipeline(transaction=False)
+        if put:
+            pipe.hset(key, mapping=put)
+        if drop:
+            pipe.hdel(key, *drop)
+        pipe.execute()
+
+    def has_state(self) -> bool:
+        """Whether any topic was ever merged into this Redis."""
+        return bool(self.r.exists(self.k_topics))
+
+    def wipe(self) -> int:
+        """Delete every key of this job's prefix (a rebuild starts from nothing); returns how many."""
+        n = 0
+        pattern = f"{self.prefix}:*"
+        batch: list[Any] = []
+        for key in self.r.scan_iter(match=pattern, count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                n += self._delete(batch)
+                batch = []
+        if batch:
+            n += self._delete(batch)
+        return n
+
+    def _delete(self, keys: list[Any]) -> int:
+        if self.cluster:  # keys of different slots: one DEL each, pipelined per node by the client
+            pipe = self.r.pipeline(transaction=False)
+            for key in keys:
+                pipe.delete(key)
+            return sum(int(x) for x in pipe.execute())
+        return int(self.r.delete(*keys))

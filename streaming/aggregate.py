@@ -86,7 +86,7 @@ class Collected:
 def collect_changes(rows: Iterable[dict[str, Any]]) -> Collected:
     """Driver side: aggregated rows (flat dicts) → typed changes, DLQ rows, and input counts."""
     out = Collected()
-    offsets: list[tuple[str, str, int, int | None, tuple[int, int]]] = []
+    offsets: list[tuple[str, str, int, int | None, tuple[int, int], int | None]] = []
     group_deleted: dict[str, tuple[int, int]] = {}
     memberships: dict[str, tuple[tuple[int, int], str]] = {}
     for row in rows:
@@ -105,16 +105,20 @@ def collect_changes(rows: Iterable[dict[str, Any]]) -> Collected:
             out.changes.topic(r["topic"]).log_start.append((r["partition"], r["value_offset"]))
         elif k == "offset":
             value = r["value_offset"] if r["kind"] == "offset_commit" else None
-            offsets.append((r["grp"], r["topic"], r["partition"], value, (r["ord_a"], r["ord_b"])))
+            ts = r.get("ts") if value is not None else None
+            offsets.append((r["grp"], r["topic"], r["partition"], value, (r["ord_a"], r["ord_b"]), ts))
         elif k == "group_delete":
             group_deleted[r["grp"]] = (r["ord_a"], r["ord_b"])
         elif k == "group_metadata":
             memberships[r["grp"]] = ((r["ord_a"], r["ord_b"]), r["assigned"] or "{}")
-    for group, topic, partition, value, order in offsets:
+    for group, topic, partition, value, order, ts in offsets:
         # an offset event older than its group's deletion in the same batch is void
         if group in group_deleted and order < group_deleted[group]:
             continue
-        out.changes.topic(topic).offsets.append((group, partition, value))
+        tc = out.changes.topic(topic)
+        tc.offsets.append((group, partition, value))
+        if ts is not None:  # the commit's own time (event `ts`, or __consumer_offsets' commit timestamp)
+            tc.commit_ts[group] = max(ts, tc.commit_ts.get(group, ts))
     out.changes.group_deletes = sorted(group_deleted)
     for group, (order, assigned) in sorted(memberships.items()):
         if group in group_deleted and order < group_deleted[group]:

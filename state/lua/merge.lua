@@ -7,6 +7,7 @@
 --   gdel     [group, ...]                      groups deleted (all their offsets on this topic go)
 --   assign   [[group, assigned(0/1), counted(0/1)], ...]  members assigned to this topic, from group metadata
 --   offsets  [[group, partition, offset|-1, counted(0/1)], ...]   -1 = offset deleted
+--   committs [[group, latest commit ts], ...]  per group on this topic (the ct hash, for `compactd explain`)
 --   compacted [[partition, cleaned_up_to], ...]
 --   logstart  [[partition, log_start_offset], ...]
 --   segments  [[partition, base, end, first_batch_max_ts, size, closed_at], ...]
@@ -56,6 +57,14 @@ for _, o in ipairs(p.offsets or {}) do
     del_offset(g, n)
   else
     set_offset(g, n, off, counted)
+  end
+end
+
+-- a group's latest commit time on the topic, by its id: an integer hash (listpack), one field per (group, topic)
+for _, c in ipairs(p.committs or {}) do
+  local id = gid(c[1], false)
+  if id and c[2] > tonumber(redis.call('HGET', base .. ':ct', id) or '-1') then
+    redis.call('HSET', base .. ':ct', id, int(c[2]))
   end
 end
 

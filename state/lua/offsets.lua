@@ -36,6 +36,7 @@ local function forget_if_idle(g)
     if id then
       redis.call('HDEL', base .. ':oc', id)
       redis.call('HDEL', base .. ':ob', id)
+      redis.call('HDEL', base .. ':ct', id)
       redis.call('HDEL', base .. ':gid', g)
     end
     redis.call('SREM', base .. ':groups', g)

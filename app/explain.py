@@ -1,0 +1,639 @@
+"""`compactd explain TOPIC[/PARTITION]`: why a partition has not been compacted or deleted, and what happens next.
+
+Per rule (max compaction lag, consumed retention, forced retention): the threshold and the scope that sets it, the
+value now, what blocks it (the lowest counted group and when it last committed, a counted group without a position,
+the readiness gate, a dirty segment and its age, a topic exclusion, a cap or a backoff), what it would free, its live
+action and the next expected one. `explain_partition` is pure (tests need no Redis) and asks each rule function once;
+`iter_explain` only reads Redis, one round trip per 2,000 partitions, most of it one JSON string from a read-only
+script (lua/explain.lua): parsing many small replies is what would cost, not Redis.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from compactd.app.settings import Settings
+from compactd.clock import now_ms
+from compactd.errors import UsageError
+from compactd.keys import parse_partition_key, partition_key
+from compactd.model import ActionRecord, Decision, PartitionView, Segment
+from compactd.policy.forecast import next_crossings
+from compactd.policy.plan import NOT_CAUGHT_UP
+from compactd.policy.rules import (
+    aged_prefix_end,
+    consumed_retention_offset,
+    decide_deletion,
+    earliest_uncompacted_ts,
+    forced_retention_offset,
+    is_answered,
+    live_segments,
+)
+from compactd.policy.runtime_config import AppliedLayer, effective_layers
+from compactd.policy.thresholds import Thresholds, key_scope, resolve, resolve_global, topic_excluded
+from compactd.state.redis_store import PartitionDetail, RedisState, TopicGroups
+
+CHUNK = 2000  # partitions per Redis round trip
+RULES = {
+    "max_compaction_lag": "max.compaction.lag.ms",
+    "consumed_retention": "consumed.retention.ms",
+    "forced_retention": "forced.retention.ms",
+}
+SCOPED_KEYS = (*RULES.values(), "dry.run")
+# (state, blocking causes, next expected step) of a rule's action
+Progress = tuple[str | None, list[dict[str, Any]], dict[str, Any] | None]
+# a rule's live record (or None), whether the rule fires now, and the action kind it would decide
+ActionFn = Callable[[ActionRecord | None, bool, str], Progress]
+
+
+@dataclass(frozen=True)
+class GroupsHere:
+    """The counted groups as they stand on one partition."""
+
+    lowest: tuple[tuple[str, int], ...] = ()  # (group, offset), lowest first
+    without_position: tuple[str, ...] = ()  # counted groups with no offset on this partition
+    assigned: frozenset[str] = frozenset()  # groups with members assigned to the topic
+    commit_ts: Mapping[str, int] = field(default_factory=dict)  # group -> latest commit time on the topic
+
+
+@dataclass(frozen=True)
+class Caps:
+    """The global caps on sending, and how many compaction nudges are in flight (None: not read)."""
+
+    actions_per_second: float = 10.0
+    max_concurrent: int = 10
+    in_flight: int | None = None
+
+
+# ---- pure ---------------------------------------------------------------------------------------
+
+
+def threshold_sources(
+    layers: Mapping[str, Mapping[str, Any]],
+    applied: Mapping[str, AppliedLayer],
+    topic: str,
+    partition: int | None,
+    keys: Sequence[str] = SCOPED_KEYS,
+) -> dict[str, str]:
+    """Where each key's value comes from: `<scope> (file)`, `<scope> (config vN)` or `default`."""
+    out = {}
+    for key in keys:
+        scope = key_scope(layers, key, topic, partition)
+        if scope is None:
+            out[key] = "default"
+        elif scope in applied and key in applied[scope].values:
+            out[key] = f"{scope} (config v{applied[scope].version})"
+        else:
+            out[key] = f"{scope} (file)"
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What the rule functions say of one partition, asked once each (every call sorts the segments again)."""
+
+    segments: list[Segment]  # closed segments still on disk, in offset order
+    earliest: int | None  # KIP-354 earliest uncompacted timestamp
+    consumed_end: int | None  # consumed retention's delete offset now
+    forced_end: int | None  # forced retention's delete offset now
+    consumed_by_age: int | None  # consumed retention's prefix by age alone, as if no group held it back
+    winner: Decision | None  # the delete the controller would decide now (the furthest of the two)
+
+
+def _facts(view: PartitionView, th: Thresholds, now: int) -> _Facts:
+    consumed = consumed_retention_offset(view, th, now)
+    forced = forced_retention_offset(view, th, now)
+    by_age = None if th.consumed_retention_ms is None else aged_prefix_end(view, th.consumed_retention_ms, now)
+    deletable = max(consumed or 0, forced or 0) > view.log_start
+    return _Facts(
+        live_segments(view),
+        earliest_uncompacted_ts(view),
+        consumed,
+        forced,
+        by_age,
+        decide_deletion(view, th, now) if deletable else None,
+    )
+
+
+def _span(segments: Sequence[Segment], start: int, end: int) -> dict[str, int]:
+    """Offsets [start, end) with the bytes of the closed segments that end inside it."""
+    size = sum(s.size_bytes for s in segments if start < s.end_offset <= end)
+    return {"from": start, "to": end, "offsets": end - start, "bytes": size}
+
+
+def _cause(cause: str, why: str, **extra: Any) -> dict[str, Any]:
+    return {"cause": cause, "why": why, **extra}
+
+
+def _gate_report(gate: Mapping[str, Any] | None) -> dict[str, Any]:
+    if gate is None:
+        return {"open": None, "why": "unknown (no job has written it)", "since": None}
+    return {"open": bool(gate.get("open")), "why": str(gate.get("why", "")), "since": gate.get("since")}
+
+
+def _action_status(
+    rec: ActionRecord | None,
+    wants: bool,
+    kind: str,
+    view: PartitionView,
+    th: Thresholds,
+    dry_source: str,
+    caps: Caps,
+    deadline: int | None,
+    now: int,
+) -> Progress:
+    """(state, blocking causes, next expected step) from a rule's live record, or from its absence when it fires."""
+    dry = _cause("dry_run", f"dry.run is true ({dry_source}): decisions are recorded, nothing is sent")
+    if rec is None:
+        if not wants:
+            return None, [], None
+        at = max(deadline, now) if deadline is not None else now
+        nxt = {"at": at, "what": f"{kind} decided at the next evaluation"}
+        return ("blocked", [dry], nxt) if th.dry_run else ("due", [], nxt)
+    verb = rec.action if rec.before_offset is None else f"{rec.action} <{rec.before_offset}"
+    again = rec.decided_at + th.action_retry_ms
+    if rec.status == "pending":
+        retry_at = rec.detail.get("retry_at")
+        if retry_at is not None and int(retry_at) > now:
+            tries, error = rec.detail.get("try", 1), rec.detail.get("error", "refused")
+            why = f"send {tries} failed ({error}); backing off until the next try"
+            nxt = {"at": int(retry_at), "what": f"{verb} sent again"}
+            return "blocked", [_cause("backoff", why, retry_at=int(retry_at), tries=tries)], nxt
+        if rec.dry_run or th.dry_run:
+            nxt = {"at": now, "what": f"{verb} recorded as a dry run at the next dispatch"}
+            return ("blocked", [dry], nxt) if th.dry_run else ("due", [], nxt)
+        since = int(retry_at) if retry_at is not None else rec.decided_at
+        if rec.action == "compact" and caps.in_flight is not None and caps.in_flight >= caps.max_concurrent:
+            cap = f"compaction.max.concurrent: {caps.in_flight} of {caps.max_concurrent} nudges in flight"
+        else:
+            cap = f"actions.per.second: {caps.actions_per_second:g} sends per second"
+        why = f"in the outbox for {_dur(now - since)}, held by {cap}"
+        return (
+            "blocked",
+            [_cause("held_by_cap", why, since=since)],
+            {"at": now, "what": f"{verb} sent when the cap allows"},
+        )
+    if rec.status == "sent":
+        if is_answered(rec, view):
+            return "acting", [], {"at": deadline or now, "what": f"{verb} answered: leaves at the next evaluation"}
+        return "acting", [], {"at": again, "what": f"{verb} decided again if the cluster has not answered"}
+    if rec.status == "dry_run":
+        nxt = {"at": again, "what": f"{verb} decided again"}
+        return ("blocked", [dry], nxt) if th.dry_run else ("due", [], nxt)
+    why = str(rec.detail.get("why", rec.status))
+    what = "decided afresh when the readiness gate opens" if why == NOT_CAUGHT_UP else "decided again"
+    return (
+        "blocked",
+        [_cause("skipped", f"skipped at send time: {why}", at=rec.decided_at)],
+        {"at": again, "what": f"{verb} {what}"},
+    )
+
+
+def _compaction(
+    view: PartitionView, th: Thresholds, src: str, facts: _Facts, rec: ActionRecord | None, action: ActionFn, now: int
+) -> dict[str, Any]:
+    """KIP-354: the oldest dirty segment, how overdue it is, and the compaction's progress."""
+    lag = th.max_compaction_lag_ms
+    out: dict[str, Any] = {"threshold": {"value": lag, "scope": src}, "now": {}, "action": _rec(rec)}
+    if lag is None:
+        return {**out, "state": "off", "blocked_by": [], "next": None}
+    earliest = facts.earliest
+    cleaned = view.cleaned_up_to if view.cleaned_up_to is not None else -1
+    dirty = [s for s in facts.segments if s.end_offset > cleaned]
+    out["now"] = {
+        "cleaned_up_to": view.cleaned_up_to,
+        "dirty_segments": len(dirty),
+        "dirty_bytes": sum(s.size_bytes for s in dirty),
+        "earliest_uncompacted_ts": earliest,
+    }
+    if earliest is None:
+        state, blockers, nxt = action(rec, False, "compact")
+        return {**out, "state": state or "clear", "blocked_by": blockers, "next": nxt}
+    oldest = min((s for s in dirty if s.first_batch_max_ts == earliest), key=lambda s: s.base_offset)
+    delay = now - lag - earliest  # compaction_delay_ms: positive means overdue
+    seg = {"base_offset": oldest.base_offset, "end_offset": oldest.end_offset, "size_bytes": oldest.size_bytes}
+    out["now"].update(dirty_segment={**seg, "dirty_for_ms": now - earliest}, delay_ms=delay, due_at=earliest + lag)
+    if delay <= 0:
+        state, blockers, nxt = action(rec, False, "compact")
+        nxt = nxt or {"at": earliest + lag + 1, "what": "the oldest dirty record passes the lag: compact decided"}
+        return {**out, "state": state or "waiting", "blocked_by": blockers, "next": nxt}
+    why = (
+        f"segment [{oldest.base_offset}, {oldest.end_offset}) has held a record uncompacted for "
+        f"{_dur(now - earliest)}, {_dur(delay)} past {_dur(lag)}"
+    )
+    state, more, nxt = action(rec, True, "compact")
+    blockers = [_cause("dirty_segment", why, **seg, dirty_for_ms=now - earliest, overdue_ms=delay), *more]
+    return {**out, "state": state or "due", "blocked_by": blockers, "next": nxt}
+
+
+def _rec(rec: ActionRecord | None) -> dict[str, Any] | None:
+    return None if rec is None else rec.audit()
+
+
+def _group(name: str, offset: int | None, groups: GroupsHere, now: int) -> dict[str, Any]:
+    ts = groups.commit_ts.get(name)
+    return {
+        "group": name,
+        "offset": offset,
+        "last_commit": ts,
+        "since_ms": None if ts is None else now - ts,
+        "assigned": name in groups.assigned,
+    }
+
+
+def _who(g: Mapping[str, Any], now: int) -> str:
+    """A group without a position here, and what compactd knows of it."""
+    seen = "no commit seen" if g["last_commit"] is None else f"last commit elsewhere {_at(g['last_commit'], now)}"
+    return f"group {g['group']} ({'assigned, ' if g['assigned'] else ''}{seen})"
+
+
+def _group_causes(
+    view: PartitionView, groups: GroupsHere, held: bool, now: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Consumed retention's groups now, and what they block: an unknown minimum, or the lowest group(s) when
+    segments old enough wait beyond it (`held`)."""
+    info = {
+        "min_committed": view.min_committed,
+        "counted_groups": view.counted_groups,
+        "lowest": [_group(g, o, groups, now) for g, o in groups.lowest if o == view.min_committed],
+        "without_position": [_group(g, None, groups, now) for g in groups.without_position],
+    }
+    if view.counted_groups == 0:
+        why = "no counted group commits here or is assigned to the topic: the minimum is unknown"
+        return info, [_cause("no_counted_group", why)]
+    if view.min_committed is None:
+        named = ", ".join(_who(g, now) for g in info["without_position"]) or "a counted group"
+        why = f"{named} counts but has no offset here: the minimum is unknown"
+        return info, [_cause("group_without_position", why, groups=info["without_position"])]
+    causes = []
+    for g in info["lowest"] if held else []:
+        last = "no commit time seen" if g["last_commit"] is None else f"last commit {_at(g['last_commit'], now)}"
+        causes.append(_cause("lowest_group", f"group {g['group']} at offset {g['offset']}, {last}", **g))
+    return info, causes
+
+
+def _deletion(
+    rule: str,
+    view: PartitionView,
+    th: Thresholds,
+    src: str,
+    facts: _Facts,
+    groups: GroupsHere,
+    delete: ActionRecord | None,
+    action: ActionFn,
+    gate: Mapping[str, Any] | None,
+    now: int,
+) -> dict[str, Any]:
+    """Consumed or forced retention: what it frees, what holds the rest back, and the delete's progress."""
+    consumed = rule == "consumed_retention"
+    ms = th.consumed_retention_ms if consumed else th.forced_retention_ms
+    own = delete if delete is not None and delete.reason == rule else None
+    out: dict[str, Any] = {"threshold": {"value": ms, "scope": src}, "now": {}, "action": _rec(own)}
+    if ms is None:
+        return {**out, "state": "off", "blocked_by": [], "frees": None, "held_back": None, "next": None}
+    ls = view.log_start
+    end, by_age = (facts.consumed_end, facts.consumed_by_age) if consumed else (facts.forced_end, facts.forced_end)
+    start = max(end or ls, ls)
+    frees = _span(facts.segments, ls, end) if end is not None and end > ls else None
+    held = _span(facts.segments, start, by_age) if by_age is not None and by_age > start else None
+    blockers: list[dict[str, Any]] = []
+    if consumed:
+        out["now"], blockers = _group_causes(view, groups, held is not None, now)
+    out.update(frees=frees, held_back=held)
+    winner = facts.winner
+    if frees is not None and winner is not None and winner.reason != rule and own is None:
+        covered = {"rule": winner.reason, "before_offset": winner.before_offset}
+        return {**out, "state": "covered", "blocked_by": blockers, "next": None, "covered_by": covered}
+    wants = frees is not None and winner is not None and winner.reason == rule
+    state, more, nxt = action(own, wants, "delete_records")
+    if (wants or (own is not None and own.status == "pending")) and gate is not None and not gate.get("open"):
+        since = gate.get("since")
+        why = f"readiness gate closed: {gate.get('why', '')}" + (f", since {_at(since, now)}" if since else "")
+        more = [_cause("gate_closed", why, since=since), *more]
+        state = "blocked"
+    if state is None:  # nothing to send: held back by the groups, waiting for a segment to age, or clear
+        crossing = dict(next_crossings(view, th, now)).get(rule)
+        if crossing is not None:
+            nxt = {"at": crossing, "what": "a segment ages past the retention"}
+        state = "blocked" if blockers else ("waiting" if crossing is not None else "clear")
+    return {**out, "state": state, "blocked_by": blockers + more, "next": nxt}
+
+
+def explain_partition(
+    view: PartitionView,
+    th: Thresholds,
+    sources: Mapping[str, str],
+    groups: GroupsHere,
+    gate: Mapping[str, Any] | None,
+    records: Sequence[ActionRecord],
+    last: ActionRecord | None,
+    deadline: int | None,
+    now: int,
+    excluded: str | None = None,
+    caps: Caps = Caps(),
+) -> dict[str, Any]:
+    """Why one partition stands where it does, per rule, as a JSON-ready dict. Pure."""
+    live = {r.action: r for r in records}
+    dry_src = sources.get("dry.run", "default")
+    facts = _facts(view, th, now)
+
+    def action(rec: ActionRecord | None, wants: bool, kind: str) -> Progress:
+        if excluded and (wants or rec is not None):
+            return "blocked", [_cause("topic_excluded", f"compactd never acts on this topic: {excluded}")], None
+        return _action_status(rec, wants, kind, view, th, dry_src, caps, deadline, now)
+
+    delete = live.get("delete_records")
+    rules = {
+        "max_compaction_lag": _compaction(
+            view, th, sources.get("max.compaction.lag.ms", "default"), facts, live.get("compact"), action, now
+        ),
+        "consumed_retention": _deletion(
+            "consumed_retention", view, th, sources.get("consumed.retention.ms", "default"), facts, groups, delete,
+            action, gate, now,
+        ),
+        "forced_retention": _deletion(
+            "forced_retention", view, th, sources.get("forced.retention.ms", "default"), facts, groups, delete,
+            action, gate, now,
+        ),
+    }  # fmt: skip
+    if excluded:  # the controller plans nothing here and sends nothing: no rule has a next step
+        why = f"compactd never acts on this topic: {excluded}"
+        for r in rules.values():
+            if r["state"] != "off":
+                if not any(b["cause"] == "topic_excluded" for b in r["blocked_by"]):
+                    r["blocked_by"].append(_cause("topic_excluded", why))
+                r["state"], r["next"] = "blocked", None
+    steps = [r["next"] for r in rules.values() if r["next"]]
+    lag = rules["max_compaction_lag"]
+    overdue = max(lag["now"].get("delay_ms") or 0, 0)
+    blocked_bytes = blocked_offsets = 0
+    for name in ("consumed_retention", "forced_retention"):
+        r = rules[name]
+        spans = [s for s in (r["held_back"], r["frees"] if r["state"] == "blocked" else None) if s]
+        blocked_bytes = max(blocked_bytes, sum(s["bytes"] for s in spans))
+        blocked_offsets = max(blocked_offsets, sum(s["offsets"] for s in spans))
+    oldest = facts.segments[0] if facts.segments else None
+    return {
+        "partition": view.key,
+        "topic": view.topic,
+        "number": view.partition,
+        "now": now,
+        "log_start": view.log_start,
+        "closed_segments": len(facts.segments),
+        "bytes": sum(s.size_bytes for s in facts.segments),
+        "oldest_segment": None
+        if oldest is None
+        else {"base_offset": oldest.base_offset, "end_offset": oldest.end_offset, "closed_at": oldest.closed_at},
+        "excluded": excluded,
+        "dry_run": {"value": th.dry_run, "scope": dry_src},
+        "gate": _gate_report(gate),
+        "rules": rules,
+        "last_action": _rec(last),
+        "deadline": deadline,
+        "next": min(steps, key=lambda s: s["at"]) if steps else None,
+        "worst": {"overdue_ms": overdue, "blocked_bytes": blocked_bytes, "blocked_offsets": blocked_offsets},
+    }
+
+
+def worst_first(explanation: Mapping[str, Any]) -> tuple[int, int, int, int]:
+    """Most overdue compaction first, then most bytes and offsets blocked, then partition number."""
+    w = explanation["worst"]
+    return (-w["overdue_ms"], -w["blocked_bytes"], -w["blocked_offsets"], explanation["number"])
+
+
+# ---- text ---------------------------------------------------------------------------------------
+
+
+def _dur(ms: int) -> str:
+    """A duration for people: 250ms, 45s, 12m30s, 3h05m, 2d04h."""
+    ms = abs(int(ms))
+    s = ms // 1000
+    if s == 0:
+        return f"{ms}ms"
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s" if s % 60 else f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _at(ts: int, now: int) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts / 1000))
+    if ts == now:
+        return f"{when} (now)"
+    return f"{when} ({_dur(now - ts)} ago)" if ts < now else f"{when} (in {_dur(ts - now)})"
+
+
+def _size(n: int) -> str:
+    for unit, div in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{n} B"
+
+
+def _span_text(s: Mapping[str, int]) -> str:
+    return f"[{s['from']}, {s['to']}) {s['offsets']} offsets, {_size(s['bytes'])}"
+
+
+def _describe(rec: Mapping[str, Any], now: int) -> str:
+    target = f" <{rec['before_offset']}" if "before_offset" in rec else ""
+    dry = " (dry run)" if rec["dry_run"] and rec["status"] != "dry_run" else ""
+    answered = rec["detail"].get("answered_at")
+    tail = f", answered {_at(answered, now)}" if answered else ""
+    return (
+        f"{rec['action']}{target} ({rec['reason']}) {rec['status']}{dry}, decided {_at(rec['decided_at'], now)}{tail}"
+    )
+
+
+SHORT = {
+    "lowest_group": "group {group}",
+    "group_without_position": "a counted group without a position",
+    "no_counted_group": "no counted group",
+    "gate_closed": "the readiness gate",
+    "dry_run": "dry.run",
+    "held_by_cap": "a cap",
+    "backoff": "a backoff",
+    "skipped": "a send-time check",
+    "topic_excluded": "the topic's exclusion",
+}
+
+
+GROUP_CAUSES = ("lowest_group", "group_without_position", "no_counted_group")
+
+
+def _headline(e: Mapping[str, Any]) -> str:
+    """The answer in one line: how overdue compaction is, and how much data what holds back (the groups hold back
+    what is old enough beyond the minimum; the gate, dry.run, a cap or a backoff hold what is deletable now)."""
+    rules = e["rules"]
+    parts: list[str] = []
+    lag = rules["max_compaction_lag"]
+    if lag["state"] != "off" and (lag["now"].get("delay_ms") or 0) > 0:
+        parts.append(f"compaction overdue by {_dur(lag['now']['delay_ms'])}")
+    seen: set[str] = set()
+    for name in ("consumed_retention", "forced_retention"):
+        r = rules[name]
+        for b in r["blocked_by"]:
+            span = r["held_back"] if b["cause"] in GROUP_CAUSES else r["frees"]
+            if b["cause"] not in SHORT or not span or b["cause"] in seen:
+                continue
+            seen.add(b["cause"])
+            who = SHORT[b["cause"]].format(**b)
+            parts.append(f"{span['offsets']} offsets ({_size(span['bytes'])}) held by {who}")
+    if e["excluded"] and not parts:
+        parts.append(f"excluded: {e['excluded']}")
+    return "; ".join(parts) or "nothing held back"
+
+
+def format_text(e: Mapping[str, Any]) -> str:
+    """One screen: a headline, the partition's context, a short block per rule, the last and next action."""
+    now = e["now"]
+    gate = e["gate"]
+    if gate["open"] is None:
+        gate_line = gate["why"]
+    else:
+        since = f" since {_at(gate['since'], now)}" if gate.get("since") else ""
+        gate_line = ("open" if gate["open"] else "CLOSED") + since + (f": {gate['why']}" if gate["why"] else "")
+    lines = [
+        f"{e['partition']} — {_headline(e)}",
+        f"  topic     {'excluded: ' + e['excluded'] if e['excluded'] else 'acted on'}; "
+        f"dry.run {str(e['dry_run']['value']).lower()} [{e['dry_run']['scope']}]",
+        f"  gate      {gate_line}",
+        f"  log       start {e['log_start']}; {e['closed_segments']} closed segments, {_size(e['bytes'])}"
+        + (f"; next evaluation {_at(e['deadline'], now)}" if e["deadline"] is not None else ""),
+    ]
+    for name, r in e["rules"].items():
+        th = r["threshold"]
+        value = "off" if th["value"] is None else _dur(th["value"])
+        lines.append(f"  {name.replace('_', ' '):<20} {value} [{th['scope']}]  {r['state']}")
+        if r["state"] == "off":
+            continue
+        n = r["now"]
+        if name == "max_compaction_lag":
+            if n["earliest_uncompacted_ts"] is None:
+                lines.append(f"    nothing dirty (cleaned up to {n['cleaned_up_to']})")
+            elif n["delay_ms"] <= 0:
+                seg = n["dirty_segment"]
+                lines.append(
+                    f"    oldest dirty segment [{seg['base_offset']}, {seg['end_offset']}) uncompacted for "
+                    f"{_dur(seg['dirty_for_ms'])}; {n['dirty_segments']} dirty, {_size(n['dirty_bytes'])}"
+                )
+        else:
+            if name == "consumed_retention" and n["min_committed"] is not None:
+                lines.append(f"    min committed {n['min_committed']} over {n['counted_groups']} counted groups")
+            seg = e["oldest_segment"]
+            if seg and not r["frees"] and r["state"] == "waiting":
+                lines.append(
+                    f"    oldest closed segment [{seg['base_offset']}, {seg['end_offset']}) closed "
+                    f"{_dur(now - seg['closed_at'])} ago"
+                )
+        for b in r["blocked_by"]:
+            lines.append(f"    {'overdue' if b['cause'] == 'dirty_segment' else 'blocked'}: {b['why']}")
+        if r.get("covered_by"):
+            c = r["covered_by"]
+            lines.append(f"    covered: {c['rule'].replace('_', ' ')} deletes further, up to {c['before_offset']}")
+        if r.get("frees"):
+            lines.append(f"    frees {_span_text(r['frees'])}")
+        if r.get("held_back"):
+            lines.append(f"    held back {_span_text(r['held_back'])}")
+        if r["action"]:
+            lines.append(f"    action: {_describe(r['action'], now)}")
+        if r["next"]:
+            lines.append(f"    next: {_at(r['next']['at'], now)}: {r['next']['what']}")
+    lines.append(f"  last      {_describe(e['last_action'], now) if e['last_action'] else 'no action yet'}")
+    nxt = e["next"]
+    lines.append(f"  next      {_at(nxt['at'], now)}: {nxt['what']}" if nxt else "  next      nothing scheduled")
+    return "\n".join(lines)
+
+
+# ---- IO -----------------------------------------------------------------------------------------
+
+
+def parse_target(target: str) -> tuple[str, int | None]:
+    """`TOPIC/PARTITION` or `TOPIC` (topic names cannot contain `/`)."""
+    if "/" in target:
+        return parse_partition_key(target)
+    if not target:
+        raise UsageError("expected TOPIC or TOPIC/PARTITION")
+    return target, None
+
+
+def _chunks(items: Sequence[int], size: int) -> Iterator[Sequence[int]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def iter_explain(state: RedisState, settings: Settings, target: str, now: int) -> Iterator[dict[str, Any]]:
+    """Explanations of a partition, or of every partition of a topic in partition order, read a chunk at a time.
+    UsageError (exit 2) when compactd has no state for the target."""
+    topic, partition = parse_target(target)
+    applied = {s: AppliedLayer.from_json(v) for s, v in state.config_layers().items()}
+    layers = effective_layers(settings.thresholds, applied)  # what the job applies: the file, then config events
+    groups = state.topic_groups(topic, partition)
+    if not groups.size:
+        raise UsageError(f"unknown topic {topic!r}: compactd has no state for it")
+    if partition is not None and not groups.partitions:
+        raise UsageError(
+            f"unknown partition {partition_key(topic, partition)}: compactd knows {groups.size} other "
+            f"partition(s) of {topic!r}"
+        )
+    gate = state.gate()
+    g = resolve_global(layers)
+    own = frozenset(settings.own_topics())
+    # thresholds resolved once for the topic; again only where a partition scope sets something
+    scoped = {s for s in layers if s.startswith(f"partition:{topic}/")}
+    topic_th = resolve(layers, topic)
+    topic_src = threshold_sources(layers, applied, topic, None)
+    topic_excl = topic_excluded(topic, topic_th, own)
+    in_flight: int | None = None
+    for chunk in _chunks(sorted(groups.partitions), CHUNK):
+        details = state.partition_details(topic, list(chunk), groups)
+        if in_flight is None and any(_held_compaction(d) for d in details):
+            in_flight = state.compactions_in_flight()  # one scan, only when a nudge waits in the outbox
+        caps = Caps(g.actions_per_second, g.max_concurrent_nudges, in_flight)
+        for d in details:
+            n = d.view.partition
+            if f"partition:{partition_key(topic, n)}" in scoped:
+                th, src = resolve(layers, topic, n), threshold_sources(layers, applied, topic, n)
+                excluded = topic_excluded(topic, th, own)
+            else:
+                th, src, excluded = topic_th, topic_src, topic_excl
+            here = groups_here(d, groups)
+            yield explain_partition(d.view, th, src, here, gate, d.records, d.last, d.deadline, now, excluded, caps)
+
+
+def explain(state: RedisState, settings: Settings, target: str, now: int) -> list[dict[str, Any]]:
+    """Explanations of a partition, or of every partition of a topic worst first."""
+    return sorted(iter_explain(state, settings, target, now), key=worst_first)
+
+
+def _held_compaction(d: PartitionDetail) -> bool:
+    return any(r.action == "compact" and r.status == "pending" and not r.dry_run for r in d.records)
+
+
+def groups_here(d: PartitionDetail, groups: TopicGroups) -> GroupsHere:
+    """The topic's groups as they stand on one partition."""
+    missing: tuple[str, ...] = ()
+    if d.positioned is not None:
+        missing = tuple(sorted(groups.counted - d.positioned))
+    return GroupsHere(d.lowest, missing, groups.assigned, groups.commit_ts)
+
+
+def print_explain(settings: Settings, target: str, as_json: bool = False, limit: int = 0) -> None:
+    """Worst first; each explanation is rendered as soon as it is made, so 100k partitions keep only their text."""
+    render: Callable[[dict[str, Any]], str] = json.dumps if as_json else format_text
+    state = settings.redis_state()
+    state.start()  # one line naming the setting if Redis does not answer
+    try:
+        rendered = ((worst_first(e), render(e)) for e in iter_explain(state, settings, target, now_ms()))
+        rows = heapq.nsmallest(limit, rendered) if limit > 0 else sorted(rendered)
+    finally:
+        state.close()
+    for i, (_, text) in enumerate(rows):
+        sys.stdout.write(text + "\n" if as_json or i == 0 else "\n" + text + "\n")

@@ -1,0 +1,239 @@
+"""`compactd explain`, the pure part: every blocking cause, what would be freed, and the next step, per rule."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from compactd.app.explain import (
+    Caps,
+    GroupsHere,
+    explain_partition,
+    format_text,
+    parse_target,
+    threshold_sources,
+    worst_first,
+)
+from compactd.model import ActionRecord, PartitionView, Segment
+from compactd.policy.runtime_config import AppliedLayer, effective_layers
+from compactd.policy.thresholds import key_scope, resolve
+
+H = 3_600_000
+T0 = 1_800_000_000_000
+OPEN = {"open": True, "why": "", "since": T0 - H}
+
+
+def view(min_committed: int | None = 150, counted: int = 2, cleaned: int | None = 300, log_start: int = 0):
+    """Three closed segments: [0,100) closed 4h ago, [100,200) 3h ago, [200,300) 30m ago."""
+    segments = (
+        Segment(0, 100, T0 - 5 * H, 1000, T0 - 4 * H),
+        Segment(100, 200, T0 - 3 * H, 2000, T0 - 3 * H),
+        Segment(200, 300, T0 - H, 500, T0 - H // 2),
+    )
+    return PartitionView("orders", 3, segments, cleaned, log_start, min_committed, counted)
+
+
+def explain(
+    v: PartitionView,
+    layer: dict[str, Any],
+    groups: GroupsHere = GroupsHere(),  # noqa: B008
+    gate: dict[str, Any] | None = OPEN,
+    records: tuple[ActionRecord, ...] = (),
+    excluded: str | None = None,
+    caps: Caps = Caps(),  # noqa: B008
+    deadline: int | None = None,
+) -> dict[str, Any]:
+    layers = {"global": {"dry.run": False, **layer}}
+    th = resolve(layers, v.topic, v.partition)
+    src = threshold_sources(layers, {}, v.topic, v.partition)
+    return explain_partition(v, th, src, groups, gate, records, None, deadline, T0, excluded, caps)
+
+
+def record(action: str = "delete_records", status: str = "pending", **kw: Any) -> ActionRecord:
+    base: dict[str, Any] = dict(
+        id="x", action=action, topic="orders", partition=3, dry_run=False, decided_at=T0 - 60_000, status=status
+    )
+    if action == "delete_records":
+        base.update(reason="consumed_retention", before_offset=100)
+    else:
+        base.update(reason="max_compaction_lag", delay_ms=1, earliest_ts=T0 - 3 * H)
+    base.update(kw)
+    return ActionRecord(**base)
+
+
+def causes(rule: dict[str, Any]) -> list[str]:
+    return [b["cause"] for b in rule["blocked_by"]]
+
+
+def test_lowest_group_is_named_with_its_last_commit_and_what_it_holds_back() -> None:
+    groups = GroupsHere(lowest=(("billing", 150), ("search", 250)), commit_ts={"billing": T0 - 2 * H})
+    e = explain(view(), {"consumed.retention.ms": H}, groups)
+    r = e["rules"]["consumed_retention"]
+    [lowest] = [b for b in r["blocked_by"] if b["cause"] == "lowest_group"]
+    assert (lowest["group"], lowest["offset"], lowest["last_commit"], lowest["since_ms"]) == (
+        "billing",
+        150,
+        T0 - 2 * H,
+        2 * H,
+    )
+    # [0,100) is below the minimum and old enough: freed; [100,200) is old enough but billing has not read it
+    assert r["frees"] == {"from": 0, "to": 100, "offsets": 100, "bytes": 1000}
+    assert r["held_back"] == {"from": 100, "to": 200, "offsets": 100, "bytes": 2000}
+    assert r["state"] == "due" and r["next"]["what"] == "delete_records decided at the next evaluation"
+    assert "100 offsets (2.0 kB) held by group billing" in format_text(e).splitlines()[0]
+
+
+def test_counted_group_without_a_position_blocks_consumed_retention_and_is_named() -> None:
+    groups = GroupsHere(without_position=("new-app",), assigned=frozenset({"new-app"}))
+    e = explain(view(min_committed=None), {"consumed.retention.ms": H}, groups)
+    r = e["rules"]["consumed_retention"]
+    assert r["state"] == "blocked" and causes(r) == ["group_without_position"]
+    assert r["blocked_by"][0]["groups"][0]["group"] == "new-app" and r["blocked_by"][0]["groups"][0]["assigned"]
+    assert "new-app" in r["blocked_by"][0]["why"] and r["frees"] is None
+    assert r["held_back"]["to"] == 200  # what would go once every counted group has a position
+
+
+def test_no_counted_group_means_the_minimum_is_unknown() -> None:
+    r = explain(view(min_committed=None, counted=0), {"consumed.retention.ms": H})["rules"]["consumed_retention"]
+    assert r["state"] == "blocked" and causes(r) == ["no_counted_group"]
+
+
+def test_closed_readiness_gate_blocks_deletes_but_not_compaction() -> None:
+    gate = {"open": False, "why": "state rebuilding after loss", "since": T0 - 600_000}
+    e = explain(view(min_committed=300), {"consumed.retention.ms": H, "max.compaction.lag.ms": H}, gate=gate)
+    r = e["rules"]["consumed_retention"]
+    assert r["state"] == "blocked" and causes(r) == ["gate_closed"]
+    assert r["blocked_by"][0]["since"] == T0 - 600_000 and "state rebuilding" in r["blocked_by"][0]["why"]
+    assert "gate_closed" not in causes(e["rules"]["max_compaction_lag"])
+    assert e["gate"] == gate
+
+
+def test_gate_never_written_is_reported_unknown_and_blocks_nothing() -> None:
+    e = explain(view(min_committed=300), {"consumed.retention.ms": H}, gate=None)
+    assert e["gate"] == {"open": None, "why": "unknown (no job has written it)", "since": None}
+    assert e["rules"]["consumed_retention"]["state"] == "due"
+    assert "unknown (no job has written it)" in format_text(e)
+
+
+def test_overdue_compaction_names_the_dirty_segment_and_its_age() -> None:
+    e = explain(view(cleaned=100), {"max.compaction.lag.ms": H})
+    r = e["rules"]["max_compaction_lag"]
+    [dirty] = r["blocked_by"]
+    assert (dirty["cause"], dirty["base_offset"], dirty["end_offset"]) == ("dirty_segment", 100, 200)
+    assert dirty["overdue_ms"] == 2 * H and r["now"]["dirty_segment"]["dirty_for_ms"] == 3 * H
+    assert r["now"]["dirty_segments"] == 2 and r["now"]["dirty_bytes"] == 2500
+    assert e["worst"]["overdue_ms"] == 2 * H
+
+
+def test_compaction_not_yet_overdue_says_when_it_will_be() -> None:
+    r = explain(view(cleaned=100), {"max.compaction.lag.ms": 4 * H})["rules"]["max_compaction_lag"]
+    assert r["state"] == "waiting" and r["blocked_by"] == []
+    assert r["next"]["at"] == T0 - 3 * H + 4 * H + 1
+
+
+def test_excluded_topic_blocks_every_rule_and_plans_nothing() -> None:
+    e = explain(view(min_committed=300), {"consumed.retention.ms": H}, excluded="excluded by topics.exclude")
+    r = e["rules"]["consumed_retention"]
+    assert r["state"] == "blocked" and causes(r) == ["topic_excluded"] and r["next"] is None
+    assert "topics.exclude" in r["blocked_by"][0]["why"] and e["next"] is None
+    assert e["rules"]["max_compaction_lag"]["state"] == "off"
+
+
+def test_refused_send_is_in_backoff_until_its_retry() -> None:
+    rec = record(detail={"try": 2, "retry_at": T0 + 10_000, "error": "timed out"})
+    r = explain(view(min_committed=300), {"consumed.retention.ms": H}, records=(rec,))["rules"]["consumed_retention"]
+    assert r["state"] == "blocked" and causes(r) == ["backoff"]
+    assert r["blocked_by"][0]["retry_at"] == T0 + 10_000 and "timed out" in r["blocked_by"][0]["why"]
+    assert r["next"]["at"] == T0 + 10_000 and r["action"]["id"] == "x"
+
+
+def test_pending_compaction_past_its_decision_is_held_by_the_concurrency_cap() -> None:
+    rec = record("compact")
+    full = Caps(actions_per_second=10, max_concurrent=2, in_flight=2)
+    r = explain(view(cleaned=100), {"max.compaction.lag.ms": H}, records=(rec,), caps=full)["rules"]
+    assert causes(r["max_compaction_lag"]) == ["dirty_segment", "held_by_cap"]
+    assert "compaction.max.concurrent: 2 of 2" in r["max_compaction_lag"]["blocked_by"][1]["why"]
+    rate = explain(view(cleaned=100), {"max.compaction.lag.ms": H}, records=(rec,), caps=Caps(in_flight=0))["rules"]
+    assert "actions.per.second" in rate["max_compaction_lag"]["blocked_by"][1]["why"]
+
+
+def test_dry_run_is_the_cause_when_decisions_are_only_recorded() -> None:
+    rec = record(status="dry_run", dry_run=True)
+    layers = {"consumed.retention.ms": H, "dry.run": True}
+    r = explain(view(min_committed=300), layers, records=(rec,))["rules"]["consumed_retention"]
+    assert r["state"] == "blocked" and causes(r) == ["dry_run"] and "global (file)" in r["blocked_by"][0]["why"]
+    assert r["next"]["at"] == rec.decided_at + 300_000  # action.retry.ms
+
+
+def test_sent_delete_waits_for_the_cluster_and_is_decided_again_after_the_retry_interval() -> None:
+    rec = record(status="sent")
+    r = explain(view(min_committed=300), {"consumed.retention.ms": H}, records=(rec,))["rules"]["consumed_retention"]
+    assert r["state"] == "acting" and r["next"]["at"] == rec.decided_at + 300_000
+
+
+def test_forced_retention_deleting_further_covers_consumed_retention() -> None:
+    e = explain(view(min_committed=150), {"consumed.retention.ms": H, "forced.retention.ms": 2 * H})
+    consumed = e["rules"]["consumed_retention"]
+    assert consumed["state"] == "covered" and consumed["frees"]["to"] == 100
+    assert consumed["covered_by"] == {"rule": "forced_retention", "before_offset": 200}
+    forced = e["rules"]["forced_retention"]
+    assert forced["state"] == "due" and forced["frees"]["to"] == 200
+
+
+def test_segment_too_young_waits_for_the_retention_crossing() -> None:
+    r = explain(view(min_committed=300), {"consumed.retention.ms": 5 * H})["rules"]["consumed_retention"]
+    assert r["state"] == "waiting" and r["frees"] is None
+    assert r["next"]["at"] == T0 - 4 * H + 5 * H + 1
+
+
+def test_sources_say_which_scope_and_which_origin_sets_each_key() -> None:
+    base = {"global": {"dry.run": False}, "topic:orders": {"consumed.retention.ms": 1000}}
+    applied = {"partition:orders/3": AppliedLayer({"consumed.retention.ms": 2000}, 4, T0)}
+    layers = effective_layers(base, applied)
+    src = threshold_sources(layers, applied, "orders", 3)
+    assert src["consumed.retention.ms"] == "partition:orders/3 (config v4)"
+    assert src["dry.run"] == "global (file)" and src["forced.retention.ms"] == "default"
+    assert threshold_sources(layers, applied, "orders", 1)["consumed.retention.ms"] == "topic:orders (file)"
+    assert key_scope(layers, "consumed.retention.ms", "orders") == "topic:orders"
+    assert key_scope(layers, "forced.retention.ms", "orders", 3) is None
+
+
+def test_worst_first_puts_most_overdue_then_most_blocked_first() -> None:
+    def fake(n: int, overdue: int, blocked: int) -> dict[str, Any]:
+        return {"number": n, "worst": {"overdue_ms": overdue, "blocked_bytes": blocked, "blocked_offsets": 0}}
+
+    rows = [fake(0, 0, 10), fake(1, 5, 0), fake(2, 0, 99), fake(3, 5, 1)]
+    assert [r["number"] for r in sorted(rows, key=worst_first)] == [3, 1, 2, 0]
+
+
+def test_explanation_is_json_and_text_fits_one_screen() -> None:
+    groups = GroupsHere(lowest=(("billing", 150),), commit_ts={"billing": T0 - H})
+    layer = {"consumed.retention.ms": H, "forced.retention.ms": 6 * H, "max.compaction.lag.ms": H}
+    e = explain(view(cleaned=100), layer, groups, records=(record("compact", status="sent"),), deadline=T0 + 5000)
+    assert json.loads(json.dumps(e)) == e
+    text = format_text(e)
+    assert len(text.splitlines()) <= 25 and all(len(line) <= 120 for line in text.splitlines())
+
+
+def test_target_is_a_topic_or_a_partition() -> None:
+    assert parse_target("orders") == ("orders", None)
+    assert parse_target("orders/3") == ("orders", 3)
+
+
+def test_collected_changes_keep_each_groups_latest_commit_time_per_topic() -> None:
+    from compactd.streaming.aggregate import collect_changes
+
+    def row(kind: str, grp: str, topic: str, partition: int, ts: int, src_offset: int) -> dict[str, Any]:
+        offset = 10 if kind == "offset_commit" else None
+        return dict(k="offset", n=1, stream="commits", kind=kind, grp=grp, topic=topic, partition=partition,
+                    value_offset=offset, ts=ts, ord_a=0, ord_b=src_offset)  # fmt: skip
+
+    rows = [
+        row("offset_commit", "billing", "orders", 0, T0 - 5, 1),
+        row("offset_commit", "billing", "orders", 1, T0, 2),
+        row("offset_commit", "billing", "clicks", 0, T0 - 9, 3),
+        row("offset_delete", "search", "orders", 0, T0 + 7, 4),  # a tombstone is not a commit
+    ]
+    changes = collect_changes(rows).changes
+    assert changes.topics["orders"].commit_ts == {"billing": T0}
+    assert changes.topics["clicks"].commit_ts == {"billing": T0 - 9}
