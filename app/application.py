@@ -21,15 +21,18 @@ import compactd
 from compactd.app.settings import Settings
 from compactd.clock import now_ms
 from compactd.control.controller import Controller, Probe, _no_probe
-from compactd.control.runtime_config import RuntimeConfig
+from compactd.control.runtime_config import ConfigOutcome, RuntimeConfig
+from compactd.control.state_guard import REBUILDING, StateGuard
 from compactd.errors import ConfigError, DependencyUnavailable, ForcedStop, QueryFailed, StopTimeout
 from compactd.kafka.admin import admin_client, check_reachable, ensure_topics, high_watermarks, list_end_offsets
+from compactd.kafka.groups import ClusterGroupOffsets
 from compactd.metrics import Metrics, default_metrics
 from compactd.policy.readiness import Readiness
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.base import ActionSink
 from compactd.sinks.dlq import DeadLetters
 from compactd.sinks.kafka_admin import KafkaAdminSink
+from compactd.state.outage import REDIS_DOWN, RedisOutage
 from compactd.streaming.checkpoint import batch_end_offsets, completed_end_offsets, stream_id_for
 from compactd.streaming.decode import Decoder
 from compactd.streaming.job import Batch, StreamingJob, StreamSpec, root_cause
@@ -39,6 +42,8 @@ log = logging.getLogger("compactd.job")
 CHECK_TIMEOUT_S = 5.0
 IDLE_LOG_EVERY_S = 60.0
 ONCE_DRAIN_S = 300.0  # `run --once` sends what the rate cap held back for at most this long
+SPARK_EXIT_S = 10.0  # after its session stopped, Spark's JVM gets this long to exit before it is killed
+MAX_REBUILDS_PER_RUN = 3  # `run --once`: a state lost again and again while rebuilding ends the run
 
 
 @dataclass
@@ -81,7 +86,13 @@ class Application:
         self.audit = AuditLog(conn, settings.topics.actions, cluster=settings.cluster)
         self.dlq = DeadLetters(conn, settings.topics.dlq, cluster=settings.cluster)
         self.sink: ActionSink = sink or KafkaAdminSink(conn, self.state)
-        self.readiness = Readiness(settings.topics.consumer_offsets, None)
+        self.readiness = Readiness(None)
+        self.guard = StateGuard(self.state, settings.checkpoint_dir, self.spark_checkpoint)
+        self.outage = RedisOutage(settings.redis_retry_max_ms / 1000, self._redis_down)
+        self.lost: str | None = None  # why Redis is not the state the checkpoint assumes, until the rebuild starts
+        self.rebuilding = False
+        ttl_s = settings.cluster_offsets_ttl_ms / 1000
+        self.group_offsets = ClusterGroupOffsets(conn, ttl_s) if settings.cluster_offsets_check else None
         self.controller = Controller(
             self.state,
             settings.thresholds,
@@ -89,9 +100,10 @@ class Application:
             self.audit,
             self.metrics,
             clock=clock,
-            deletes_allowed=lambda: self.readiness.ready(),
+            deletes_allowed=self.deletes_allowed,
             probe=probe,
             own_topics=frozenset(settings.own_topics()),
+            cluster_offsets=None if self.group_offsets is None else self.group_offsets.committed,
         )
         self.config = RuntimeConfig(self.state, settings.thresholds, settings.secrets(), self.controller, self.metrics)
         self.decoder = Decoder(
@@ -114,6 +126,11 @@ class Application:
     @property
     def spark_checkpoint(self) -> Path:
         return Path(self.settings.checkpoint_dir) / "spark"
+
+    def deletes_allowed(self) -> bool:
+        """The delete gate: sources read far enough, no loss pending, and Redis still holds our epoch (one read,
+        made when a delete is decided and again right before one is sent)."""
+        return self.readiness.ready() and self.lost is None and self.guard.intact()
 
     # ---- start, in order ----
 
@@ -142,10 +159,15 @@ class Application:
         try:
             self.check_dependencies()
             self._closers.append(self.state.close)
-            self.config.load()  # config events applied by earlier runs override the file's thresholds
             # only now, with both dependencies answering, does anything touch the checkpoint directory
             self.stream_id = stream_id_for(self.settings.checkpoint_dir)
+            lost = self.guard.loss_at_start(self.stream_id)
+            if lost is not None:
+                self._begin_rebuild(lost)
+            self.config.load()  # config events applied by earlier runs override the file's thresholds
             self._serve_metrics()
+            self.metrics.init_source_topics(self.settings.source_topics())  # lag series scraped from the start
+            self.metrics.redis_up.set(1)
             self.metrics.trigger_interval.set(self.settings.trigger_interval_ms / 1000)
             if self.settings.create_topics:
                 ensure_topics(self.conn, self.settings.own_topics(), configs=self.settings.own_topic_configs())
@@ -158,7 +180,7 @@ class Application:
                     "nothing new on %s since the last run: Spark not started", ", ".join(self.settings.source_topics())
                 )
                 return
-            self._start_stream(once)
+            self._start_stream(once, starting_offsets="earliest" if self.rebuilding else None)
         except BaseException:
             self.close()
             raise
@@ -173,22 +195,74 @@ class Application:
             ) from None
 
     def _arm_readiness(self) -> None:
-        """Snapshot the offsets topic's high watermarks; deletes wait until the stream has read that far."""
-        if self.settings.offsets_source != "consumer_offsets":
-            self.metrics.offsets_caught_up.set(1)  # offsets come from the commits topic: no gate to wait for
-            return
-        topic = self.settings.topics.consumer_offsets
-        targets = high_watermarks(self.conn, topic)
-        self.readiness = Readiness(topic, targets)
+        """Deletes wait until the stream has read `__consumer_offsets` up to its high watermarks now, and, while a
+        rebuild of a lost state is unfinished (also one a crashed job began), every source up to where it stood."""
+        targets: dict[str, dict[str, int]] = {}
+        why = "offsets not caught up"
+        rebuild = self.guard.rebuild_targets()
+        if rebuild:
+            targets.update(rebuild)
+            why = REBUILDING
+        self.rebuilding = bool(rebuild)
+        if self.settings.offsets_source == "consumer_offsets":
+            topic = self.settings.topics.consumer_offsets
+            for p, hw in high_watermarks(self.conn, topic).items():
+                targets.setdefault(topic, {})[p] = max(hw, targets.get(topic, {}).get(p, 0))
+        self.readiness = Readiness(targets or None, why)
         self.readiness.observe(batch_end_offsets(self.spark_checkpoint))
-        self.metrics.offsets_caught_up.set(int(self.readiness.ready()))
-        log.info("readiness gate on %s: targets %s, ready=%s", topic, targets, self.readiness.ready())
+        self._gate_changed()
+        if targets:
+            log.info("delete gate (%s): targets %s, open=%s", why, targets, self.readiness.ready())
 
-    def _start_stream(self, once: bool) -> None:
+    def _gate_changed(self) -> None:
+        """The gate opened or closed: metrics, the state hash for explain, and the end of a rebuild."""
+        is_open = self.readiness.ready() and self.lost is None
+        if is_open and self.rebuilding:
+            self.guard.rebuild_done()
+            self.rebuilding = False
+            log.info("state rebuilt from the sources: deletes enabled")
+        self.metrics.offsets_caught_up.set(int(is_open))
+        self.metrics.state_rebuilding.set(int(self.rebuilding or self.lost is not None))
+        self.guard.show_gate(is_open, REBUILDING if self.lost is not None else self.readiness.why)
+
+    def _redis_down(self, down: bool) -> None:
+        self.metrics.redis_up.set(0 if down else 1)
+        if down:
+            self.metrics.redis_outages.inc()
+
+    # ---- a lost state ----
+
+    def _state_lost(self, why: str) -> None:
+        """Redis no longer holds the state the checkpoint assumes: hold every delete from now on; the run loop
+        rebuilds (a batch cannot restart the query it runs in)."""
+        if self.lost is not None:
+            return
+        self.lost = why
+        self.metrics.state_losses.inc()
+        log.error("state lost: %s; deletes held, rebuilding from the sources", why)
+        self._gate_changed()
+
+    def _begin_rebuild(self, why: str) -> None:
+        """Wipe, new epoch, read every source again from its start; the gate opens once they are read up to where
+        they stand now (a job that dies in here, or before that, resumes the rebuild at its next start)."""
+        if self.lost is None:
+            self.lost = why
+            self.metrics.state_losses.inc()
+            log.error("state lost: %s; deletes held, rebuilding from the sources", why)
+        if self._admin is None:
+            self._admin = admin_client(self.conn)
+        targets = list_end_offsets(self._admin, self.settings.source_topics(), "high")
+        self.guard.begin_rebuild(targets)
+        self.stream_id = stream_id_for(self.settings.checkpoint_dir)
+        self.lost = None
+        self.config.load()  # the layers went with the state: the config topic brings them back
+
+    def _start_stream(self, once: bool, starting_offsets: str | None = None) -> None:
         if self.spark is None:
             from compactd.streaming.session import check_executors, spark_session
 
             self.spark = spark_session(self.settings.spark_master, verbose=self.verbose)
+            self._closers.append(self._stop_spark)  # a session this application started, it stops
             if not self.spark.sparkContext.master.startswith("local"):
                 where = check_executors(self.spark, self.settings.executor_check_timeout_ms / 1000)
                 log.info("executors import compactd %s from %s", compactd.__version__, ", ".join(where))
@@ -200,39 +274,38 @@ class Application:
             checkpoint=self.spark_checkpoint,
             trigger_interval_ms=s.trigger_interval_ms,
             max_rows_per_trigger=s.max_rows_per_trigger,
-            starting_offsets=s.starting_offsets,
+            starting_offsets=starting_offsets or s.starting_offsets,
             source_format=s.spark_source,
             name=f"compactd-{self.stream_id[:8]}",
         )
         self.job = StreamingJob(spec, self.spark, self.on_batch)
         self.job.start(once)
-        self._closers.append(self._stop_job)
+        if self._stop_job not in self._closers:
+            self._closers.append(self._stop_job)
 
     # ---- per batch ----
 
     def on_batch(self, batch: Batch) -> None:
         """Driver side of a micro-batch: DLQ, metrics, merge → decide → act, and the readiness gate."""
         started = time.monotonic()
+        if self.lost is not None:
+            return  # the rebuild reads this batch again, from the sources' start
         # the offset log is only read while the gate is closed
         opened = not self.readiness.ready() and self.readiness.observe(batch.end_offsets())
         collected = batch.collected
-        # config first: the batch's own partitions are decided under the thresholds it brings
-        config = self.config.apply(collected.config)
+        before = sum(self.controller.outcomes.values())
+        done = self.outage.retry(
+            lambda: self._merge_and_decide(batch, opened), f"batch {batch.batch_id} waits", give_up=lambda: self.forced
+        )
+        if done is None:
+            return  # the state was lost: nothing merged, the run loop rebuilds
+        config, touched = done
         rejected = collected.rejected + config.rejected
         self.dlq.publish(rejected, now_ms())
         for row in rejected:
             self.metrics.dlq_records.labels(row["stream"], row["error"]).inc()
         for (stream, kind), n in collected.counts.items():
             self.metrics.input_records.labels(stream, kind).inc(n)
-        before = sum(self.controller.outcomes.values())
-        touched = self.controller.on_batch(self.stream_id, batch.batch_id, collected.changes)
-        if opened:  # deletes held back while catching up are decided now, everywhere
-            log.info("offsets caught up at batch %d: deletes enabled", batch.batch_id)
-            self.metrics.offsets_caught_up.set(1)
-        if opened or config.evaluate_all:
-            touched += self.controller.evaluate_all()
-        elif config.evaluate:
-            touched += self.controller.evaluate(config.evaluate, "config")
         records = sum(collected.counts.values())
         self.metrics.batch_records.observe(records)
         self.metrics.last_batch.set(time.time())
@@ -242,6 +315,26 @@ class Application:
         self.summary.rejected += len(rejected)
         self.summary.partitions += touched
         self._log_batch(batch, records, len(rejected), touched, actions, time.monotonic() - started)
+
+    def _merge_and_decide(self, batch: Batch, opened: bool) -> tuple[ConfigOutcome, int] | None:
+        """Check the state is still ours, apply config, merge, decide, act. Safe to repeat after a Redis error:
+        merges are idempotent per batch id, decisions have deterministic ids, config versions only move forward."""
+        lost = self.guard.loss_now(self.stream_id)
+        if lost is not None:
+            self._state_lost(lost)
+            return None
+        # config first: the batch's own partitions are decided under the thresholds it brings
+        config = self.config.apply(batch.collected.config)
+        touched = self.controller.on_batch(self.stream_id, batch.batch_id, batch.collected.changes)
+        self.guard.merged_batch(self.stream_id, batch.batch_id)
+        if opened:  # deletes held back while catching up are decided now, everywhere
+            log.info("sources caught up at batch %d (%s): gate open", batch.batch_id, self.readiness.why)
+            self._gate_changed()
+        if opened or config.evaluate_all:
+            touched += self.controller.evaluate_all()
+        elif config.evaluate:
+            touched += self.controller.evaluate(config.evaluate, "config")
+        return config, touched
 
     def _log_batch(self, batch: Batch, records: int, rejected: int, touched: int, actions: int, act_s: float) -> None:
         """One line per batch that did something; an idle stream says so once a minute."""
@@ -280,15 +373,19 @@ class Application:
         assert self.job is not None and self.job.query is not None
         query = self.job.query
         if once:
-            try:
-                query.awaitTermination()
-            except ForcedStop:
-                self.forced = True
-                raise
-            except Exception as exc:  # reported once, on one line
+            for _ in range(MAX_REBUILDS_PER_RUN + 1):
+                try:
+                    query.awaitTermination()
+                except ForcedStop:
+                    self.forced = True
+                    raise
+                except Exception as exc:  # reported once, on one line
+                    self._raise_if_failed()
+                    raise QueryFailed(f"streaming query failed: {root_cause(str(exc))}") from None
                 self._raise_if_failed()
-                raise QueryFailed(f"streaming query failed: {root_cause(str(exc))}") from None
-            self._raise_if_failed()
+                if self.lost is None:
+                    break
+                query = self._rebuild_stream(once=True)  # lost during this run: read everything again
             self.summary.partitions += self.controller.evaluate_all()
             self._drain(time.monotonic() + ONCE_DRAIN_S)
             return self.summary.line(self.controller.outcomes)
@@ -298,8 +395,15 @@ class Application:
         warming = True
         try:
             while query.isActive and not stop.is_set():
+                if self.lost is not None:
+                    query = self._rebuild_stream(once=False)
+                    continue
                 try:
                     self.metrics.last_tick.set(time.time())
+                    lost = self.guard.loss_now(self.stream_id)
+                    if lost is not None:
+                        self._state_lost(lost)
+                        continue
                     self.controller.tick()
                     if warming:  # metrics of partitions no batch touched yet, one chunk per tick
                         warming = self.controller.warm_metrics() > 0
@@ -307,8 +411,11 @@ class Application:
                     if last_error:
                         log.info("deadline ticks work again")
                     last_error = ""
+                    self.outage.answered()
                 except ForcedStop:
                     raise
+                except REDIS_DOWN as exc:  # said once per outage, by whichever of batch and tick meets it first
+                    self.outage.failed(exc, "deadline ticks wait")
                 except Exception as exc:  # a Redis or Kafka hiccup: say so once, keep the stream, retry next tick
                     error = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
                     if error != last_error or time.monotonic() - said_at >= IDLE_LOG_EVERY_S:
@@ -323,6 +430,18 @@ class Application:
             self.forced = True
             raise
         return self.summary.line(self.controller.outcomes)
+
+    def _rebuild_stream(self, once: bool) -> Any:
+        """Stop the query between batches, rebuild the state from the sources' start, run a new query."""
+        assert self.job is not None and self.lost is not None
+        self.job.stop(timeout_s=self.settings.stop_timeout_ms / 1000)
+        self.outage.retry(
+            lambda: self._begin_rebuild(self.lost or ""), "the rebuild waits", give_up=lambda: self.forced
+        )
+        self._arm_readiness()
+        self._start_stream(once, starting_offsets="earliest")
+        assert self.job is not None and self.job.query is not None
+        return self.job.query
 
     def _stop_gracefully(self) -> None:
         """SIGTERM: let the running batch finish, stop the query between batches, send what the outbox holds."""
@@ -343,6 +462,14 @@ class Application:
         """Closer for the query: between batches, unless a forced stop left it to die with the process."""
         if self.job is not None and not self.forced:
             self.job.stop(timeout_s=self.settings.stop_timeout_ms / 1000)
+
+    def _stop_spark(self) -> None:
+        """Closer for the session this application started: its JVM and Python workers end before compactd does
+        (killed at once after a forced stop)."""
+        from compactd.streaming.session import stop_spark
+
+        if self.spark is not None:
+            stop_spark(self.spark, timeout_s=SPARK_EXIT_S, graceful=not self.forced)
 
     def _nothing_to_read(self) -> bool:
         """True when the last batch Spark planned is complete and ends at the last stable offset of every source
@@ -392,14 +519,20 @@ class Application:
 
     def close(self) -> None:
         errors: list[str] = []
+        forced: ForcedStop | None = None
         while self._closers:
             closer = self._closers.pop()
             try:
                 closer()
+            except ForcedStop as exc:  # a second signal while closing: close the rest at once, then leave with it
+                self.forced = True
+                forced = exc
             except Exception as exc:  # keep closing the rest; report the first problem
                 errors.append(f"{type(exc).__name__}: {exc}")
         if errors:
             log.warning("while stopping: %s", "; ".join(errors))
+        if forced is not None:
+            raise forced
 
     def __enter__(self) -> Application:
         return self
