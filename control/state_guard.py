@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from compactd.state.health import state_loss
+from compactd.state.health import batch_field, state_loss
 from compactd.state.redis_store import RedisState
 from compactd.streaming.checkpoint import last_completed_batch, read_epoch, reset_stream, write_epoch
 
@@ -36,11 +36,14 @@ class StateGuard:
         """Compare Redis with the checkpoint before anything is read; on agreement, adopt (or create) the epoch."""
         self.merged = last_completed_batch(self.spark_checkpoint)
         ours = read_epoch(self.checkpoint_dir)
-        why = state_loss(ours, self.state.health(), stream_id, self.merged, self.state.has_state())
+        health = self.state.health()
+        why = state_loss(ours, health, stream_id, self.merged, self.state.has_state())
         if why is None:
             self.epoch = self.state.claim_epoch(ours or uuid.uuid4().hex)
-            if ours != self.epoch:
+            if ours != self.epoch:  # adopted: a new checkpoint, or one from before epochs (an upgrade)
                 write_epoch(self.checkpoint_dir, self.epoch)
+                if self.merged is not None and batch_field(stream_id) not in health:
+                    self.state.mark_merged(stream_id, self.merged)
         return why
 
     def loss_now(self, stream_id: str) -> str | None:
