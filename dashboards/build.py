@@ -311,7 +311,21 @@ def health() -> db.Dashboard:
         st(
             "Offsets caught up",
             Query("min(compactd_offsets_caught_up)"),
-            description="0 while __consumer_offsets is still being read: deletes are on hold",
+            description="0 while __consumer_offsets is still being read or a state rebuild runs: deletes are on hold",
+        )
+    )
+    d = d.with_panel(
+        st(
+            "Redis up",
+            Query("min(compactd_redis_up)"),
+            description="0 while Redis does not answer the job: batches wait and are retried",
+        )
+    )
+    d = d.with_panel(
+        st(
+            "State rebuilding",
+            Query("max(compactd_state_rebuilding)"),
+            description="1 while a lost Redis state is rebuilt from the sources: deletes are on hold",
         )
     )
     d = d.with_panel(st("Since last batch", Query("time() - max(compactd_last_batch_timestamp_seconds)"), "s"))
