@@ -174,6 +174,8 @@ class Application:
             for component in (self.dlq, self.audit, self.sink):
                 component.start()
                 self._closers.append(component.close)
+            if self.group_offsets is not None:
+                self._closers.append(self.group_offsets.close)
             self._arm_readiness()
             if once and self._nothing_to_read():
                 log.info(

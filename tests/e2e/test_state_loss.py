@@ -82,6 +82,14 @@ def test_redis_restarted_empty_then_flushed_never_deletes_past_a_group(cluster, 
     )
     low = lambda: cluster.watermarks(topic)[0]  # noqa: E731
     rebuilt = lambda: log.read_text().count("state rebuilt from the sources")  # noqa: E731
+
+    def decided(before: int) -> int:
+        """Deletes decided before `before` and carried out (or found done already): the rebuilt state decides the
+        delete the lost one had made again, so its second record shows the rebuilt state was evaluated."""
+        return sum(
+            a["action"] == "delete_records" and a["status"] == "sent" and a["before_offset"] == before
+            for a in cluster.read_all(s.topics.actions)
+        )
     try:
         wait_until("the first delete (g2 at 1100 allows [0, 1000))", lambda: low() == 1000, proc, log)
 
@@ -92,8 +100,7 @@ def test_redis_restarted_empty_then_flushed_never_deletes_past_a_group(cluster, 
         server = redis_server(tmp_path / "redis-2", port=port)
         cluster.send(seg, segments(topic, now, 4))
         cluster.send(com, [commit(g1, topic, 2600)])
-        wait_until("the rebuild after the restart", lambda: rebuilt() >= 1 or low() != 1000, proc, log)
-        time.sleep(3)  # a few more batches and ticks: nothing may go past g2's 1100
+        wait_until("the rebuilt state's decisions", lambda: decided(1000) >= 2 or low() != 1000, proc, log)
         assert low() == 1000, "deleted past g2's committed offset 1100"
 
         # 2. deletes resume once rebuilt: g2 reads on
@@ -103,8 +110,7 @@ def test_redis_restarted_empty_then_flushed_never_deletes_past_a_group(cluster, 
         # 3. FLUSHALL under the running job, then only g1 moves: the state that is left knows nothing of g2
         redis.Redis.from_url(url).flushall()
         cluster.send(com, [commit(g1, topic, 3900)])
-        wait_until("the rebuild after FLUSHALL", lambda: rebuilt() >= 2 or low() != 2000, proc, log)
-        time.sleep(3)
+        wait_until("the rebuilt state's decisions", lambda: decided(2000) >= 2 or low() != 2000, proc, log)
         assert low() == 2000, "deleted past g2's committed offset 2100"
     finally:
         proc.terminate()
@@ -118,5 +124,5 @@ def test_redis_restarted_empty_then_flushed_never_deletes_past_a_group(cluster, 
     deletes = [a for a in cluster.read_all(s.topics.actions) if a["action"] == "delete_records"]
     sent = [a["before_offset"] for a in deletes if a["status"] == "sent"]
     assert sent and max(sent) == 2000, deletes  # never past g2 (1100, then 2100)
-    assert text.count("state lost:") == 2, text
+    assert text.count("state lost:") == 2 and rebuilt() == 2, text
     assert text.count("Redis unreachable") == 1 and "Traceback" not in text, text
