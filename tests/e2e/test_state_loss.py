@@ -90,6 +90,7 @@ def test_redis_restarted_empty_then_flushed_never_deletes_past_a_group(cluster, 
             a["action"] == "delete_records" and a["status"] == "sent" and a["before_offset"] == before
             for a in cluster.read_all(s.topics.actions)
         )
+
     try:
         wait_until("the first delete (g2 at 1100 allows [0, 1000))", lambda: low() == 1000, proc, log)
 
