@@ -91,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     _job_flags(explain)
     explain.add_argument("target", metavar="TOPIC[/PARTITION]", help="a partition, or every partition of a topic")
     explain.add_argument("--json", action="store_true", help="one JSON object per partition instead of text")
-    explain.add_argument("--limit", type=int, default=0, help="only the N worst partitions; 0 = all")
+    explain.add_argument(
+        "--limit", type=int, default=20, help="a topic: its N worst partitions, then how many more there are; 0 = all"
+    )
 
     demo = sub.add_parser(
         "demo", help="embedded broker + Redis + simulated cluster + the job, live", formatter_class=_Help

@@ -3,21 +3,26 @@
 Per rule (max compaction lag, consumed retention, forced retention): the threshold and the scope that sets it, the
 value now, what blocks it (the lowest counted group and when it last committed, a counted group without a position,
 the readiness gate, a dirty segment and its age, a topic exclusion, a cap or a backoff), what it would free, its live
-action and the next expected one. `explain_partition` is pure (tests need no Redis) and asks each rule function once;
-`iter_explain` only reads Redis, one round trip per 2,000 partitions, most of it one JSON string from a read-only
-script (lua/explain.lua): parsing many small replies is what would cost, not Redis.
+action and the next expected one. `explain_partition` is pure (tests need no Redis) and asks each rule function once.
+
+A topic is ranked first, then explained: `rank` reads a few integers per partition (one read-only script call per
+2,000 partitions, lua/explain_rank.lua, returning one string numpy parses) and orders every partition worst first
+over arrays (app/explain_rank.py); `explanations` then reads and builds only the partitions shown, 20 by default
+(lua/explain.lua, one round trip per chunk). Building an explanation costs ~100 µs of Python and its text is a
+screen: at 100k partitions, doing it for all of them was what made the command take half a minute and print 94 MB.
+Everything only reads Redis.
 """
 
 from __future__ import annotations
 
-import heapq
 import json
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from compactd.app.explain_rank import Deletes, Limits, worst_order
 from compactd.app.settings import Settings
 from compactd.clock import now_ms
 from compactd.errors import UsageError
@@ -36,9 +41,10 @@ from compactd.policy.rules import (
 )
 from compactd.policy.runtime_config import AppliedLayer, effective_layers
 from compactd.policy.thresholds import Thresholds, key_scope, resolve, resolve_global, topic_excluded
-from compactd.state.redis_store import PartitionDetail, RedisState, TopicGroups
+from compactd.state.redis_store import PartitionDetail, PartitionNumbers, RedisState, TopicGroups
 
-CHUNK = 2000  # partitions per Redis round trip
+CHUNK = 2000  # partitions explained per Redis round trip
+RANK_CHUNK = 2000  # partitions ranked per script call: each call holds Redis for a few tens of ms
 RULES = {
     "max_compaction_lag": "max.compaction.lag.ms",
     "consumed_retention": "consumed.retention.ms",
@@ -569,9 +575,36 @@ def _chunks(items: Sequence[int], size: int) -> Iterator[Sequence[int]]:
         yield items[start : start + size]
 
 
-def iter_explain(state: RedisState, settings: Settings, target: str, now: int) -> Iterator[dict[str, Any]]:
-    """Explanations of a partition, or of every partition of a topic in partition order, read a chunk at a time.
-    UsageError (exit 2) when compactd has no state for the target."""
+LIMIT = 20  # partitions `compactd explain TOPIC` shows unless --limit says otherwise
+
+
+@dataclass(frozen=True)
+class Target:
+    """What is the same for every partition explained, read or resolved once per command: a topic's partitions share
+    its thresholds unless a partition scope exists, its groups, the gate and the caps."""
+
+    topic: str
+    partition: int | None
+    layers: Mapping[str, Mapping[str, Any]]
+    applied: Mapping[str, AppliedLayer]
+    groups: TopicGroups
+    gate: dict[str, Any] | None
+    caps: Caps  # in_flight is read only when a shown partition has a compaction waiting in the outbox
+    own: frozenset[str]
+    scoped: frozenset[int]  # partitions with a partition scope of their own
+    topic_rules: tuple[Thresholds, dict[str, str], str | None]  # thresholds, their sources, the exclusion
+
+    def rules(self, n: int) -> tuple[Thresholds, dict[str, str], str | None]:
+        """Partition n's thresholds, their sources and its exclusion: the topic's unless a partition scope exists."""
+        if n not in self.scoped:
+            return self.topic_rules
+        th = resolve(self.layers, self.topic, n)
+        return th, threshold_sources(self.layers, self.applied, self.topic, n), topic_excluded(self.topic, th, self.own)
+
+
+def read_target(state: RedisState, settings: Settings, target: str) -> Target:
+    """Read and resolve what every partition of the target shares. UsageError (exit 2) when compactd has no state
+    for the target."""
     topic, partition = parse_target(target)
     applied = {s: AppliedLayer.from_json(v) for s, v in state.config_layers().items()}
     layers = effective_layers(settings.thresholds, applied)  # what the job applies: the file, then config events
@@ -583,38 +616,72 @@ def iter_explain(state: RedisState, settings: Settings, target: str, now: int) -
             f"unknown partition {partition_key(topic, partition)}: compactd knows {groups.size} other "
             f"partition(s) of {topic!r}"
         )
-    gate = state.gate()
     g = resolve_global(layers)
     own = frozenset(settings.own_topics())
-    # thresholds resolved once for the topic; again only where a partition scope sets something
-    scoped = {s for s in layers if s.startswith(f"partition:{topic}/")}
-    topic_th = resolve(layers, topic)
-    topic_src = threshold_sources(layers, applied, topic, None)
-    topic_excl = topic_excluded(topic, topic_th, own)
+    prefix = f"partition:{topic}/"
+    scoped = frozenset(int(s[len(prefix) :]) for s in layers if s.startswith(prefix) and s[len(prefix) :].isdigit())
+    th = resolve(layers, topic)
+    return Target(
+        topic, partition, layers, applied, groups, state.gate(), Caps(g.actions_per_second, g.max_concurrent_nudges),
+        own, scoped, (th, threshold_sources(layers, applied, topic, None), topic_excluded(topic, th, own)),
+    )  # fmt: skip
+
+
+def rank(state: RedisState, t: Target, now: int) -> list[int]:
+    """The target's partitions worst first, in `worst_first`'s order, from a few numbers per partition read a chunk
+    per script call (app/explain_rank.py); no explanation is built here."""
+    if t.partition is not None:
+        return [t.partition]
+    parts = sorted(t.groups.partitions)
+    nums = PartitionNumbers.concat([state.partition_numbers(t.topic, list(c)) for c in _chunks(parts, RANK_CHUNK)])
+    row = {n: i for i, n in enumerate(parts)}
+    deletes = Deletes.of(len(parts), {row[n]: r for n, r in state.live_deletes(t.topic).items() if n in row}, now)
+    scoped = {row[n]: (th, excluded is not None) for n in t.scoped if n in row for th, _, excluded in [t.rules(n)]}
+    limits = Limits.of(len(parts), (t.topic_rules[0], t.topic_rules[2] is not None), scoped)
+    gate_closed = t.gate is not None and not t.gate.get("open")
+    return [int(n) for n in nums.partitions[worst_order(nums, limits, deletes, gate_closed, now)]]
+
+
+def explanations(state: RedisState, t: Target, partitions: Sequence[int], now: int) -> Iterator[dict[str, Any]]:
+    """Explanations of `partitions` in the order given, read a chunk at a time (one round trip per chunk)."""
     in_flight: int | None = None
-    for chunk in _chunks(sorted(groups.partitions), CHUNK):
-        details = state.partition_details(topic, list(chunk), groups)
-        if in_flight is None and any(_held_compaction(d) for d in details):
-            in_flight = state.compactions_in_flight()  # one scan, only when a nudge waits in the outbox
-        caps = Caps(g.actions_per_second, g.max_concurrent_nudges, in_flight)
+    for chunk in _chunks(partitions, CHUNK):
+        details = state.partition_details(t.topic, list(chunk), t.groups)
+        if in_flight is None and any(_held_compaction(d, now) for d in details):
+            in_flight = state.compactions_in_flight()  # once, only when a nudge may be waiting for that cap
+        caps = replace(t.caps, in_flight=in_flight)
         for d in details:
-            n = d.view.partition
-            if f"partition:{partition_key(topic, n)}" in scoped:
-                th, src = resolve(layers, topic, n), threshold_sources(layers, applied, topic, n)
-                excluded = topic_excluded(topic, th, own)
-            else:
-                th, src, excluded = topic_th, topic_src, topic_excl
-            here = groups_here(d, groups)
-            yield explain_partition(d.view, th, src, here, gate, d.records, d.last, d.deadline, now, excluded, caps)
+            th, src, excluded = t.rules(d.view.partition)
+            here = groups_here(d, t.groups)
+            yield explain_partition(d.view, th, src, here, t.gate, d.records, d.last, d.deadline, now, excluded, caps)
 
 
-def explain(state: RedisState, settings: Settings, target: str, now: int) -> list[dict[str, Any]]:
-    """Explanations of a partition, or of every partition of a topic worst first."""
-    return sorted(iter_explain(state, settings, target, now), key=worst_first)
+def iter_explain(
+    state: RedisState, settings: Settings, target: str, now: int, limit: int = 0
+) -> Iterator[dict[str, Any]]:
+    """Explanations of a partition, or of a topic's partitions worst first: its `limit` worst when limit > 0.
+    Ranking all partitions costs a few numbers each; only the explanations returned are built. UsageError (exit 2)
+    at once when compactd has no state for the target."""
+    t = read_target(state, settings, target)
+    order = rank(state, t, now)
+    return explanations(state, t, order[:limit] if limit > 0 else order, now)
 
 
-def _held_compaction(d: PartitionDetail) -> bool:
-    return any(r.action == "compact" and r.status == "pending" and not r.dry_run for r in d.records)
+def explain(state: RedisState, settings: Settings, target: str, now: int, limit: int = 0) -> list[dict[str, Any]]:
+    """Explanations of a partition, or of a topic's partitions worst first (its `limit` worst when limit > 0)."""
+    return sorted(iter_explain(state, settings, target, now, limit), key=worst_first)
+
+
+def _held_compaction(d: PartitionDetail, now: int) -> bool:
+    """Whether the partition has a compaction that only a cap can be holding: in the outbox, not a dry run, not
+    backing off. Only then does `_action_status` name compaction.max.concurrent, and need the in-flight count."""
+    return any(
+        r.action == "compact"
+        and r.status == "pending"
+        and not r.dry_run
+        and not (r.detail.get("retry_at") is not None and int(r.detail["retry_at"]) > now)
+        for r in d.records
+    )
 
 
 def groups_here(d: PartitionDetail, groups: TopicGroups) -> GroupsHere:
@@ -625,15 +692,38 @@ def groups_here(d: PartitionDetail, groups: TopicGroups) -> GroupsHere:
     return GroupsHere(d.lowest, missing, groups.assigned, groups.commit_ts)
 
 
-def print_explain(settings: Settings, target: str, as_json: bool = False, limit: int = 0) -> None:
-    """Worst first; each explanation is rendered as soon as it is made, so 100k partitions keep only their text."""
+def more_line(topic: str, shown: int, total: int) -> str | None:
+    """The line after a topic's worst partitions: how many more there are and how to see them (None: none)."""
+    if total <= shown:
+        return None
+    return (
+        f"... {total - shown:,} more partition(s) of {topic} rank below these {shown}: "
+        f"--limit 0 shows all {total:,}, --limit N the N worst"
+    )
+
+
+def print_explain(settings: Settings, target: str, as_json: bool = False, limit: int = LIMIT) -> None:
+    """A partition, or a topic's `limit` worst partitions (all when limit is 0) worst first, each rendered as soon as
+    it is made; for a topic, then one line saying how many partitions were left out (on stderr with --json, so that
+    stdout stays one JSON object per line)."""
     render: Callable[[dict[str, Any]], str] = json.dumps if as_json else format_text
     state = settings.redis_state()
     state.start()  # one line naming the setting if Redis does not answer
     try:
-        rendered = ((worst_first(e), render(e)) for e in iter_explain(state, settings, target, now_ms()))
-        rows = heapq.nsmallest(limit, rendered) if limit > 0 else sorted(rendered)
+        now = now_ms()
+        t = read_target(state, settings, target)
+        order = rank(state, t, now)
+        shown = order[:limit] if limit > 0 else order
+        rows = explanations(state, t, shown, now)
+        if limit > 0:  # a screenful: ordered by the figures they show, should Redis have moved since the ranking
+            rows = iter(sorted(rows, key=worst_first))
+        for i, e in enumerate(rows):
+            text = render(e)
+            sys.stdout.write(text + "\n" if as_json or i == 0 else "\n" + text + "\n")
     finally:
         state.close()
-    for i, (_, text) in enumerate(rows):
-        sys.stdout.write(text + "\n" if as_json or i == 0 else "\n" + text + "\n")
+    more = more_line(t.topic, len(shown), len(order)) if t.partition is None else None
+    if more is not None and as_json:
+        sys.stderr.write(more + "\n")
+    elif more is not None:
+        sys.stdout.write("\n" + more + "\n")

@@ -1,26 +1,35 @@
 """How long `compactd explain TOPIC` takes on one topic of `--partitions` partitions (default 100,000).
 
 Starts its own redis-server, merges `--segments` segments per partition and `--groups` groups' offsets (one of them
-lagging) through the job's merge script, queues some live action records, then times `explain` (Redis reads and the
-pure explanation, sorted worst first), the JSON and text rendering, `explain TOPIC/PARTITION`, and the command's own
-path (`print_explain`, to /dev/null) with its peak memory. Prints one JSON object.
-Usage: python bench/explain.py [--partitions N] [--groups G] [--segments S]
+lagging) through the job's merge script, queues some live action records, then times, `--repeat` times each (the
+machine is shared: every figure is reported with all its runs and their median):
+  - the command as people run it (`print_explain` to a buffer, default --limit 20, text and --json), with what it
+    prints and its peak memory;
+  - the ranking alone (a few numbers per partition read from Redis, ordered over numpy arrays);
+  - `explain TOPIC/PARTITION` for a partition with a compaction in the outbox (it reads the in-flight count), and
+    that count alone;
+then, once, every partition explained (`--limit 0`): the Redis reads and the pure explanations, then their JSON and
+text renderings. Prints one JSON object.
+Usage: python bench/explain.py [--partitions N] [--groups G] [--segments S] [--repeat R]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
-import os
 import resource
+import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import redis
 
-from compactd.app.explain import explain, format_text, print_explain
+from compactd.app.explain import LIMIT, explain, format_text, print_explain, rank, read_target
 from compactd.app.settings import Settings
 from compactd.demo.embedded import redis_server
 from compactd.model import ActionRecord, Segment
@@ -30,11 +39,22 @@ from compactd.state.redis_store import RedisState
 H = 3_600_000
 
 
+def timed(fn: Callable[[], Any], repeat: int) -> dict[str, Any]:
+    """Seconds of each run of `fn`, and their median."""
+    runs = []
+    for _ in range(repeat):
+        t0 = time.monotonic()
+        fn()
+        runs.append(round(time.monotonic() - t0, 3))
+    return {"median": round(statistics.median(runs), 3), "runs": runs}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=100_000)
     ap.add_argument("--groups", type=int, default=10)
     ap.add_argument("--segments", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="compactd-explain-"))
     svc = redis_server(work / "redis")
@@ -68,27 +88,37 @@ def main() -> None:
         build_s = time.monotonic() - t0
         build_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
 
-        # the command first (it keeps only each partition's rendered text), so max RSS here is what it needs
-        cli: dict[str, float] = {}
-        with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
-            for name, kw in (("json", {"as_json": True}), ("text", {}), ("text_limit_10", {"limit": 10})):
-                t0 = time.monotonic()
-                print_explain(settings, topic, **kw)  # type: ignore[arg-type]
-                cli[name] = round(time.monotonic() - t0, 2)
+        # the command first, so max RSS after it is what the default command needs
+        printed: dict[str, tuple[str, str]] = {}  # stdout, stderr
+
+        def command(name: str, target: str, **kw: Any) -> Callable[[], None]:
+            def run() -> None:
+                out, err = io.StringIO(), io.StringIO()
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                    print_explain(settings, target, **kw)
+                printed[name] = out.getvalue(), err.getvalue()
+
+            return run
+
+        cli = {
+            "text": timed(command("text", topic), args.repeat),
+            "json": timed(command("json", topic, as_json=True), args.repeat),
+            "partition_text": timed(command("partition", f"{topic}/{n // 2}"), args.repeat),
+        }
         command_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+        rank_s = timed(lambda: rank(state, read_target(state, settings, topic), now), args.repeat)
+        one_s = timed(lambda: explain(state, settings, f"{topic}/{n // 2}", now), args.repeat)
+        in_flight_s = timed(state.compactions_in_flight, args.repeat)
 
         t0 = time.monotonic()
-        out = explain(state, settings, topic, now)
-        explain_s = time.monotonic() - t0
+        out = explain(state, settings, topic, now, limit=0)
+        explain_all_s = time.monotonic() - t0
         t0 = time.monotonic()
         json_bytes = sum(len(json.dumps(e)) + 1 for e in out)
         json_s = time.monotonic() - t0
         t0 = time.monotonic()
         text_bytes = sum(len(format_text(e)) + 2 for e in out)
         text_s = time.monotonic() - t0
-        t0 = time.monotonic()
-        explain(state, settings, f"{topic}/{n // 2}", now)
-        one_s = time.monotonic() - t0
         print(
             json.dumps(
                 {
@@ -97,16 +127,28 @@ def main() -> None:
                     "groups": args.groups,
                     "segments_per_partition": args.segments,
                     "live_records": len(recs),
+                    "repeat": args.repeat,
                     "state_build_seconds": round(build_s, 1),
-                    "explain_topic_seconds": round(explain_s, 2),
-                    "json_seconds": round(json_s, 2),
-                    "json_bytes": json_bytes,
-                    "text_seconds": round(text_s, 2),
-                    "text_bytes": text_bytes,
-                    "explain_partition_seconds": round(one_s, 3),
+                    "default_limit": LIMIT,
                     "command_seconds": cli,
+                    "default_output": {
+                        "text_bytes": len(printed["text"][0]),
+                        "text_last_line": printed["text"][0].rstrip("\n").rsplit("\n", 1)[-1],
+                        "json_lines": printed["json"][0].count("\n"),
+                        "json_stderr": printed["json"][1].strip(),
+                    },
+                    "rank_seconds": rank_s,
+                    "explain_partition_seconds": one_s,
+                    "in_flight_count_seconds": in_flight_s,
+                    "all_partitions": {
+                        "explain_seconds": round(explain_all_s, 2),
+                        "json_seconds": round(json_s, 2),
+                        "json_bytes": json_bytes,
+                        "text_seconds": round(text_s, 2),
+                        "text_bytes": text_bytes,
+                    },
                     "worst": out[0]["partition"],
-                    "max_rss_mb": {"after_building_state": build_rss_mb, "after_the_command": command_rss_mb},
+                    "max_rss_mb": {"after_building_state": build_rss_mb, "after_the_commands": command_rss_mb},
                 }
             )
         )

@@ -253,6 +253,94 @@ def test_live_record_is_read_back_as_the_controller_wrote_it(rclient: redis.Redi
     assert d.records == (rec,) and d.last is None and d.deadline is None
 
 
+def varied_topic(st: RedisState, partitions: int, layers: dict[str, Any]) -> None:
+    """A topic whose partitions differ in every way the ranking reads: segment ages and sizes, what the cleaner did,
+    the log start, the groups' offsets (one group without a position on some), and the records the controller
+    decided and sent, refused or skipped."""
+    batch = BatchChanges()
+    tc = batch.topic("orders")
+    for p in range(partitions):
+        for i in range(p % 5):
+            closed = T0 - (i * 7 + p % 3) * H // 2
+            tc.segments.append(
+                (p, Segment(100 * i, 100 * (i + 1), closed - (p % 4) * H, 1000 * (1 + (p * i) % 3), closed))
+            )
+        if p % 3 == 0:
+            tc.compacted.append((p, 100 * (p % 4)))
+        if p % 7 == 6:
+            tc.log_start.append((p, 100))
+        commits("orders", ("billing", p, 50 * (p % 9), T0 - H), into=batch)
+        if p % 4:
+            commits("orders", ("search", p, 400 - 30 * (p % 6), T0 - 60_000), into=batch)
+    st.merge("s", 0, commits("orders", ("search", 1, 10, T0), into=BatchChanges()), everyone)
+    refuse_odd = RecordingSink(lambda rec: rec.with_status("failed" if rec.partition % 2 else "sent", error="no"))
+    controller(st, refuse_odd, [T0], layers).on_batch("s", 1, batch)
+
+
+@pytest.mark.parametrize("gate_open", [True, False])
+def test_the_worst_partitions_shown_are_the_worst_of_all_explanations(rclient: redis.Redis, gate_open: bool) -> None:
+    """What the ranking picks (a few numbers per partition, over arrays) is what sorting every explanation gives."""
+    st = state(rclient)
+    layers = {"global": {**LIVE, "max.compaction.lag.ms": 3 * H, "forced.retention.ms": 3 * H}}
+    varied_topic(st, 60, layers)
+    rclient.hset(st.keys.state_health, "gate", json.dumps({"open": gate_open, "why": "", "since": T0}))
+    cfg = settings("", {"global": {**layers["global"], "dry.run": True}})  # a config change since: dry.run again
+    every = explain(st, cfg, "orders", T0 + H)
+    assert len({json.dumps(e["worst"]) for e in every}) > 10  # varied enough to order
+    for limit in (1, 7, 20, 59):
+        assert explain(st, cfg, "orders", T0 + H, limit=limit) == every[:limit]
+
+
+def test_default_shows_the_20_worst_then_says_how_many_more_and_how_to_see_them(
+    rclient: redis.Redis, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state(rclient).merge("s", 0, segments("orders", partitions=23), everyone)
+    assert main(["explain", "orders", "--redis-url", redis_url]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("orders/") for line in lines) == 20
+    assert (
+        lines[-1]
+        == "... 3 more partition(s) of orders rank below these 20: --limit 0 shows all 23, --limit N the N worst"
+    )
+    assert main(["explain", "orders", "--limit", "0", "--redis-url", redis_url]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("orders/") for line in lines) == 23 and "more partition" not in lines[-1]
+    assert main(["explain", "orders", "--json", "--redis-url", redis_url]) == 0
+    out = capsys.readouterr()
+    assert len([json.loads(line) for line in out.out.splitlines()]) == 20  # stdout stays one object per line
+    assert out.err.strip().startswith("... 3 more partition(s) of orders")
+    for args in (["orders", "--limit", "23"], ["orders/4"]):
+        assert main(["explain", *args, "--redis-url", redis_url]) == 0
+        assert "more partition" not in capsys.readouterr().out
+
+
+def test_in_flight_count_is_the_sent_compactions_of_every_topic(rclient: redis.Redis) -> None:
+    st = state(rclient)
+    recs = []
+    for p in range(1500):  # several scan pages
+        status = ("sent", "pending", "dry_run", "skipped")[p % 4]
+        recs.append(ActionRecord(f"c{p}", "compact", f"t{p % 3}", p, "max_compaction_lag", False, T0, status))
+    recs.append(ActionRecord("d", "delete_records", "t0", 0, "forced_retention", False, T0, "sent", before_offset=1))
+    recs.append(
+        ActionRecord("x", "compact", "t0", 9999, "max_compaction_lag", False, T0, "pending", detail={"was": "sent"})
+    )
+    st.enqueue(*recs)
+    assert st.compactions_in_flight() == 375
+    st.answer(recs[0], T0)
+    assert st.compactions_in_flight() == 374
+
+
+def test_live_deletes_are_the_topics_own(rclient: redis.Redis) -> None:
+    st = state(rclient)
+    mine = ActionRecord("a", "delete_records", "orders", 3, "consumed_retention", False, T0, "pending", before_offset=1)
+    st.enqueue(
+        mine,
+        ActionRecord("b", "delete_records", "orders2", 3, "consumed_retention", False, T0, "sent", before_offset=1),
+        ActionRecord("c", "compact", "orders", 4, "max_compaction_lag", False, T0, "pending"),
+    )
+    assert st.live_deletes("orders") == {3: mine}
+
+
 @pytest.fixture(scope="module")
 def cluster_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Service]]:
     nodes = redis_cluster(tmp_path_factory.mktemp("redis-cluster"))

@@ -1,0 +1,198 @@
+"""Which partitions `compactd explain TOPIC` shows: every partition's `worst` figures at once, over numpy arrays.
+
+An explanation costs about 100 µs of Python per partition (every rule, every cause, their text): 100k partitions
+took seconds before the first line, and people read the first screen. `worst_first` needs only three numbers per
+partition (how overdue compaction is, then the bytes and offsets held back), so they are computed here for all
+partitions from a few integers each (`PartitionNumbers`, lua/explain_rank.lua), and the explanation is built only
+for the partitions shown.
+
+`worst_figures` restates, over arrays, what `explain_partition` reports as `worst`: the same rule functions
+(policy/rules.py) and the same action states (app/explain.py `_action_status`, `_deletion`). The two must agree on
+every input; tests/unit/test_explain_rank.py checks them against each other on generated partitions, so a change to
+either shows up there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from compactd.model import ActionRecord
+from compactd.policy.thresholds import Thresholds
+from compactd.state.redis_store import PartitionNumbers
+
+I64 = np.int64
+# a live delete record's reason
+NO_RECORD, CONSUMED, FORCED, OTHER = 0, 1, 2, 3
+# whether a live delete record blocks its rule (`_action_status`): never (sent), only under dry.run, always
+NEVER, IF_DRY_RUN, ALWAYS = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per partition, what the rules read of the thresholds: a value and whether the rule is on, dry.run, exclusion.
+    Built from the topic's thresholds, with the partitions that have a partition scope overriding theirs."""
+
+    lag: np.ndarray
+    lag_on: np.ndarray
+    consumed: np.ndarray
+    consumed_on: np.ndarray
+    forced: np.ndarray
+    forced_on: np.ndarray
+    dry_run: np.ndarray
+    excluded: np.ndarray
+
+    @classmethod
+    def of(cls, rows: int, topic: tuple[Thresholds, bool], scoped: Mapping[int, tuple[Thresholds, bool]]) -> Limits:
+        """`topic`: (thresholds, excluded) for every row; `scoped`: row -> its own (thresholds, excluded)."""
+        cols: dict[str, np.ndarray] = {}
+        for name, attr in (("lag", "max_compaction_lag_ms"), ("consumed", "consumed_retention_ms"),
+                           ("forced", "forced_retention_ms")):  # fmt: skip
+            value = getattr(topic[0], attr)
+            cols[name] = np.full(rows, value or 0, dtype=I64)
+            cols[f"{name}_on"] = np.full(rows, value is not None)
+            for row, (th, _) in scoped.items():
+                own = getattr(th, attr)
+                cols[name][row], cols[f"{name}_on"][row] = own or 0, own is not None
+        cols["dry_run"] = np.full(rows, bool(topic[0].dry_run))
+        cols["excluded"] = np.full(rows, topic[1])
+        for row, (th, excluded) in scoped.items():
+            cols["dry_run"][row], cols["excluded"][row] = bool(th.dry_run), excluded
+        return cls(**cols)
+
+
+@dataclass(frozen=True)
+class Deletes:
+    """Per partition, what its live delete_records record (if any) means for the rule it belongs to."""
+
+    reason: np.ndarray  # NO_RECORD, CONSUMED, FORCED or OTHER
+    pending: np.ndarray  # still in the outbox: a closed gate holds it
+    blocks: np.ndarray  # NEVER, IF_DRY_RUN or ALWAYS
+
+    @classmethod
+    def of(cls, rows: int, records: Mapping[int, ActionRecord], now: int) -> Deletes:
+        """The states `_action_status` gives a live record, reduced to whether they are `blocked`."""
+        reason = np.zeros(rows, dtype=np.int8)
+        pending = np.zeros(rows, dtype=bool)
+        blocks = np.zeros(rows, dtype=np.int8)
+        for row, rec in records.items():
+            reason[row] = {"consumed_retention": CONSUMED, "forced_retention": FORCED}.get(rec.reason, OTHER)
+            pending[row] = rec.status == "pending"
+            if rec.status == "pending":
+                retry_at = rec.detail.get("retry_at")
+                backoff = retry_at is not None and int(retry_at) > now
+                # backing off, or held by a cap: blocked; a dry-run record: blocked only while dry.run is true
+                blocks[row] = IF_DRY_RUN if rec.dry_run and not backoff else ALWAYS
+            elif rec.status == "sent":
+                blocks[row] = NEVER  # acting
+            elif rec.status == "dry_run":
+                blocks[row] = IF_DRY_RUN
+            else:
+                blocks[row] = ALWAYS  # skipped at send time
+        return cls(reason, pending, blocks)
+
+
+def _per_row(ufunc: np.ufunc, values: np.ndarray, starts: np.ndarray, counts: np.ndarray, empty: int) -> np.ndarray:
+    """`ufunc` over each partition's segments (rows without segments get `empty`)."""
+    out = np.full(len(counts), empty, dtype=values.dtype)
+    has = counts > 0
+    if values.size:
+        out[has] = ufunc.reduceat(values, starts[has])
+    return out
+
+
+def worst_figures(
+    nums: PartitionNumbers, limits: Limits, deletes: Deletes, gate_closed: bool, now: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(overdue_ms, blocked_bytes, blocked_offsets) per partition: `explain_partition(...)["worst"]`, for all rows."""
+    rows, nseg = len(nums.partitions), nums.nseg
+    seg_row = np.repeat(np.arange(rows), nseg)
+    starts = np.zeros(rows, dtype=I64)
+    np.cumsum(nseg[:-1], out=starts[1:])
+    seg = nums.segments
+    if seg.size and np.any((seg_row[1:] == seg_row[:-1]) & (seg[1:, 0] <= seg[:-1, 0])):
+        seg = seg[np.lexsort((*seg.T[::-1], seg_row))]  # `Segment` order, should segments come unsorted
+    end, first, size, closed = seg[:, 1], seg[:, 2], seg[:, 3], seg[:, 4]
+    ls = nums.log_start
+    live = end > ls[seg_row]  # `live_segments`: not wholly below the log start
+    idx = np.arange(len(seg))
+
+    def per_row(ufunc: np.ufunc, values: np.ndarray, empty: int) -> np.ndarray:
+        return _per_row(ufunc, values, starts, nseg, empty)
+
+    # max compaction lag: KIP-354's earliest uncompacted timestamp over live dirty segments
+    dirty = live & (end > nums.cleaned[seg_row])
+    has_dirty = per_row(np.add, dirty.astype(I64), 0) > 0
+    earliest = per_row(np.minimum, np.where(dirty, first, np.iinfo(I64).max), np.iinfo(I64).max)
+    overdue = np.where(limits.lag_on & has_dirty, np.maximum(now - limits.lag - np.where(has_dirty, earliest, 0), 0), 0)
+
+    def prefix_end(age: np.ndarray, limit: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """`_deletable_end`: the end of the longest run of oldest live segments older than `age` (and ending at or
+        below `limit`), and where there is one."""
+        ok = now - closed > age[seg_row]
+        if limit is not None:
+            ok &= end <= limit[seg_row]
+        first_stop = per_row(np.minimum, np.where(live & ~ok, idx, len(idx)), len(idx))
+        last = per_row(np.maximum, np.where(live & (idx < first_stop[seg_row]), idx, -1), -1)
+        found = last >= 0
+        return np.where(found, end[np.maximum(last, 0)] if len(end) else 0, 0), found
+
+    def span_bytes(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """`_span`'s bytes: live segments ending inside (lo, hi]."""
+        inside = live & (end > lo[seg_row]) & (end <= hi[seg_row])
+        return per_row(np.add, np.where(inside, size, 0), 0)
+
+    known = (nums.counted > 0) & (nums.zcard == nums.counted)  # the minimum committed offset is known
+    c_end, c_found = prefix_end(limits.consumed, nums.lowest)
+    c_valid = limits.consumed_on & known & c_found  # consumed_retention_offset
+    by_age, age_found = prefix_end(limits.consumed, None)
+    by_age_valid = limits.consumed_on & age_found  # aged_prefix_end
+    f_end, f_found = prefix_end(limits.forced, None)
+    f_valid = limits.forced_on & f_found  # forced_retention_offset
+
+    # the delete the controller would decide now (`decide_deletion`): the furthest, forced on a strict win
+    forced_first = f_valid & (~c_valid | (f_end > c_end))
+    before = np.where(forced_first, f_end, c_end)
+    winner = (forced_first | c_valid) & (before > ls)
+    win_forced, win_consumed = winner & forced_first, winner & ~forced_first
+
+    c_frees = c_valid & (c_end > ls)
+    c_frees_bytes = np.where(c_frees, span_bytes(ls, c_end), 0)
+    c_frees_offsets = np.where(c_frees, c_end - ls, 0)
+    held_from = np.where(c_valid, np.maximum(c_end, ls), ls)
+    held = by_age_valid & (by_age > held_from)
+    held_bytes = np.where(held, span_bytes(held_from, by_age), 0)
+    held_offsets = np.where(held, by_age - held_from, 0)
+    f_frees = f_valid & (f_end > ls)
+    f_frees_bytes = np.where(f_frees, span_bytes(ls, f_end), 0)
+    f_frees_offsets = np.where(f_frees, f_end - ls, 0)
+
+    record_blocks = (deletes.blocks == ALWAYS) | ((deletes.blocks == IF_DRY_RUN) & limits.dry_run)
+
+    def blocked(
+        on: np.ndarray, frees: np.ndarray, wins: np.ndarray, other_wins: np.ndarray, own: np.ndarray
+    ) -> np.ndarray:
+        """Where `_deletion` (then the exclusion) leaves the rule `blocked`, wherever that can count: where it frees
+        something. There, a rule with nothing to send is always `covered` (what it frees makes a winner, and the
+        winner is the other rule), so consumed retention's group causes never decide the figures and are left out."""
+        covered = frees & other_wins & ~own
+        wants = frees & wins
+        by_action = np.where(own, record_blocks, wants & limits.dry_run)
+        by_gate = gate_closed & (wants | (own & deletes.pending))
+        return on & (limits.excluded | (~covered & (by_action | by_gate)))
+
+    c_blocked = blocked(limits.consumed_on, c_frees, win_consumed, win_forced, deletes.reason == CONSUMED)
+    f_blocked = blocked(limits.forced_on, f_frees, win_forced, win_consumed, deletes.reason == FORCED)
+    c_bytes = held_bytes + np.where(c_blocked, c_frees_bytes, 0)
+    c_offsets = held_offsets + np.where(c_blocked, c_frees_offsets, 0)
+    blocked_bytes = np.maximum(c_bytes, np.where(f_blocked, f_frees_bytes, 0))
+    blocked_offsets = np.maximum(c_offsets, np.where(f_blocked, f_frees_offsets, 0))
+    return overdue, blocked_bytes, blocked_offsets
+
+
+def worst_order(nums: PartitionNumbers, limits: Limits, deletes: Deletes, gate_closed: bool, now: int) -> np.ndarray:
+    """Row indices worst first, in `worst_first`'s order: most overdue, most bytes, most offsets, partition number."""
+    overdue, blocked_bytes, blocked_offsets = worst_figures(nums, limits, deletes, gate_closed, now)
+    return np.lexsort((nums.partitions, -blocked_offsets, -blocked_bytes, -overdue))
