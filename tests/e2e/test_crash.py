@@ -28,11 +28,12 @@ def run_cli(config: Path, log: Path, fault: str | None = None) -> int:
 
 
 def merge_state(r: redis.Redis, prefix: str) -> dict:
-    """Everything merged from events, minus bookkeeping that legitimately differs between runs."""
+    """Everything merged from events, minus bookkeeping that legitimately differs between runs (the state epoch is
+    random, the gate's time is the run's)."""
     return {
         key.decode().removeprefix(prefix): value
         for key, value in dump_redis(r, f"{prefix}:{{*").items()
-        if not key.endswith(b":applied") and b"{act}" not in key and b"{sched}" not in key
+        if not key.endswith(b":applied") and b"{act}" not in key and b"{sched}" not in key and b"{state}" not in key
     }
 
 
