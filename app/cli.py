@@ -103,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--workdir", default=_env("workdir"), help="keep demo data here (default: a temp dir, removed)")
     demo.add_argument(
+        "--until-closed",
+        action="store_true",
+        help="stop once a compaction and a delete have both been carried out and answered (--duration still caps)",
+    )
+    demo.add_argument(
         "--render",
         default=None,
         metavar="DIR",
@@ -247,7 +252,9 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from compactd.demo.demo import run_demo
 
-    return run_demo(duration_s=args.duration, workdir=args.workdir, render_dir=args.render)
+    return run_demo(
+        duration_s=args.duration, workdir=args.workdir, render_dir=args.render, until_closed=args.until_closed
+    )
 
 
 def cmd_agent(args: argparse.Namespace) -> int:

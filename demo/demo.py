@@ -201,8 +201,22 @@ def _printer(settings: Settings, sim: SimulatedCluster, stop: threading.Event, s
         print("\n".join(out), flush=True)
 
 
-def run_demo(duration_s: float = 0, workdir: str | None = None, render_dir: str | None = None) -> int:
+def _until_closed(sim: SimulatedCluster, stop: threading.Event) -> None:
+    """Stop once both loops have closed: the cleaner compacted what a compact action asked, and the broker's log
+    start moved after a delete_records; then two more refreshes so the final table shows the answers."""
+    while not stop.wait(0.5):
+        text = "\n".join(sim.log)
+        if "compacted up to" in text and "log start moved" in text:
+            stop.wait(4.0)
+            stop.set()
+
+
+def run_demo(
+    duration_s: float = 0, workdir: str | None = None, render_dir: str | None = None, until_closed: bool = False
+) -> int:
     """Run until Ctrl-C or `duration_s`; a temp dir is removed at the end, a given `workdir` is kept.
+
+    `until_closed`: also stop as soon as both loops (compaction, deletion) have been carried out and answered.
 
     `render_dir`: also scrape the job with a local Prometheus and draw the dashboards there when the demo ends.
     """
@@ -238,6 +252,8 @@ def run_demo(duration_s: float = 0, workdir: str | None = None, render_dir: str 
         ]
         if duration_s:
             threads.append(threading.Thread(target=lambda: stop.wait(duration_s) or stop.set(), daemon=True))
+        if until_closed:
+            threads.append(threading.Thread(target=_until_closed, args=(sim, stop), daemon=True))
         for t in threads:
             t.start()
         with Application(settings) as app:

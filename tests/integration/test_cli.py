@@ -76,7 +76,7 @@ def test_status_shows_partitions(redis_url: str, rclient, capsys, monkeypatch: p
 @pytest.mark.spark
 def test_demo_closes_both_loops(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "compactd", "demo", "--duration", "90", "--workdir", str(tmp_path)],
+        [sys.executable, "-m", "compactd", "demo", "--until-closed", "--duration", "150", "--workdir", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=240,
