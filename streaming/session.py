@@ -2,20 +2,59 @@
 
 Executors import the installed `compactd` package (in local mode the Python workers run this interpreter, so
 this virtualenv); nothing is put on PYTHONPATH. The Python data source is registered on every session.
+
+Spark's JVM is started in a session (and process group) of its own: a signal to the driver's process group — Ctrl-C,
+`kill -TERM -- -PGID`, `timeout`, supervisord's `stopasgroup` — reaches only the driver, whose graceful stop needs
+the JVM until it has finished. The JVM still ends with the driver: it exits when its stdin (a pipe from the driver)
+closes, and `stop_spark` stops it, waits for it and its Python workers, and kills what outlives the budget.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
 import os
+import shutil
+import signal
+import subprocess
 import sys
 import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
+from typing import Any
 
+from pyspark import SparkConf, SparkContext
+from pyspark.find_spark_home import _find_spark_home
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from compactd.errors import ExecutorsUnavailable
 from compactd.streaming.kafka_source import KafkaSource
+
+log = logging.getLogger("compactd.spark")
+
+# The driver's JVM compiles with C1 only: its start and first batches cost half as much (Spark's JVM code is
+# orchestration here; records are decoded and reduced by Python in the source's tasks). See docs/benchmarks.md.
+DRIVER_JAVA_OPTIONS = ("-XX:TieredStopAtLevel=1",)
+ARCHIVE_DUMP_S = 60.0  # how long the first run's JVM may take to write its class-data archive as it exits
+DAY_S = 86_400.0
+ARCHIVE_KEEP_S = 30 * DAY_S  # an archive no start used for this long (another JDK or Spark version) is removed
+
+
+@dataclass
+class _Launched:
+    """The JVM this process launched, the py4j gateway to it, and the class-data archive it writes at exit."""
+
+    gateway: Any
+    proc: subprocess.Popen
+    archive: tuple[Path, Path] | None  # (written at exit, where it goes once the JVM exited cleanly)
+
+
+_launched: _Launched | None = None  # None when there is none, or when spark-submit owns it
 
 
 def quiet_log4j() -> str:
@@ -30,28 +69,258 @@ def submitted() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ or "PYSPARK_SUBMIT_ARGS" in os.environ
 
 
+def spark_options(master: str = "local[2]", verbose: bool = False) -> dict[str, str]:
+    """What compactd sets on every session (master and name only when spark-submit does not set them)."""
+    options = {
+        "spark.sql.shuffle.partitions": "4",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+    }
+    if not submitted():
+        options |= {"spark.master": master, "spark.app.name": "compactd"}
+    options["spark.driver.extraJavaOptions"] = " ".join([*DRIVER_JAVA_OPTIONS, *([] if verbose else [quiet_log4j()])])
+    return options
+
+
 def spark_session(master: str = "local[2]", verbose: bool = False) -> SparkSession:
     """A session whose Python workers use this interpreter (local) or what spark-submit ships (a cluster);
-    `verbose` keeps Spark's own logging."""
-    builder = SparkSession.builder
+    `verbose` keeps Spark's own logging. Launches Spark's JVM in a session of its own (see the module's doc) unless
+    this process already has one; keeps the process's SIGINT handler (pyspark installs its own, which cancels jobs
+    and raises KeyboardInterrupt: Ctrl-C must stop compactd gracefully instead)."""
+    global _launched
     if not submitted():
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        builder = builder.master(master).appName("compactd")
-    builder = (
-        builder.config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
-    )
     if not verbose:
-        builder = builder.config("spark.driver.extraJavaOptions", quiet_log4j())
         # py4j logs every exception raised in foreachBatch with its traceback; compactd reports it once
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
-    spark = builder.getOrCreate()
+    options = spark_options(master, verbose)
+    main = threading.current_thread() is threading.main_thread()
+    on_sigint = signal.getsignal(signal.SIGINT) if main else None
+    try:
+        if SparkContext._gateway is None:  # no JVM in this process yet: start one, out of the driver's group
+            gateway, conf, archive = _launch(options)
+            proc = getattr(gateway, "proc", None)
+            if proc is not None:
+                _launched = _Launched(gateway, proc, archive)
+            SparkContext(conf=conf, gateway=gateway)
+        builder = SparkSession.builder
+        for key, value in options.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+    finally:
+        if on_sigint is not None:
+            signal.signal(signal.SIGINT, on_sigint)
     spark.sparkContext.setLogLevel("WARN" if not verbose else "INFO")
     spark.dataSource.register(KafkaSource)
+    if spark.sparkContext.master.startswith("local"):  # a cluster's executors are checked first (check_executors)
+        warm_workers(spark)  # while the query starts
     return spark
+
+
+def _launch(options: dict[str, str]) -> tuple[Any, SparkConf, tuple[Path, Path] | None]:
+    """Spark's JVM with `options`, in a session of its own: (py4j gateway, the conf it was launched with, the
+    class-data archive it writes at exit)."""
+    conf = SparkConf().setAll(list(options.items()))
+    sharing, archive = ([], None) if submitted() else class_data_sharing()
+    if sharing:
+        conf.set("spark.driver.extraJavaOptions", f"{options['spark.driver.extraJavaOptions']} {' '.join(sharing)}")
+    try:
+        return launch_gateway(conf, popen_kwargs={"start_new_session": True}), conf, archive
+    except Exception:
+        if not sharing:
+            raise
+    log.warning("Spark's JVM did not start with class data sharing (%s): starting it without", sharing[0])
+    conf.set("spark.driver.extraJavaOptions", options["spark.driver.extraJavaOptions"])
+    return launch_gateway(conf, popen_kwargs={"start_new_session": True}), conf, None
+
+
+def stop_spark(spark: SparkSession, timeout_s: float = 10.0, graceful: bool = True) -> None:
+    """Stop the session and, if this process launched it, Spark's JVM: close its stdin (the gateway server exits
+    on EOF), wait up to `timeout_s` for it, then kill it and whatever of its session (Python workers) remains.
+    `graceful=False` (a forced stop) kills the JVM at once without asking Spark anything."""
+    global _launched
+    launched, _launched = _launched, None
+    if launched is not None and getattr(spark.sparkContext, "_gateway", None) is not launched.gateway:
+        _launched, launched = launched, None  # another JVM's session: leave ours alone
+    if graceful or launched is None:
+        stopping = threading.Thread(target=_stop_session, args=(spark,), name="compactd-spark-stop", daemon=True)
+        stopping.start()
+        stopping.join(timeout_s)  # a JVM that does not answer is killed below instead
+        if stopping.is_alive():
+            log.warning("Spark's session did not stop within %.0fs", timeout_s)
+    if launched is None:
+        return
+    if not graceful:
+        _kill(launched.proc.pid)
+    with contextlib.suppress(Exception):
+        launched.gateway.shutdown()
+    SparkContext._gateway = None  # type: ignore[assignment]
+    SparkContext._jvm = None  # type: ignore[assignment]
+    if launched.archive is not None and graceful:
+        timeout_s = max(timeout_s, ARCHIVE_DUMP_S)  # the first run's JVM writes its class-data archive as it exits
+    end_session(launched.proc, timeout_s, linger_s=2.0 if graceful else 0.0)
+    if launched.archive is not None:
+        _keep_archive(*launched.archive, written=launched.proc.returncode == 0)
+
+
+def _stop_session(spark: SparkSession) -> None:
+    try:
+        spark.stop()
+    except Exception as exc:  # the JVM is gone already: nothing left to stop there
+        log.debug("stopping Spark: %s", exc)
+
+
+def end_session(proc: subprocess.Popen, timeout_s: float, linger_s: float = 2.0) -> None:
+    """End a child started in a session of its own and everything in that session: close its stdin, give it
+    `timeout_s` to exit (SIGKILL after), give what remains of its session `linger_s` to follow, SIGKILL the rest."""
+    with contextlib.suppress(OSError):
+        if proc.stdin is not None:
+            proc.stdin.close()
+    if not _exited(proc.pid, timeout_s):
+        log.warning("pid %d (%s) did not exit within %.0fs of the stop: killed", proc.pid, _name(proc), timeout_s)
+        _kill(proc.pid)
+        _exited(proc.pid, 5.0)
+    # still unreaped, its pid names no other session: whatever is left in it was started by it
+    leftovers = _session_members(proc.pid)
+    deadline = time.monotonic() + linger_s
+    while leftovers and time.monotonic() < deadline:
+        time.sleep(0.05)
+        leftovers = _session_members(proc.pid)
+    for pid in leftovers:
+        _kill(pid)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(5.0)
+
+
+def _name(proc: subprocess.Popen) -> str:
+    args = proc.args if isinstance(proc.args, (list, tuple)) else [proc.args]
+    return os.path.basename(str(args[0])) if args else "?"
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _exited(pid: int, timeout_s: float) -> bool:
+    """Whether the child `pid` exited within `timeout_s`, leaving it unreaped (its pid cannot be reused yet)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:
+            return True  # reaped already
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def _session_members(sid: int) -> list[int]:
+    """Live processes (zombies excluded) of the session `sid`, from /proc; [] where there is no /proc."""
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or int(entry.name) == sid:
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != b"Z" and int(fields[3]) == sid:
+                found.append(int(entry.name))
+    return found
+
+
+def class_data_sharing() -> tuple[list[str], tuple[Path, Path] | None]:
+    """JVM options for class data sharing (a dynamic AppCDS archive, JDK 13+; Spark 4 runs on 17+): the classes
+    Spark's start loads are mapped from an archive in the user's cache instead of loaded and verified one by one,
+    about 2.5 s of a 7 s start on 2 cores. Without an archive for this JDK and these jars, the JVM writes one as it
+    exits (once; `stop_spark` keeps it if the JVM exited cleanly). ([], None) where it cannot apply: no JDK base
+    archive, no writable cache directory."""
+    try:
+        java_home = os.environ.get("JAVA_HOME")
+        java = Path(java_home, "bin", "java") if java_home else Path(shutil.which("java") or "java")
+        java = java.resolve(strict=True)
+        libjvm = java.parent.parent / "lib" / "server"
+        if not (libjvm / "classes.jsa").is_file():  # a dynamic archive sits on top of the JDK's base archive
+            return [], None
+        jars = Path(_find_spark_home()) / "jars"
+        identity = [
+            str(java),
+            *(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(libjvm.iterdir())),
+        ]
+        identity += sorted(f"{p.name}:{p.stat().st_size}" for p in jars.glob("*.jar"))
+        key = hashlib.sha256("\n".join(identity).encode()).hexdigest()[:16]
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "compactd"
+        cache.mkdir(parents=True, exist_ok=True)
+        archive = cache / f"spark-jvm-{key}.jsa"
+        quiet = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]  # a stale archive is ignored, silently
+        if archive.is_file():
+            if archive.stat().st_mtime < time.time() - DAY_S:
+                os.utime(archive)  # in use: other versions' archives unused for ARCHIVE_KEEP_S are removed
+            return [f"-XX:SharedArchiveFile={archive}", *quiet], None
+        for old in cache.glob("spark-jvm-*.jsa.*"):  # what JVMs of crashed runs wrote, never kept
+            if old.stat().st_mtime < time.time() - 3600:
+                old.unlink(missing_ok=True)
+        partial = cache / f"{archive.name}.{os.getpid()}"
+        partial.unlink(missing_ok=True)
+        if not os.access(cache, os.W_OK):
+            return [], None
+        return [f"-XX:ArchiveClassesAtExit={partial}", *quiet], (partial, archive)
+    except (OSError, RuntimeError):  # no home directory, an unreadable JDK: start without
+        return [], None
+
+
+def _keep_archive(partial: Path, archive: Path, written: bool) -> None:
+    """The archive a JVM wrote as it exited: kept if the JVM exited cleanly, else dropped."""
+    try:
+        if written and partial.is_file() and partial.stat().st_size > 0:
+            os.replace(partial, archive)
+            for other in archive.parent.glob("spark-jvm-*.jsa"):  # archives of JDKs or Sparks no longer used
+                if other != archive and other.stat().st_mtime < time.time() - ARCHIVE_KEEP_S:
+                    other.unlink(missing_ok=True)
+            log.info("Spark's classes archived for faster starts: %s", archive)
+        else:
+            partial.unlink(missing_ok=True)
+    except OSError as exc:
+        log.debug("class data archive: %s", exc)
+
+
+def _warm_worker(batches: Iterator[Any]) -> Iterator[Any]:
+    """Runs in a Python worker before the first micro-batch: imports and first calls of what the source's tasks run
+    (the decoder, pyarrow's kernels, librdkafka), so the worker Spark reuses for that batch has paid for them."""
+    import confluent_kafka  # noqa: F401
+
+    from compactd.streaming.decode import Decoder, reduce_table
+
+    decoder = Decoder("segments", "commits")
+    sample = b'{"type": "segment_rolled", "topic": "t", "partition": 0, "base_offset": 0, "end_offset": 1, '
+    sample += b'"first_batch_max_ts": 0, "size_bytes": 0, "ts": 0}'
+    reduce_table(decoder.table(decoder.segments_topic, 0, [0, 1], [None, None], [sample, b"{"]))
+    yield from batches
+
+
+def warm_workers(spark: SparkSession) -> threading.Thread:
+    """Start Spark's Python workers, one per task slot, with what the source's tasks import, on a thread: while the
+    query starts (its source planned in other processes), the workers the first micro-batch reuses get ready, instead
+    of starting in it (`spark.python.worker.reuse`, Spark's default). An Arrow map, like the source's reads: an RDD
+    task's worker would be another pool (SQL workers run with other environment variables). Failures only cost the
+    warm-up."""
+    slots = max(1, spark.sparkContext.defaultParallelism)
+
+    def run() -> None:
+        try:
+            spark.sparkContext.setJobGroup("compactd-warm-up", "compactd: Python workers before the first batch", True)
+            spark.range(0, slots, 1, slots).mapInArrow(_warm_worker, "id long").collect()
+        except Exception as exc:  # a stop while it runs, or a worker that cannot import: the batch will say so
+            log.debug("warming Python workers: %s", (str(exc).splitlines() or [""])[0])
+
+    thread = threading.Thread(target=run, name="compactd-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def _where_compactd_is(_: int) -> tuple[str, str]:

@@ -1,7 +1,10 @@
-"""SIGTERM finishes the running batch, drains the outbox and exits 0; a second SIGTERM exits 1 at once."""
+"""SIGTERM or SIGINT — to the driver alone or to its whole process group, as `timeout`, `kill -TERM -- -PGID`,
+supervisord's `stopasgroup` and Ctrl-C send them — finishes the running batch, drains the outbox and exits 0, and
+nothing the job started (Spark's JVM, Python workers) outlives it; a second signal exits 1 at once."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -10,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.support.processes import tree, wait_until_gone
 
 pytestmark = pytest.mark.spark
 HOUR = 3_600_000
@@ -22,8 +27,16 @@ def start(settings, tmp_path: Path) -> tuple[subprocess.Popen, Path, Path]:
     marker, log = tmp_path / "in-batch", tmp_path / "job.log"
     root = Path(__file__).resolve().parents[2]
     cmd = [sys.executable, "-m", "tests.support.slow_run", str(marker), str(SLOW_S), "run", "--config", str(config)]
-    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=log.open("wb"))
+    # a session (and process group) of its own, as under a terminal or a supervisor: the test is not in the group
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=log.open("wb"), start_new_session=True)
     return proc, marker, log
+
+
+def send(proc: subprocess.Popen, sig: signal.Signals, to: str) -> None:
+    if to == "group":
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
 
 
 def overdue_segment(cluster, settings, topic: str) -> None:
@@ -54,39 +67,52 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 120) -> None
         time.sleep(0.1)
 
 
-def test_sigterm_finishes_the_batch_and_drains_then_exits_0(cluster, job_settings, redis_url, tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("sig", "to"),
+    [(signal.SIGTERM, "driver"), (signal.SIGTERM, "group"), (signal.SIGINT, "group")],
+    ids=["sigterm-driver", "sigterm-group", "sigint-group"],
+)
+def test_signal_finishes_the_batch_and_drains_then_exits_0(cluster, job_settings, redis_url, tmp_path, sig, to) -> None:
     topic = cluster.name("gdpr")
     s = job_settings(thresholds={f"topic:{topic}": {"max.compaction.lag.ms": HOUR}})
     overdue_segment(cluster, s, topic)
     proc, marker, log = start(s, tmp_path)
     try:
         wait_for(marker, proc)
+        started = tree(proc.pid)  # the driver, Spark's JVM and the Python workers it runs
+        assert len(started) > 2, started
         signalled = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
+        send(proc, sig, to)
         assert proc.wait(120) == 0, log.read_text()
         took = time.monotonic() - signalled
     finally:
         proc.kill()
     assert took >= SLOW_S - 1  # it waited for the batch instead of cutting it short
+    assert wait_until_gone(started) == []  # nothing the job started outlives it
     state = s.redis_state()
     assert state.outbox() == []  # decided in that batch, carried out before leaving
     audit = cluster.read_all(s.topics.actions)
     assert [(a["topic"], a["action"], a["status"]) for a in audit] == [(topic, "compact", "dry_run")]
     text = log.read_text()
-    assert "SIGTERM: stopping after the running batch" in text and "Traceback" not in text
+    assert f"{sig.name}: stopping after the running batch" in text and "Traceback" not in text
+    assert "compactd: error" not in text
 
 
-def test_second_sigterm_exits_1_at_once(cluster, job_settings, tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("sig", "to"), [(signal.SIGTERM, "driver"), (signal.SIGINT, "group")], ids=["sigterm-driver", "sigint-group"]
+)
+def test_second_signal_exits_1_at_once(cluster, job_settings, tmp_path, sig, to) -> None:
     topic = cluster.name("gdpr")
     s = job_settings(thresholds={f"topic:{topic}": {"max.compaction.lag.ms": HOUR}})
     overdue_segment(cluster, s, topic)
     proc, marker, log = start(s, tmp_path)
     try:
         wait_for(marker, proc)
-        proc.send_signal(signal.SIGTERM)
+        started = tree(proc.pid)
+        send(proc, sig, to)
         time.sleep(0.5)
         signalled = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
+        send(proc, sig, to)
         rc = proc.wait(60)
         took = time.monotonic() - signalled
     finally:
@@ -94,6 +120,7 @@ def test_second_sigterm_exits_1_at_once(cluster, job_settings, tmp_path) -> None
     errors = [ln for ln in log.read_text().splitlines() if ln.startswith("compactd: error:")]
     assert rc == 1 and took < SLOW_S, (rc, took)
     assert errors == [
-        "compactd: error: stopped by a second SIGTERM before the running batch finished; "
+        f"compactd: error: stopped by a second {sig.name} before the running batch finished; "
         "the checkpoint replays it on the next start"
     ]
+    assert wait_until_gone(started) == []

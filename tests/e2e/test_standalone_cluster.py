@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.support import processes
 from tests.support.spark_standalone import standalone_cluster
 
 pytestmark = pytest.mark.spark
@@ -69,36 +70,46 @@ def test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster(cluster, j
     config = tmp_path / "compactd.yaml"
     config.write_text(yaml.safe_dump(settings.model_dump(mode="json")))
 
-    first_action: list[float] = []
-
-    def watch_actions(started: float, stop: threading.Event) -> None:
-        while not stop.is_set() and not first_action:
-            if cluster.read_all(settings.topics.actions):
-                first_action.append(time.monotonic() - started)
-            stop.wait(0.5)
-
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
     env["PYTHON"] = sys.executable  # the interpreter deploy/submit runs with and builds the shipped environment from
+    log = tmp_path / "submit.log"
+
+    def expected_output() -> bool:
+        done = {(a["action"], a["status"]) for a in cluster.read_all(settings.topics.actions)}
+        return {("delete_records", "sent"), ("compact", "sent")} <= done and bool(cluster.read_all(settings.topics.dlq))
+
     with standalone_cluster(tmp_path / "spark") as spark:
-        stop = threading.Event()
         started = time.monotonic()
-        watcher = threading.Thread(target=watch_actions, args=(started, stop), daemon=True)
-        watcher.start()
-        done = subprocess.run(
-            [str(ROOT / "deploy" / "submit"), "--master", spark.master_url, "--config", str(config), "--", "--once"],
-            capture_output=True,
-            text=True,
+        # the continuous job, as deployed; in a session of its own, like a service: the test is not in its group
+        proc = subprocess.Popen(
+            [str(ROOT / "deploy" / "submit"), "--master", spark.master_url, "--config", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("wb"),
             env=env,
-            timeout=900,
+            start_new_session=True,
         )
-        stop.set()
-        watcher.join()
+        try:
+            deadline, first_action = started + 900, None
+            while not expected_output():
+                assert proc.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(1)
+                if first_action is None and cluster.read_all(settings.topics.actions):
+                    first_action = time.monotonic() - started
+            driver = processes.tree(proc.pid)  # deploy/submit became the driver; Spark's JVM is its child
+            os.killpg(proc.pid, signal.SIGTERM)  # the whole group, as `kill -TERM -- -PGID` or `timeout` do
+            rc = proc.wait(120)
+        finally:
+            proc.kill()
         executor_logs = spark.executor_logs()
-    assert done.returncode == 0, done.stderr[-3000:]
+    stderr = log.read_text()
+    assert rc == 0, stderr[-3000:]
+    assert "SIGTERM: stopping after the running batch" in stderr and "compactd: error" not in stderr, stderr[-3000:]
+    assert processes.wait_until_gone(driver) == []  # nothing the driver started outlives it
 
     # executors imported compactd from the archive the worker unpacked into the application's directory
-    shipped = [line for line in done.stderr.splitlines() if "executors import compactd" in line]
-    assert shipped and f"{spark.work_dir}/app-" in shipped[0] and "/environment/" in shipped[0], done.stderr[-3000:]
+    shipped = [line for line in stderr.splitlines() if "executors import compactd" in line]
+    assert shipped and f"{spark.work_dir}/app-" in shipped[0] and "/environment/" in shipped[0], stderr[-3000:]
     assert "Traceback" not in executor_logs
 
     actions = {a["action"]: a for a in cluster.read_all(settings.topics.actions)}
@@ -109,7 +120,7 @@ def test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster(cluster, j
     assert cluster.watermarks(orders) == (1000, 3000)
     dlq = cluster.read_all(settings.topics.dlq)
     assert [d["reason"] for d in dlq] == ["malformed_json"], json.dumps(dlq)[:500]
-    print(f"submit-to-first-action {first_action[0]:.1f} s" if first_action else "no action seen while running")
+    print(f"submit-to-first-action {first_action:.1f} s" if first_action else "no action seen while running")
 
 
 def test_a_cluster_without_free_executors_fails_in_seconds_with_one_line(cluster, job_settings, tmp_path: Path) -> None:

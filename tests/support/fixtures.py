@@ -70,11 +70,11 @@ def dump_redis(r: redis.Redis, pattern: str = "*") -> dict:
 
 @pytest.fixture(scope="session")
 def spark():
-    from compactd.streaming.session import spark_session
+    from compactd.streaming.session import spark_session, stop_spark
 
     session = spark_session("local[2]")
     yield session
-    session.stop()
+    stop_spark(session)  # the session, its JVM and Python workers
 
 
 class Cluster:
