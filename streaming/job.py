@@ -74,7 +74,8 @@ class StreamingJob:
         for key, value in s.conn.spark_options().items():
             reader = reader.option(key, value)
         if self.decodes_in_source:
-            reader = reader.option("decoder", s.decoder.to_option())
+            # the schema given here is one Spark does not ask the source's Python process for (importing the decoder)
+            reader = reader.option("decoder", s.decoder.to_option()).schema(DECODED_DDL)
         return reader.load()
 
     @property

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -26,7 +26,9 @@ from pyspark.sql.types import StructType
 from compactd.errors import SourceReadError
 from compactd.kafka.admin import Offsets, admin_client, list_end_offsets
 from compactd.kafka.config import KafkaConnection, KafkaValue
-from compactd.streaming.decode import DECODED_DDL, Decoder, reduce_table
+
+if TYPE_CHECKING:
+    from compactd.streaming.decode import Decoder
 
 KAFKA_SCHEMA_DDL = (
     "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, timestampType int"
@@ -102,7 +104,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.starting = options.get("startingOffsets", "earliest")
         self._admin: Any = None
         self._target: Offsets | None = None
-        self.decoder = Decoder.from_option(options["decoder"]) if options.get("decoder") else None
+        self._decoder: Decoder | None = None
+
+    @property
+    def decoder(self) -> Decoder | None:
+        """Built where records are read: Spark's planning processes (offsets, partitions) never import the decoder
+        and what it imports (pydantic, pandas through pyarrow), each of them a second on a cold start."""
+        if self._decoder is None and self.options.get("decoder"):
+            from compactd.streaming.decode import Decoder
+
+            self._decoder = Decoder.from_option(self.options["decoder"])
+        return self._decoder
 
     def _watermarks(self, which: str) -> Offsets:
         if self._admin is None:
@@ -150,12 +162,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
         timeout_ms = int(self.options.get("readTimeoutMs", "60000"))
-        if self.decoder is None:
+        decoder = self.decoder
+        if decoder is None:
             yield from read_range(self.conf, partition, timeout_ms)
             return
+        from compactd.streaming.decode import reduce_table
+
         reduced = []
         for msgs in read_messages(self.conf, partition, timeout_ms):
-            decoded = self.decoder.table(
+            decoded = decoder.table(
                 partition.topic,
                 partition.partition,
                 [m.offset() for m in msgs],
@@ -258,7 +273,11 @@ class KafkaSource(DataSource):
         return "compactd-kafka"
 
     def schema(self) -> str:
-        return DECODED_DDL if self.options.get("decoder") else KAFKA_SCHEMA_DDL
+        if self.options.get("decoder"):
+            from compactd.streaming.decode import DECODED_DDL
+
+            return DECODED_DDL
+        return KAFKA_SCHEMA_DDL
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         # Spark's options are case-insensitive (keys arrive lowercased): keep the mapping as it is.
