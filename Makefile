@@ -28,8 +28,11 @@ deps: system-deps $(STAMP)
 demo: deps
 	$(BIN)/compactd demo $(if $(DURATION),--duration $(DURATION))
 
+# The suite mostly waits (Spark starting, brokers answering, jobs in subprocesses): tests run in TEST_WORKERS pytest
+# processes, each with its own Redis, broker and Spark session, work-stealing so the long tests do not queue up.
+TEST_WORKERS ?= 3
 test: deps
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 # The safety property test with many more generated histories than `make test` runs (100).
 soak: deps
@@ -41,7 +44,7 @@ lint: deps
 
 # Each benchmark prints one JSON object; bench/results.json collects them (stderr keeps their progress logs).
 BENCHES := "throughput.py" "throughput.py --format binary" "state_footprint.py" "scaling.py" "decode_offsets.py" \
-	"metrics_scrape.py" "restart.py" "latency.py"
+	"metrics_scrape.py" "restart.py" "cold_start.py" "latency.py" "explain.py"
 bench: deps
 	@rm -f bench/results.jsonl
 	@for b in $(BENCHES); do $(BIN)/python bench/$$b >> bench/results.jsonl || exit 1; tail -n 1 bench/results.jsonl; done
