@@ -30,7 +30,7 @@ demo: deps
 
 # The suite mostly waits (Spark starting, brokers answering, jobs in subprocesses): tests run in TEST_WORKERS pytest
 # processes, each with its own Redis, broker and Spark session, work-stealing so the long tests do not queue up.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 test: deps
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 
