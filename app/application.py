@@ -27,6 +27,7 @@ from compactd.errors import ConfigError, DependencyUnavailable, ForcedStop, Quer
 from compactd.kafka.admin import admin_client, check_reachable, ensure_topics, high_watermarks, list_end_offsets
 from compactd.kafka.groups import ClusterGroupOffsets
 from compactd.metrics import Metrics, default_metrics
+from compactd.policy.plan import NOT_CAUGHT_UP
 from compactd.policy.readiness import Readiness
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.base import ActionSink
@@ -200,7 +201,7 @@ class Application:
         """Deletes wait until the stream has read `__consumer_offsets` up to its high watermarks now, and, while a
         rebuild of a lost state is unfinished (also one a crashed job began), every source up to where it stood."""
         targets: dict[str, dict[str, int]] = {}
-        why = "offsets not caught up"
+        why = NOT_CAUGHT_UP
         rebuild = self.guard.rebuild_targets()
         if rebuild:
             targets.update(rebuild)

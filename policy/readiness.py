@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from compactd.policy.plan import NOT_CAUGHT_UP
+
 Offsets = Mapping[str, Mapping[str, int]]
 
 
 class Readiness:
-    def __init__(self, targets: Offsets | None, why: str = "offsets not caught up") -> None:
+    def __init__(self, targets: Offsets | None, why: str = NOT_CAUGHT_UP) -> None:
         """`targets`: topic -> partition (str) -> offset to reach; None (or nothing to read) opens the gate."""
         self.targets = {t: dict(parts) for t, parts in (targets or {}).items()}
         self.why = why
