@@ -262,20 +262,30 @@ def class_data_sharing() -> tuple[list[str], tuple[Path, Path] | None]:
             if archive.stat().st_mtime < time.time() - DAY_S:
                 os.utime(archive)  # in use: other versions' archives unused for ARCHIVE_KEEP_S are removed
             return [f"-XX:SharedArchiveFile={archive}", *quiet], None
-        for old in cache.glob("spark-jvm-*.jsa.*"):  # what JVMs of crashed runs wrote, never kept
+        for old in cache.glob("spark-jvm-*.jsa.*"):  # what JVMs of crashed runs wrote, and their locks
             if old.stat().st_mtime < time.time() - 3600:
                 old.unlink(missing_ok=True)
-        partial = cache / f"{archive.name}.{os.getpid()}"
-        partial.unlink(missing_ok=True)
         if not os.access(cache, os.W_OK):
             return [], None
+        try:  # one writer at a time: JVMs starting together (a test suite, several jobs) do not all dump it
+            os.close(os.open(_writing(archive), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return [], None
+        partial = cache / f"{archive.name}.{os.getpid()}"
+        partial.unlink(missing_ok=True)
         return [f"-XX:ArchiveClassesAtExit={partial}", *quiet], (partial, archive)
     except (OSError, RuntimeError):  # no home directory, an unreadable JDK: start without
         return [], None
 
 
+def _writing(archive: Path) -> Path:
+    """The lock the one JVM writing `archive` holds (removed when it is kept or dropped, or after an hour)."""
+    return archive.with_name(f"{archive.name}.writing")
+
+
 def _keep_archive(partial: Path, archive: Path, written: bool) -> None:
     """The archive a JVM wrote as it exited: kept if the JVM exited cleanly, else dropped."""
+    _writing(archive).unlink(missing_ok=True)
     try:
         if written and partial.is_file() and partial.stat().st_size > 0:
             os.replace(partial, archive)

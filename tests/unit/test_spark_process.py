@@ -44,9 +44,20 @@ def test_leader_that_outlives_the_budget_is_killed_with_its_session() -> None:
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    if not class_data_sharing()[0]:
+    options, archive = class_data_sharing()
+    if not options:
         pytest.skip("this JDK has no base class-data archive")
+    assert archive is not None
+    _keep_archive(*archive, written=False)  # gives the writer's lock back
     return tmp_path / "compactd"
+
+
+def test_one_jvm_at_a_time_writes_the_archive(cache: Path) -> None:
+    options, archive = class_data_sharing()
+    assert archive is not None and options[0].startswith("-XX:ArchiveClassesAtExit=")
+    assert class_data_sharing() == ([], None)  # started meanwhile: runs without, writes nothing
+    _keep_archive(*archive, written=False)
+    assert class_data_sharing()[0][0].startswith("-XX:ArchiveClassesAtExit=")
 
 
 def test_first_start_writes_an_archive_that_later_starts_map(cache: Path) -> None:
