@@ -1,0 +1,79 @@
+"""Phase one as pure rules: an incremental run (previous generation + delta) equals a full run over the whole history,
+tombstones live delete.retention.ms in the view and hold the key deleted meanwhile, null keys are counted, and the
+horizon stops before records younger than min.compaction.lag.ms."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compactd.compaction.reduce import DELETED_AT, Record, horizon, reduce_partition
+from compactd.compaction.strategy import Strategy
+
+H = 3_600_000
+NOW = 1_800_000_000_000
+DAY = 24 * H
+
+
+def rec(offset: int, key: str | None, value: str | None, ts: int = 0, version: int | None = None) -> Record:
+    headers = () if version is None else (("v", version.to_bytes(8, "big", signed=True)),)
+    return Record(offset, ts, None if key is None else key.encode(), None if value is None else value.encode(), headers)
+
+
+def plain(records: list[Record]) -> list[tuple]:
+    """A generation without the run-time bookkeeping header."""
+    return [(r.offset, r.key, r.value, tuple(h for h in r.headers if h[0] != DELETED_AT)) for r in records]
+
+
+history = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c", None]),
+        st.one_of(st.none(), st.sampled_from(["1", "2"])),
+        st.integers(0, 5),
+        st.one_of(st.none(), st.integers(0, 3)),
+    ),
+    max_size=30,
+)
+strategies = st.sampled_from([Strategy.of("offset"), Strategy.of("timestamp"), Strategy.of("header", "v")])
+
+
+@given(strategies, history, st.data())
+def test_an_incremental_run_equals_a_full_run_over_the_whole_history(strategy, events, data) -> None:
+    records = [rec(i, k, v, ts, ver) for i, (k, v, ts, ver) in enumerate(events)]
+    cut = data.draw(st.integers(0, len(records)))
+    first, _ = reduce_partition([], records[:cut], strategy, NOW)
+    incremental, counts = reduce_partition(first, records[cut:], strategy, NOW + 1000)
+    full, _ = reduce_partition([], records, strategy, NOW)
+    assert plain(incremental) == plain(full)
+    assert counts.keys == len({r.key for r in full if r.value is not None})
+    assert [r.offset for r in incremental] == sorted(r.offset for r in incremental)
+
+
+def test_a_tombstone_stays_for_delete_retention_and_holds_the_key_deleted_meanwhile() -> None:
+    s = Strategy.of("header", "v")
+    gen1, c1 = reduce_partition([], [rec(0, "k", "x", version=5), rec(1, "k", None, version=8)], s, NOW)
+    assert [(r.offset, r.value) for r in gen1] == [(1, None)] and c1.tombstones == 1 and c1.keys == 0
+    assert (DELETED_AT, str(NOW).encode()) in gen1[0].headers
+    # a late update of a lower version, within delete.retention.ms: the key stays deleted
+    gen2, _ = reduce_partition(gen1, [rec(2, "k", "late", version=6)], s, NOW + H, delete_retention_ms=DAY)
+    assert [(r.offset, r.value) for r in gen2] == [(1, None)]
+    assert gen2[0].headers == gen1[0].headers  # the tombstone's first time in the view is kept
+    # past delete.retention.ms the tombstone goes, and with it the key
+    gen3, c3 = reduce_partition(gen2, [], s, NOW + DAY, delete_retention_ms=DAY)
+    assert gen3 == [] and c3.tombstones_expired == 1
+
+
+def test_records_without_a_key_are_dropped_and_counted_unless_retained() -> None:
+    records = [rec(0, None, "x"), rec(1, "k", "y"), rec(2, None, "z")]
+    dropped, counts = reduce_partition([], records, Strategy(), NOW)
+    assert [r.offset for r in dropped] == [1] and counts.null_keys == 2 and counts.records_in == 3
+    kept, _ = reduce_partition([], records, Strategy(), NOW, retain_null_key=True)
+    assert [r.offset for r in kept] == [0, 1, 2]
+
+
+def test_the_horizon_stops_before_records_younger_than_min_compaction_lag() -> None:
+    stamps = [(10, NOW - 5 * H), (11, NOW - 3 * H), (12, NOW - H // 2), (13, NOW - 4 * H)]
+    assert horizon(10, 14, stamps, NOW, min_lag_ms=H) == 12  # 12 is too young; 13, older, waits behind it
+    assert horizon(10, 14, stamps, NOW, min_lag_ms=0) == 14  # the last stable offset
+    assert horizon(10, 12, stamps, NOW, min_lag_ms=H) == 12
+    assert horizon(10, 10, stamps, NOW, min_lag_ms=H) == 10  # nothing new: the horizon never moves back
