@@ -15,6 +15,8 @@ from compactd.errors import ConfigError
 from compactd.keys import parse_partition_key, partition_key
 
 NudgeKey = Literal["max.compaction.lag.ms", "min.cleanable.dirty.ratio", "segment.ms"]
+StrategyKind = Literal["offset", "timestamp", "header"]  # KIP-280
+HeaderFormat = Literal["long", "decimal"]
 
 DEFAULT_RETRY_MS = 300_000
 # No real retention or lag is longer than ten years; a larger value is a typo (seconds for ms, an extra zero).
@@ -42,6 +44,16 @@ class Thresholds(BaseModel):
     max_concurrent_nudges: int = Field(10, alias="compaction.max.concurrent", ge=1, le=10_000)
     # Extension: a refused or timed-out action is retried after action.backoff.ms, doubling up to action.retry.ms.
     action_backoff_ms: int = Field(5_000, alias="action.backoff.ms", gt=0, le=MAX_DURATION_MS)
+    # The compaction service (compactd's own compacted view of a topic, KIP-280 strategies; compaction/).
+    compaction_service: bool = Field(False, alias="compaction.service")
+    compaction_strategy: StrategyKind = Field("offset", alias="compaction.strategy")
+    compaction_strategy_header: str | None = Field(None, alias="compaction.strategy.header", max_length=255)
+    compaction_strategy_header_format: HeaderFormat = Field("long", alias="compaction.strategy.header.format")
+    compaction_threshold_bytes: int | None = Field(None, alias="compaction.threshold.bytes", ge=0)
+    min_compaction_lag_ms: int = Field(0, alias="min.compaction.lag.ms", ge=0, le=MAX_DURATION_MS)
+    delete_retention_ms: int = Field(86_400_000, alias="delete.retention.ms", ge=0, le=MAX_DURATION_MS)
+    compaction_view_grace_ms: int = Field(300_000, alias="compaction.view.grace.ms", ge=0, le=MAX_DURATION_MS)
+    compaction_retain_null_key: bool = Field(False, alias="compaction.retain.null.key")
 
     @field_validator("groups_include", "groups_exclude", "topics_exclude", mode="before")
     @classmethod

@@ -59,7 +59,10 @@ def test_a_winning_tombstone_keeps_its_version_so_a_late_lower_version_does_not_
 records = st.lists(
     st.tuples(
         st.integers(0, 50),  # timestamp, often equal
-        st.one_of(st.just([]), st.lists(st.tuples(st.sampled_from([V, "x"]), st.one_of(st.none(), st.binary(min_size=8, max_size=8))))),
+        st.one_of(
+            st.just([]),
+            st.lists(st.tuples(st.sampled_from([V, "x"]), st.one_of(st.none(), st.binary(min_size=8, max_size=8)))),
+        ),
     ),
     min_size=1,
     max_size=12,
@@ -91,3 +94,23 @@ def test_the_winner_does_not_depend_on_order_or_grouping(strategy: Strategy, rec
         else:
             assert expected[0] == max(versions)
     assert order_key(strategy, *expected) == max(order_key(strategy, *r) for r in numbered)
+
+
+def test_the_compaction_service_keys_are_config_keys_with_the_contracts_defaults() -> None:
+    from compactd.errors import ConfigError
+    from compactd.policy.thresholds import Thresholds, resolve, validate_layer
+
+    th = Thresholds()
+    assert (th.compaction_service, th.compaction_strategy, th.delete_retention_ms) == (False, "offset", 86_400_000)
+    assert (th.compaction_strategy_header_format, th.compaction_retain_null_key) == ("long", False)
+    layer = {"compaction.service": True, "compaction.strategy": "header", "compaction.strategy.header": "lsn"}
+    validate_layer("topic:cdc", layer)
+    th = resolve({"topic:cdc": layer}, "cdc", 0)
+    rule = Strategy.of(th.compaction_strategy, th.compaction_strategy_header, th.compaction_strategy_header_format)
+    assert rule == Strategy("header", "lsn", "long")
+    for bad in ({"compaction.strategy": "lsn"}, {"delete.retention.ms": -1}, {"compaction.threshold.bytes": -5}):
+        try:
+            validate_layer("topic:cdc", bad)
+        except ConfigError:
+            continue
+        raise AssertionError(f"accepted {bad}")
