@@ -164,8 +164,9 @@ class Application:
             self.stream_id = stream_id_for(self.settings.checkpoint_dir)
             lost = self.guard.loss_at_start(self.stream_id)
             if lost is not None:
-                self._begin_rebuild(lost)
-            self.config.load()  # config events applied by earlier runs override the file's thresholds
+                self._begin_rebuild(lost)  # loads the config layers that are left: none
+            else:
+                self.config.load()  # config events applied by earlier runs override the file's thresholds
             self._serve_metrics()
             self.metrics.init_source_topics(self.settings.source_topics())  # lag series scraped from the start
             self.metrics.redis_up.set(1)
