@@ -95,6 +95,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--limit", type=int, default=20, help="a topic: its N worst partitions, then how many more there are; 0 = all"
     )
 
+    compact = sub.add_parser(
+        "compact",
+        help="compact a topic into its view now (`compact TOPIC`), or show the last run (`compact status TOPIC`)",
+        formatter_class=_Help,
+    )
+    _job_flags(compact)
+    compact.add_argument("words", nargs="+", metavar="[status] TOPIC", help="a topic, or `status` and a topic")
+    compact.add_argument(
+        "--strategy", default=None, help="offset|timestamp|header for this run (default: the topic's config)"
+    )
+    compact.add_argument("--header", default=None, help="header name for --strategy header")
+
+    read = sub.add_parser("read", help="read a topic as a compacted reader sees it", formatter_class=_Help)
+    _job_flags(read)
+    read.add_argument("topic")
+    read.add_argument(
+        "--compacted", action="store_true", help="the view, then the source from its horizon (required for now)"
+    )
+    read.add_argument("--table", action="store_true", help="one record per live key instead")
+
     demo = sub.add_parser(
         "demo", help="embedded broker + Redis + simulated cluster + the job, live", formatter_class=_Help
     )
@@ -249,6 +269,25 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compact(args: argparse.Namespace) -> int:
+    from compactd.app.compact_cli import compact, compact_status
+
+    words = list(args.words)
+    if words[0] == "status" and len(words) == 2:
+        return compact_status(_settings(args), words[1])
+    if len(words) != 1:
+        raise UsageError("usage: compactd compact TOPIC [--strategy S] [--header NAME] | compactd compact status TOPIC")
+    return compact(_settings(args), words[0], args.strategy, args.header)
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    from compactd.app.compact_cli import read_compacted
+
+    if not args.compacted:
+        raise UsageError("compactd read reads compacted topics only: add --compacted")
+    return read_compacted(_settings(args), args.topic, args.table)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from compactd.demo.demo import run_demo
 
@@ -333,6 +372,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "explain": cmd_explain,
     "config": cmd_config,
     "demo": cmd_demo,
+    "compact": cmd_compact,
+    "read": cmd_read,
     "agent": cmd_agent,
     "segments": cmd_segments,
     "offsets": cmd_offsets,

@@ -33,6 +33,8 @@ class TopicNames(BaseModel):
     actions: str = "compactd.actions"
     dlq: str = "compactd.dlq"
     consumer_offsets: str = "__consumer_offsets"  # read when offsets_source = consumer_offsets
+    compactions: str = "compactd.compactions"  # the compaction service's manifests (compacted, keyed by topic)
+    view_suffix: str = Field(".compacted", min_length=1)  # a topic's compacted view is <topic><view_suffix>
 
 
 class MetricsSettings(BaseModel):
@@ -99,11 +101,14 @@ class Settings(BaseSettings):
 
     def own_topics(self) -> list[str]:
         t = self.topics
-        return [t.segments, t.commits, t.config, t.actions, t.dlq]
+        return [t.segments, t.commits, t.config, t.actions, t.dlq, t.compactions]
 
     def own_topic_configs(self) -> dict[str, dict[str, str]]:
         """Config events are deltas: their topic keeps every one (no time retention, no compaction)."""
-        return {self.topics.config: {"retention.ms": "-1", "cleanup.policy": "delete"}}
+        return {
+            self.topics.config: {"retention.ms": "-1", "cleanup.policy": "delete"},
+            self.topics.compactions: {"retention.ms": "-1", "cleanup.policy": "compact"},
+        }
 
     def source_topics(self) -> list[str]:
         t = self.topics

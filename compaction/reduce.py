@@ -66,6 +66,19 @@ def deleted_at(rec: Record) -> int | None:
     return None
 
 
+def settle(rec: Record, now: int, delete_retention_ms: int) -> tuple[Record | None, str]:
+    """What the view keeps of a key's winner: ("key", the record), ("tombstone", the tombstone stamped with when it
+    first entered the view), or ("expired", None) once it has stayed `delete.retention.ms`."""
+    if not rec.tombstone:
+        return rec, "key"
+    since = deleted_at(rec)
+    if since is None:  # written into the view for the first time by this run
+        return replace(rec, headers=(*rec.headers, (DELETED_AT, str(now).encode()))), "tombstone"
+    if now - since >= delete_retention_ms:
+        return None, "expired"
+    return rec, "tombstone"
+
+
 def reduce_partition(
     previous: Iterable[Record],
     delta: Iterable[Record],
@@ -92,16 +105,14 @@ def reduce_partition(
             best[rec.key] = (rank, rec)
     out: list[Record] = list(kept_null)
     for _, rec in best.values():
-        if rec.tombstone:
-            since = deleted_at(rec)
-            if since is None:  # written into the view for the first time by this run
-                rec = replace(rec, headers=(*rec.headers, (DELETED_AT, str(now).encode())))
-            elif now - since >= delete_retention_ms:
-                counts.tombstones_expired += 1
-                continue
+        kept, what = settle(rec, now, delete_retention_ms)
+        if what == "expired":
+            counts.tombstones_expired += 1
+        elif what == "tombstone":
             counts.tombstones += 1
         else:
             counts.keys += 1
-        out.append(rec)
+        if kept is not None:
+            out.append(kept)
     out.sort(key=lambda r: r.offset)
     return out, counts

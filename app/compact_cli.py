@@ -1,0 +1,75 @@
+"""`compactd compact TOPIC`, `compactd compact status TOPIC`, `compactd read TOPIC --compacted [--table]`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from compactd.app.settings import Settings
+from compactd.errors import UsageError
+
+
+def compactor(settings: Settings, spark: Any = None) -> tuple[Any, Any]:
+    """A Compactor over this cluster's Redis and config layers (the job's applied config events included); Spark
+    starts only when a run needs it. Returns (compactor, a close callable)."""
+    from compactd.compaction.service import Compactor
+    from compactd.policy.runtime_config import AppliedLayer, effective_layers
+
+    state = settings.redis_state()
+    state.start()
+    session: list[Any] = [spark] if spark is not None else []
+
+    def layers() -> dict[str, dict[str, Any]]:
+        applied = {s: AppliedLayer.from_json(v) for s, v in state.config_layers().items()}
+        return effective_layers(settings.thresholds, applied)
+
+    def get_spark() -> Any:
+        if not session:
+            from compactd.streaming.session import spark_session
+
+            session.append(spark_session(settings.spark_master))
+        return session[0]
+
+    def close() -> None:
+        if session and spark is None:
+            from compactd.streaming.session import stop_spark
+
+            stop_spark(session[0])
+        state.close()
+
+    return Compactor(settings, state.r, layers, get_spark), close
+
+
+def compact(settings: Settings, topic: str, strategy: str | None, header: str | None) -> int:
+    from compactd.compaction.service import Overrides
+
+    if strategy is not None and strategy not in ("offset", "timestamp", "header"):
+        raise UsageError(f"--strategy {strategy}: choose offset, timestamp or header")
+    comp, close = compactor(settings)
+    try:
+        summary = comp.run(topic, Overrides(strategy, header))
+    finally:
+        close()
+    print(json.dumps(summary, sort_keys=True), flush=True)
+    return 0
+
+
+def compact_status(settings: Settings, topic: str) -> int:
+    comp, close = compactor(settings)
+    try:
+        print(json.dumps(comp.status(topic), sort_keys=True), flush=True)
+    finally:
+        close()
+    return 0
+
+
+def read_compacted(settings: Settings, topic: str, table: bool) -> int:
+    from compactd.compaction.view import CompactedReader, json_line
+
+    reader = CompactedReader(settings.kafka_connection(), settings.topics.compactions)
+    out = sys.stdout
+    for partition, rec in reader.partition_records(topic, table_mode=table):
+        out.write(json_line(partition, rec) + "\n")
+    out.flush()
+    return 0

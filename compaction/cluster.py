@@ -1,0 +1,95 @@
+"""What a compaction run asks of the Kafka cluster: partition counts, offsets (by position and by time), the view
+topic's creation, and deleteRecords on the view for garbage collection."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from compactd.errors import CompactdError
+from compactd.kafka.admin import admin_client
+from compactd.kafka.config import KafkaConnection
+
+# Only compactd removes generations: no time or size retention on a view.
+VIEW_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+TIMEOUT_S = 30.0
+
+
+class ClusterError(CompactdError):
+    """The cluster refused or did not answer a compaction's request."""
+
+
+class CompactionCluster:
+    def __init__(self, conn: KafkaConnection, timeout_s: float = TIMEOUT_S) -> None:
+        self.conn = conn
+        self.timeout_s = timeout_s
+        self.admin: Any = admin_client(conn, timeout_s)
+
+    def partitions(self, topic: str) -> int | None:
+        """The topic's partition count; None when it does not exist."""
+        md = self.admin.list_topics(timeout=self.timeout_s).topics.get(topic)
+        if md is None or md.error is not None:
+            return None
+        return len(md.partitions)
+
+    def offsets(self, topic: str, spec: str | int, count: int, committed: bool = True) -> dict[int, int]:
+        """Per partition: "earliest", "latest" (the last stable offset under read_committed), or the first offset
+        whose timestamp is ≥ an epoch-ms value (-1 where none is)."""
+        from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        if spec == "earliest":
+            ospec = OffsetSpec.earliest()
+        elif spec == "latest":
+            ospec = OffsetSpec.latest()
+        else:
+            ospec = OffsetSpec.for_timestamp(int(spec))
+        level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+        request = {TopicPartition(topic, p): ospec for p in range(count)}
+        out: dict[int, int] = {}
+        try:
+            futures = self.admin.list_offsets(request, isolation_level=level, request_timeout=self.timeout_s)
+            for tp, fut in futures.items():
+                out[tp.partition] = fut.result(timeout=self.timeout_s).offset
+        except KafkaException as exc:
+            raise ClusterError(f"cannot list offsets of {topic}: {exc.args[0].str()}") from None
+        return out
+
+    def create_view(self, view: str, partitions: int) -> None:
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import NewTopic
+
+        futures = self.admin.create_topics(
+            [NewTopic(view, partitions, 1, config=VIEW_TOPIC_CONFIG)], request_timeout=self.timeout_s
+        )
+        for fut in futures.values():
+            try:
+                fut.result(self.timeout_s)
+            except KafkaException as exc:
+                raise ClusterError(f"cannot create view topic {view}: {exc.args[0].str()}") from None
+
+    def ensure_topic(self, topic: str, config: Mapping[str, str]) -> None:
+        from compactd.kafka.admin import ensure_topics
+
+        ensure_topics(self.conn, [topic], 1, self.timeout_s, {topic: dict(config)})
+
+    def delete_below(self, topic: str, below: Mapping[int, int]) -> dict[int, int]:
+        """deleteRecords up to each offset (never past the high watermark); the new low watermarks."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        if not below:
+            return {}
+        high = self.offsets(topic, "latest", max(below) + 1, committed=False)
+        low = self.offsets(topic, "earliest", max(below) + 1, committed=False)
+        request = [
+            TopicPartition(topic, p, min(off, high.get(p, 0))) for p, off in below.items() if off > low.get(p, 0)
+        ]
+        if not request:
+            return {p: low.get(p, 0) for p in below}
+        out = {p: low.get(p, 0) for p in below}
+        try:
+            for tp, fut in self.admin.delete_records(request, request_timeout=self.timeout_s).items():
+                out[tp.partition] = fut.result(timeout=self.timeout_s).low_watermark
+        except KafkaException as exc:
+            raise ClusterError(f"cannot delete records of {topic}: {exc.args[0].str()}") from None
+        return out

@@ -1,0 +1,206 @@
+"""The manifest of a topic's compacted view, and the pure rules that read it: what a run covers, what is garbage,
+how far the source may be deleted, and when a run is due.
+
+The manifest names the published generation: per partition the horizon and the view range that holds, in source
+offset order, the winner of every live key below that horizon. Publishing a generation is writing its manifest (a
+record keyed by topic on the compacted manifest topic), so a run that dies before that leaves the previous generation
+readable and its own writes unpublished: the view range below the published one is garbage that the next publish
+deletes once `compaction.view.grace.ms` has passed, and what a dead run wrote above it is overwritten by nothing and
+dropped by the next publish's garbage collection in turn.
+
+The previous generation's horizons stay in the manifest while its readers may still be reading it (the grace), so
+source retention stays below both: a reader of either generation finds the source tail it needs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from compactd.compaction.strategy import Strategy
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    horizon: int  # source offsets below it are compacted into the view
+    view_start: int  # the generation's records are view offsets [view_start, view_end)
+    view_end: int
+    records: int = 0  # records written (live keys + kept tombstones + kept null keys)
+    keys: int = 0  # live keys
+    tombstones: int = 0
+    bytes: int = 0
+    # the earliest time a record beyond the horizon may have been written: bounds its age for max.compaction.lag.ms
+    beyond_since: int = 0
+
+
+@dataclass(frozen=True)
+class Previous:
+    """The generation this one replaced, kept readable until `retired_at + compaction.view.grace.ms`."""
+
+    generation: int
+    retired_at: int
+    horizons: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    topic: str
+    view: str
+    generation: int  # 0: the view is created and claimed, nothing published yet
+    strategy: str = "offset"
+    strategy_header: str | None = None
+    strategy_header_format: str = "long"
+    partitions: dict[str, PartitionView] = field(default_factory=dict)
+    started_at: int = 0
+    finished_at: int = 0
+    records_in: int = 0
+    records_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    keys: int = 0
+    tombstones: int = 0
+    null_keys: int = 0
+    created_view: bool = True  # compactd writes only into a view topic it created itself
+    previous: Previous | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def dumps(self) -> bytes:
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Manifest:
+        data = dict(raw)
+        data["partitions"] = {str(p): PartitionView(**v) for p, v in (data.get("partitions") or {}).items()}
+        prev = data.get("previous")
+        data["previous"] = None if not prev else Previous(**prev)
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @classmethod
+    def loads(cls, raw: bytes | str) -> Manifest:
+        return cls.from_json(json.loads(raw))
+
+    @property
+    def strategy_rule(self) -> Strategy:
+        return Strategy.of(self.strategy, self.strategy_header, self.strategy_header_format)  # type: ignore[arg-type]
+
+    def horizon(self, partition: int) -> int:
+        """Source offsets below it are in the view; 0 when nothing was published for the partition."""
+        pv = self.partitions.get(str(partition))
+        return 0 if pv is None else pv.horizon
+
+    def horizons(self) -> dict[str, int]:
+        return {p: pv.horizon for p, pv in self.partitions.items()}
+
+
+@dataclass(frozen=True)
+class RunRange:
+    """What one run reads for one partition: the previous generation's view range and the source delta."""
+
+    partition: int
+    view_start: int
+    view_end: int
+    source_start: int
+    horizon: int  # the new horizon: the delta is source offsets [source_start, horizon)
+
+
+def plan_ranges(
+    previous: Manifest | None,
+    source_low: Mapping[int, int],
+    stable: Mapping[int, int],
+    young_from: Mapping[int, int],
+) -> list[RunRange]:
+    """Per partition, what the next generation is made of.
+
+    `stable`: the last stable offset of each partition when the run starts (read_committed: an open transaction's
+    records are beyond it). `young_from`: the first offset whose record is younger than `min.compaction.lag.ms`
+    (absent when none is). The horizon is the lower of the two, never below the previous horizon; the delta starts
+    at the previous horizon, or at the source's first offset for a partition never compacted.
+    """
+    out = []
+    for p in sorted(stable):
+        pv = previous.partitions.get(str(p)) if previous is not None else None
+        start = pv.horizon if pv is not None else source_low.get(p, 0)
+        new = stable[p]
+        if p in young_from and young_from[p] >= 0:
+            new = min(new, young_from[p])
+        new = max(new, start)
+        vs, ve = (pv.view_start, pv.view_end) if pv is not None else (0, 0)
+        out.append(RunRange(p, vs, ve, start, new))
+    return out
+
+
+def garbage_below(manifest: Manifest, now: int, grace_ms: int) -> dict[int, int]:
+    """View offsets below which every record is garbage (an older generation, or a dead run's writes) and may be
+    deleted now: the published generation's start, once the previous generation's readers have had the grace."""
+    if manifest.generation <= 0:
+        return {}
+    if manifest.previous is not None and now < manifest.previous.retired_at + grace_ms:
+        return {}
+    return {int(p): pv.view_start for p, pv in manifest.partitions.items()}
+
+
+def retention_cap(manifest: Manifest | None, service_on: bool, partition: int, now: int, grace_ms: int) -> int | None:
+    """The highest source offset a delete on this partition may reach so that view + tail keep every live key.
+
+    None: no view, no cap. A topic with the service on and nothing published yet is capped at 0 (nothing may go).
+    While the previous generation is in its grace, its horizon caps too: its readers read the source from there.
+    """
+    if manifest is None or manifest.generation <= 0:
+        return 0 if service_on else None
+    cap = manifest.horizon(partition)
+    prev = manifest.previous
+    if prev is not None and now < prev.retired_at + grace_ms:
+        cap = min(cap, prev.horizons.get(str(partition), 0))
+    return cap
+
+
+@dataclass(frozen=True)
+class Due:
+    due: bool
+    why: str
+    beyond_bytes: int = 0
+    beyond_records: int = 0
+    beyond_age_ms: int = 0
+
+
+def run_due(
+    manifest: Manifest | None,
+    stable: Mapping[int, int],
+    now: int,
+    threshold_bytes: int | None,
+    max_lag_ms: int | None,
+    beyond_bytes: int | None = None,
+) -> Due:
+    """Whether the controller starts a run for a topic with the service on.
+
+    Bytes beyond the horizon come from segment events when the caller has them (`beyond_bytes`), else they are
+    estimated from the records beyond the horizon times the last run's bytes per record. A topic never compacted
+    is due at once (there is no view to read yet); a topic whose records beyond the horizon may be older than
+    `max.compaction.lag.ms` is due whatever the bytes.
+    """
+    if manifest is None or manifest.generation <= 0:
+        records = sum(stable.values())
+        return Due(records > 0, "no generation yet" if records else "source is empty", beyond_records=records)
+    records = sum(max(0, hi - manifest.horizon(p)) for p, hi in stable.items())
+    if records == 0:
+        return Due(False, "nothing beyond the horizon")
+    per_record = manifest.bytes_in / manifest.records_in if manifest.records_in else 0.0
+    nbytes = beyond_bytes if beyond_bytes is not None else int(records * per_record)
+    since = [
+        manifest.partitions[str(p)].beyond_since
+        for p, hi in stable.items()
+        if str(p) in manifest.partitions and hi > manifest.horizon(p)
+    ]
+    age = max(0, now - min(since)) if since else 0
+    if any(str(p) not in manifest.partitions and hi > 0 for p, hi in stable.items()):
+        return Due(True, "a partition with records has no view yet", 0, records, age)
+    if max_lag_ms is not None and age >= max_lag_ms:
+        return Due(True, f"records beyond the horizon for {age} ms ≥ max.compaction.lag.ms", nbytes, records, age)
+    if threshold_bytes is not None and nbytes >= threshold_bytes:
+        return Due(True, f"{nbytes} bytes beyond the horizon ≥ compaction.threshold.bytes", nbytes, records, age)
+    return Due(False, "below compaction.threshold.bytes", nbytes, records, age)

@@ -1,0 +1,338 @@
+"""One compaction run, end to end: lease → claim the view → collect garbage → plan → phases 1 and 2 on Spark →
+fence → publish (write the manifest) → collect garbage → status.
+
+The order is what makes a crash harmless at any point: nothing a run writes is visible before its manifest is on
+the manifest topic; the previous generation stays readable until then and for `compaction.view.grace.ms` after;
+what a dead run wrote is below the next published range and is deleted with the old generations. A run publishes
+only while it still holds the lease and the manifest it started from is still the published one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from compactd.compaction.cluster import CompactionCluster
+from compactd.compaction.manifest import Manifest, PartitionView, Previous, garbage_below, plan_ranges
+from compactd.compaction.spark_run import ReadRange, WriteSpec, run_phases, split
+from compactd.compaction.store import MANIFEST_TOPIC_CONFIG, CompactionState, Lease, ManifestLog, now_ms
+from compactd.compaction.strategy import Strategy
+from compactd.errors import CompactdError, ConfigError
+from compactd.policy.thresholds import Thresholds, resolve
+
+log = logging.getLogger("compactd.compaction")
+
+PHASES = ("planned", "written", "published")  # where `on_phase` is called: the boundaries a crash test kills at
+
+
+class RunFailed(CompactdError):
+    """A compaction run stopped before publishing; the previous generation is still the published one."""
+
+
+@dataclass(frozen=True)
+class Overrides:
+    strategy: str | None = None
+    header: str | None = None
+
+
+def eligible(topic: str, own_topics: frozenset[str], view_suffix: str) -> str | None:
+    """Why a topic may not be compacted into a view (None: it may)."""
+    if topic.startswith("__"):
+        return f"{topic} is an internal topic"
+    if topic in own_topics or topic.startswith("compactd."):
+        return f"{topic} is one of compactd's own topics"
+    if topic.endswith(view_suffix):
+        return f"{topic} is a compacted view (topics.view_suffix={view_suffix})"
+    return None
+
+
+def strategy_for(th: Thresholds, overrides: Overrides | None = None) -> Strategy:
+    o = overrides or Overrides()
+    kind = o.strategy or th.compaction_strategy
+    header = o.header if o.header is not None else th.compaction_strategy_header
+    if kind not in ("offset", "timestamp", "header"):
+        raise ConfigError(f"unknown compaction strategy {kind!r}: choose offset, timestamp or header")
+    return Strategy.of(kind, header, th.compaction_strategy_header_format)  # type: ignore[arg-type]
+
+
+class Compactor:
+    """Runs compactions for one cluster. `spark` is a callable returning the session to run on (the job passes a
+    session of its own next to the stream's; the CLI starts one on first use)."""
+
+    def __init__(
+        self,
+        settings: Any,
+        redis: Any,
+        layers: Callable[[], dict[str, dict[str, Any]]],
+        spark: Callable[[], Any],
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.settings = settings
+        self.state = CompactionState(redis, settings.key_prefix)
+        self.layers = layers
+        self.spark = spark
+        self.clock = clock
+        self.conn = settings.kafka_connection()
+        self.log = ManifestLog(self.conn, settings.topics.compactions)
+        self._cluster: CompactionCluster | None = None
+
+    @property
+    def cluster(self) -> CompactionCluster:
+        if self._cluster is None:
+            self._cluster = CompactionCluster(self.conn)
+        return self._cluster
+
+    def thresholds(self, topic: str) -> Thresholds:
+        return resolve(self.layers(), topic)
+
+    def check_eligible(self, topic: str) -> None:
+        why = eligible(topic, frozenset(self.settings.own_topics()), self.settings.topics.view_suffix)
+        if why is not None:
+            raise ConfigError(f"cannot compact {why}")
+
+    # -- one run
+    def run(
+        self, topic: str, overrides: Overrides | None = None, on_phase: Callable[[str], None] | None = None
+    ) -> dict[str, Any]:
+        """One two-phase run now; the summary line of the contract. Raises RunInProgress when another run holds
+        the topic, RunFailed (status ERROR) when the run could not publish."""
+        self.check_eligible(topic)
+        th = self.thresholds(topic)
+        strategy = strategy_for(th, overrides)
+        lease = self.state.take_lease(topic)
+        started = self.clock()
+        t0 = time.monotonic()
+        try:
+            self.state.set_status(topic, "RUNNING", started_at=started, error=None)
+            summary = self._run(topic, th, strategy, lease, started, on_phase or (lambda _p: None))
+        except Exception as exc:
+            line = str(exc) if isinstance(exc, CompactdError) else f"{type(exc).__name__}: {exc}"
+            line = line.strip().splitlines()[0] if line.strip() else type(exc).__name__
+            with contextlib.suppress(Exception):  # Redis away: the run's failure is what the caller reports
+                self.state.set_status(topic, "ERROR", error=line, seconds=round(time.monotonic() - t0, 3))
+            if isinstance(exc, CompactdError):
+                raise
+            raise RunFailed(f"compaction of {topic} failed: {line}") from None
+        finally:
+            lease.release()
+        summary["seconds"] = round(time.monotonic() - t0, 3)
+        self.state.set_status(topic, "SUCCESS", error=None, **{k: v for k, v in summary.items() if k not in ("status", "topic")})
+        return summary
+
+    def _run(
+        self,
+        topic: str,
+        th: Thresholds,
+        strategy: Strategy,
+        lease: Lease,
+        started: int,
+        on_phase: Callable[[str], None],
+    ) -> dict[str, Any]:
+        cluster = self.cluster
+        cluster.ensure_topic(self.log.topic, MANIFEST_TOPIC_CONFIG)
+        manifest = self.log.read(topic)
+        count = cluster.partitions(topic)
+        if count is None:
+            raise RunFailed(f"topic {topic} does not exist")
+        manifest = self._claim_view(topic, manifest, count, strategy, started)
+        self.collect(manifest, th.compaction_view_grace_ms)
+
+        low = cluster.offsets(topic, "earliest", count)
+        stable = cluster.offsets(topic, "latest", count)
+        lag = th.min_compaction_lag_ms
+        young = cluster.offsets(topic, started - lag + 1, count) if lag > 0 else {}
+        published = manifest if manifest.generation > 0 else None
+        plan = plan_ranges(published, low, stable, young)
+        ranges: list[ReadRange] = []
+        for r in plan:
+            ranges += split(manifest.view, r.partition, r.view_start, r.view_end, True)
+            ranges += split(topic, r.partition, max(r.source_start, low.get(r.partition, 0)), r.horizon, False)
+        on_phase("planned")
+
+        spec = WriteSpec(
+            producer_conf=self.conn.client(
+                "producer", {"enable.idempotence": True, "acks": "all", "linger.ms": 20, "batch.size": 1_000_000}
+            ),
+            view=manifest.view,
+            now=started,
+            delete_retention_ms=th.delete_retention_ms,
+        )
+        strategy_opts = {"kind": strategy.kind, "header": strategy.header, "header_format": strategy.header_format}
+        reports = {
+            int(r["partition"]): r
+            for r in run_phases(
+                self.spark(),
+                self.conn.spark_options(),
+                ranges,
+                strategy_opts,
+                th.compaction_retain_null_key,
+                spec,
+                count,
+            )
+        }
+        on_phase("written")
+
+        view_high = cluster.offsets(manifest.view, "latest", count, committed=False)
+        parts: dict[str, PartitionView] = {}
+        totals = dict.fromkeys(("records_in", "bytes_in", "bytes_out", "keys", "tombstones", "null_keys"), 0)
+        for r in plan:
+            rep = reports.get(r.partition)
+            written = int(rep["written"]) if rep else 0
+            if written:
+                vs, ve = int(rep["view_start"]), int(rep["view_end"])  # type: ignore[index]
+                if ve - vs != written:
+                    raise RunFailed(
+                        f"view {manifest.view}/{r.partition}: {written} records written over [{vs},{ve}): "
+                        "another writer shares the view topic"
+                    )
+            else:
+                vs = ve = view_high.get(r.partition, 0)
+            for name in totals:
+                totals[name] += int(rep[name]) if rep else 0
+            held_back = r.horizon < stable.get(r.partition, 0)
+            parts[str(r.partition)] = PartitionView(
+                horizon=r.horizon,
+                view_start=vs,
+                view_end=ve,
+                records=written,
+                keys=int(rep["keys"]) if rep else 0,
+                tombstones=int(rep["tombstones"]) if rep else 0,
+                bytes=int(rep["bytes_out"]) if rep else 0,
+                beyond_since=started - lag if held_back and lag > 0 else started,
+            )
+
+        current = self.log.read(topic)
+        if current is None or current.generation != manifest.generation:
+            seen = None if current is None else current.generation
+            raise RunFailed(f"{topic}: generation {seen} was published meanwhile; this run's writes are garbage")
+        if not lease.check():
+            raise RunFailed(f"{topic}: the run lost its lease (Redis wiped, or stalled past it); not published")
+        finished = self.clock()
+        new = Manifest(
+            topic=topic,
+            view=manifest.view,
+            generation=manifest.generation + 1,
+            strategy=strategy.kind,
+            strategy_header=strategy.header,
+            strategy_header_format=strategy.header_format,
+            partitions=parts,
+            started_at=started,
+            finished_at=finished,
+            records_in=totals["records_in"],
+            records_out=sum(pv.records for pv in parts.values()),
+            bytes_in=totals["bytes_in"],
+            bytes_out=totals["bytes_out"],
+            keys=totals["keys"],
+            tombstones=totals["tombstones"],
+            null_keys=totals["null_keys"],
+            previous=self._retire(manifest, finished, th.compaction_view_grace_ms),
+        )
+        self.log.write(new)
+        self.state.mirror(new)
+        on_phase("published")
+        log.info(
+            "compacted %s: generation %d, %d records in, %d out, %d keys",
+            topic,
+            new.generation,
+            new.records_in,
+            new.records_out,
+            new.keys,
+        )
+        self.collect(new, th.compaction_view_grace_ms)
+        return summary(new)
+
+    @staticmethod
+    def _retire(manifest: Manifest, now: int, grace_ms: int) -> Previous | None:
+        """What the new manifest remembers of the generation it replaces: its horizons (lowered to those of an
+        older generation still within its grace), so source retention stays below every readable generation."""
+        if manifest.generation <= 0:
+            return None
+        horizons = manifest.horizons()
+        old = manifest.previous
+        if old is not None and now < old.retired_at + grace_ms:
+            horizons = {p: min(h, old.horizons.get(p, h)) for p, h in horizons.items()}
+        return Previous(manifest.generation, now, horizons)
+
+    def _claim_view(self, topic: str, manifest: Manifest | None, count: int, strategy: Strategy, now: int) -> Manifest:
+        """The view topic, created and claimed by compactd (a claim is a generation-0 manifest written first, so a
+        crash between the two is resumed, never mistaken for someone else's topic)."""
+        view = manifest.view if manifest is not None else f"{topic}{self.settings.topics.view_suffix}"
+        have = self.cluster.partitions(view)
+        if manifest is None:
+            if have is not None:
+                raise RunFailed(
+                    f"view topic {view} exists and compactd did not create it: delete it or change topics.view_suffix"
+                )
+            manifest = Manifest(topic, view, 0, strategy.kind, strategy.header, strategy.header_format, started_at=now)
+            self.log.write(manifest)
+            self.state.mirror(manifest)
+        if have is None:
+            if manifest.generation > 0:
+                raise RunFailed(f"view topic {view} of {topic} is missing (generation {manifest.generation})")
+            self.cluster.create_view(view, count)
+            have = count
+        if have != count:
+            raise RunFailed(f"view topic {view} has {have} partitions and {topic} has {count}: nothing written")
+        return manifest
+
+    # -- garbage and status
+    def collect(self, manifest: Manifest, grace_ms: int) -> dict[int, int]:
+        """Delete what is below the published generation once its grace is over; the view's new low watermarks."""
+        below = garbage_below(manifest, self.clock(), grace_ms)
+        if not below:
+            return {}
+        return self.cluster.delete_below(manifest.view, below)
+
+    def status(self, topic: str) -> dict[str, Any]:
+        """The contract's status line: Redis's view of the last run, checked against the manifest topic."""
+        st = self.state.status(topic)
+        published = self.log.read(topic)
+        out: dict[str, Any] = {
+            "topic": topic,
+            "status": "NOT_RUN",
+            "generation": 0,
+            "horizon": {},
+            "keys": 0,
+            "records_in": 0,
+            "records_out": 0,
+            "bytes_in": 0,
+            "bytes_out": 0,
+            "seconds": None,
+            "error": None,
+        }
+        if published is not None and published.generation > 0:
+            out.update(summary(published))
+            out["status"] = "SUCCESS"
+            out["seconds"] = round((published.finished_at - published.started_at) / 1000, 3)
+        if st:
+            status = st.get("status", "NOT_RUN")
+            if status == "RUNNING" and self.state.lease_holder(topic) is None:
+                status = "ERROR"  # the run died without a word: its lease expired
+                st["error"] = st.get("error") or "the run stopped without finishing (its lease expired)"
+            if status in ("RUNNING", "ERROR") or published is None or published.generation == 0:
+                out["status"] = status
+            if status == "SUCCESS" and published is not None and st.get("generation") == published.generation:
+                out["seconds"] = st.get("seconds", out["seconds"])
+            out["error"] = st.get("error")
+        out.pop("tombstones", None)
+        return out
+
+
+def summary(m: Manifest) -> dict[str, Any]:
+    return {
+        "topic": m.topic,
+        "generation": m.generation,
+        "status": "SUCCESS",
+        "records_in": m.records_in,
+        "records_out": m.records_out,
+        "keys": m.keys,
+        "tombstones": m.tombstones,
+        "bytes_in": m.bytes_in,
+        "bytes_out": m.bytes_out,
+        "seconds": round((m.finished_at - m.started_at) / 1000, 3),
+        "horizon": {p: pv.horizon for p, pv in sorted(m.partitions.items(), key=lambda kv: int(kv[0]))},
+    }
