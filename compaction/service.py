@@ -120,7 +120,8 @@ class Compactor:
         finally:
             lease.release()
         summary["seconds"] = round(time.monotonic() - t0, 3)
-        self.state.set_status(topic, "SUCCESS", error=None, **{k: v for k, v in summary.items() if k not in ("status", "topic")})
+        fields = {k: v for k, v in summary.items() if k not in ("status", "topic")}
+        self.state.set_status(topic, "SUCCESS", error=None, **fields)
         return summary
 
     def _run(

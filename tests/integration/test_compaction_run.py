@@ -19,7 +19,6 @@ from compactd.compaction.view import CompactedReader, table
 from tests.support.compaction import history, produce
 
 
-
 def make(job_settings, redis_url: str, spark, layers: dict[str, dict[str, Any]] | None = None) -> Compactor:
     settings = job_settings()
     r = redis.Redis.from_url(redis_url)
