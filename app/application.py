@@ -20,6 +20,8 @@ from pyspark.sql import SparkSession
 import compactd
 from compactd.app.settings import Settings
 from compactd.clock import now_ms
+from compactd.compaction.service import Compactor
+from compactd.control.compaction_trigger import POOL, CompactionTrigger
 from compactd.control.controller import Controller, Probe, _no_probe
 from compactd.control.runtime_config import ConfigOutcome, RuntimeConfig
 from compactd.control.state_guard import REBUILDING, StateGuard
@@ -27,6 +29,7 @@ from compactd.errors import ConfigError, DependencyUnavailable, ForcedStop, Quer
 from compactd.kafka.admin import admin_client, check_reachable, ensure_topics, high_watermarks, list_end_offsets
 from compactd.kafka.groups import ClusterGroupOffsets
 from compactd.metrics import Metrics, default_metrics
+from compactd.model import ActionRecord
 from compactd.policy.plan import NOT_CAUGHT_UP
 from compactd.policy.readiness import Readiness
 from compactd.sinks.audit import AuditLog
@@ -105,8 +108,21 @@ class Application:
             probe=probe,
             own_topics=frozenset(settings.own_topics()),
             cluster_offsets=None if self.group_offsets is None else self.group_offsets.committed,
+            view_cap=lambda *args: self.compaction.view_cap(*args),
         )
         self.config = RuntimeConfig(self.state, settings.thresholds, settings.secrets(), self.controller, self.metrics)
+        self.compaction = CompactionTrigger(
+            Compactor(settings, self.state.r, self.config.effective, self._compaction_spark, clock),
+            self.metrics,
+            self.config.effective,
+            self.state.topics,
+            self._audit_run,
+            clock,
+            check_every_s=settings.compaction_check_interval_ms / 1000,
+            cap_moved=lambda topic: self.controller.evaluate(
+                [(topic, p) for p in self.state.partitions(topic)], "compaction"
+            ),
+        )
         self.decoder = Decoder(
             settings.topics.segments,
             settings.topics.commits,
@@ -123,6 +139,25 @@ class Application:
         self._admin: Any = None
         self.forced = False  # a second signal: leave without waiting for the running batch
         self._sampled_at = 0.0
+
+    def _compaction_spark(self) -> SparkSession:
+        """A session of its own for a compaction run, next to the stream's, in a fair-scheduler pool of its own:
+        the stream's micro-batches keep their share of the executors while a run works (called in the run's
+        thread: the pool is a thread-local property)."""
+        if self.spark is None:
+            from compactd.streaming.session import spark_session
+
+            self.spark = spark_session(self.settings.spark_master, verbose=self.verbose)
+            self._closers.append(self._stop_spark)
+        session = self.spark.newSession()
+        session.sparkContext.setLocalProperty("spark.scheduler.pool", POOL)
+        return session
+
+    def _audit_run(self, rec: ActionRecord) -> None:
+        """A compaction run's action record, audited like the outbox's (under the controller's lock: one writer)."""
+        with self.controller.lock:
+            self.audit.publish(rec)
+            self.audit.flush()
 
     @property
     def spark_checkpoint(self) -> Path:
@@ -372,6 +407,7 @@ class Application:
             self.start(once)
         if once and self.job is None:  # every source partition was read to its end already
             self.summary.partitions += self.controller.evaluate_all()
+            self._compact_once()
             self._drain(time.monotonic() + ONCE_DRAIN_S)
             return self.summary.line(self.controller.outcomes)
         assert self.job is not None and self.job.query is not None
@@ -391,6 +427,7 @@ class Application:
                     break
                 query = self._rebuild_stream(once=True)  # lost during this run: read everything again
             self.summary.partitions += self.controller.evaluate_all()
+            self._compact_once()
             self._drain(time.monotonic() + ONCE_DRAIN_S)
             return self.summary.line(self.controller.outcomes)
         stop = stop or threading.Event()
@@ -409,6 +446,7 @@ class Application:
                         self._state_lost(lost)
                         continue
                     self.controller.tick()
+                    self.compaction.tick()
                     if warming:  # metrics of partitions no batch touched yet, one chunk per tick
                         warming = self.controller.warm_metrics() > 0
                     self._sample()
@@ -435,6 +473,12 @@ class Application:
             raise
         return self.summary.line(self.controller.outcomes)
 
+    def _compact_once(self) -> None:
+        """`run --once`: the compaction runs due now, carried out before the run ends."""
+        self.compaction.tick(now=True)
+        if not self.compaction.wait(ONCE_DRAIN_S):
+            log.warning("compaction runs still in progress after %.0fs: left unpublished", ONCE_DRAIN_S)
+
     def _rebuild_stream(self, once: bool) -> Any:
         """Stop the query between batches, rebuild the state from the sources' start, run a new query."""
         assert self.job is not None and self.lost is not None
@@ -453,6 +497,7 @@ class Application:
         budget = self.settings.stop_timeout_ms / 1000
         until = time.monotonic() + budget
         log.info("stopping: finishing the running batch, then draining the outbox (at most %.0fs)", budget)
+        self.compaction.stopping.set()  # a run in progress is left unpublished: its writes are garbage, never seen
         if not self.job.stop(timeout_s=budget):
             self.forced = True
             raise StopTimeout(
@@ -522,6 +567,7 @@ class Application:
     # ---- stop, in reverse ----
 
     def close(self) -> None:
+        self.compaction.stopping.set()
         errors: list[str] = []
         forced: ForcedStop | None = None
         while self._closers:

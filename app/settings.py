@@ -88,6 +88,8 @@ class Settings(BaseSettings):
     cluster_offsets_ttl_ms: int = Field(5_000, ge=0)
     # while Redis does not answer, a batch waits and is retried with backoff doubling up to this long
     redis_retry_max_ms: int = Field(10_000, gt=0)
+    # how often the job checks the topics with compaction.service on for a due run (one ListOffsets per topic)
+    compaction_check_interval_ms: int = Field(5_000, gt=0)
     # SIGTERM: finish the running batch and drain the outbox within this long, else exit 1 (a 2nd SIGTERM: at once)
     stop_timeout_ms: int = Field(120_000, ge=0)
 

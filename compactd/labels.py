@@ -49,12 +49,16 @@ ACTION_REASONS: Final[dict[ActionKind, tuple[Reason, ...]]] = {
     "compact": ("max_compaction_lag",),
     "delete_records": ("consumed_retention", "forced_retention"),
     "restore_config": ("compacted",),
+    # a run of the compaction service (compaction/): the view's first generation, bytes beyond its horizon, or
+    # records beyond its horizon for max.compaction.lag.ms
+    "compact_view": ("first_generation", "compaction_threshold", "max_compaction_lag"),
 }
 # Final statuses an action is counted with (never "pending"); a restore is never dry-run and no guard skips it
 ACTION_STATUSES: Final[dict[ActionKind, tuple[Status, ...]]] = {
     "compact": ("dry_run", "sent", "failed", "skipped"),
     "delete_records": ("dry_run", "sent", "failed", "skipped"),
     "restore_config": ("sent", "failed"),
+    "compact_view": ("dry_run", "sent", "failed", "skipped"),
 }
 ACTION_OUTCOMES: Final[tuple[tuple[ActionKind, Reason, Status], ...]] = tuple(
     (action, reason, status)
@@ -65,4 +69,4 @@ ACTION_OUTCOMES: Final[tuple[tuple[ActionKind, Reason, Status], ...]] = tuple(
 
 BATCH_OUTCOMES: Final = ("merged", "replayed")
 CONFIG_RESULTS: Final = ("applied", "replayed", "rejected")
-EVALUATION_TRIGGERS: Final = ("batch", "deadline", "full", "config")
+EVALUATION_TRIGGERS: Final = ("batch", "deadline", "full", "config", "compaction")

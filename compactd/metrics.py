@@ -134,6 +134,43 @@ class Metrics:
             ["scope"],
             registry=registry,
         )
+        # the compaction service, per topic with the service on (few by design: label values are those topics)
+        self.compaction_runs = Counter(
+            "compactd_compaction_runs",
+            "Compaction runs of the service by topic and status",
+            ["topic", "status"],
+            registry=registry,
+        )
+        self.compaction_running = Gauge(
+            "compactd_compaction_running",
+            "1 while a compaction run of the topic is in progress",
+            ["topic"],
+            registry=registry,
+        )
+        self.compaction_last = Gauge(
+            "compactd_compaction_last",
+            "The last successful run: keys, records_in, records_out, bytes_in, bytes_out, seconds, generation",
+            ["topic", "figure"],
+            registry=registry,
+        )
+        self.compaction_beyond_records = Gauge(
+            "compactd_compaction_beyond_horizon_records",
+            "Source records beyond the view's published horizon (not in the view yet)",
+            ["topic"],
+            registry=registry,
+        )
+        self.compaction_beyond_age = Gauge(
+            "compactd_compaction_beyond_horizon_age_seconds",
+            "How long a record may have waited beyond the view's horizon (0 when none is)",
+            ["topic"],
+            registry=registry,
+        )
+        self.compaction_max_lag = Gauge(
+            "compactd_compaction_max_lag_seconds",
+            "max.compaction.lag.ms of a topic with the service on (the alert compares the age with it; 0 = none)",
+            ["topic"],
+            registry=registry,
+        )
         self._init_known_series()
 
     def _init_known_series(self) -> None:

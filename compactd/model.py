@@ -9,8 +9,15 @@ from typing import Any, Literal
 
 from compactd.keys import partition_key
 
-ActionKind = Literal["compact", "delete_records", "restore_config"]
-Reason = Literal["max_compaction_lag", "consumed_retention", "forced_retention", "compacted"]
+ActionKind = Literal["compact", "delete_records", "restore_config", "compact_view"]
+Reason = Literal[
+    "max_compaction_lag",
+    "consumed_retention",
+    "forced_retention",
+    "compacted",
+    "first_generation",
+    "compaction_threshold",
+]
 Status = Literal["pending", "dry_run", "sent", "failed", "skipped"]
 
 

@@ -187,7 +187,8 @@ VIEW_SCHEMA = pa.schema(
     [
         ("partition", pa.int32()),
         ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("ms", tz="UTC")),
+        # Spark checks a reader's batches against its own Arrow form of the schema: timestamps in microseconds
+        ("timestamp", pa.timestamp("us", tz="UTC")),
         ("key", pa.binary()),
         ("value", pa.binary()),
         ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
@@ -237,7 +238,7 @@ class _ViewReader(DataSourceReader):
         for rec in recs:
             cols["partition"].append(partition.partition)
             cols["offset"].append(rec.offset)
-            cols["timestamp"].append(rec.timestamp if rec.timestamp >= 0 else None)
+            cols["timestamp"].append(rec.timestamp * 1000 if rec.timestamp >= 0 else None)
             cols["key"].append(rec.key)
             cols["value"].append(rec.value)
             cols["headers"].append([{"key": k, "value": v} for k, v in rec.headers])

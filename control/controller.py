@@ -37,6 +37,10 @@ EVAL_CHUNK = 2000
 Probe = Callable[[str, int], None]
 
 
+# (topic, partition, thresholds, now, fresh) -> the highest offset a delete may reach (compaction service), or None
+ViewCap = Callable[[str, int, Thresholds, int, bool], "int | None"]
+
+
 def _no_probe(point: str, batch_id: int) -> None:
     pass
 
@@ -54,13 +58,16 @@ class Controller:
         probe: Probe = _no_probe,
         own_topics: frozenset[str] = frozenset(),
         cluster_offsets: Callable[[str], Mapping[str, Mapping[int, int]]] | None = None,
+        view_cap: ViewCap | None = None,
     ) -> None:
         """`cluster_offsets(topic)`: group -> partition -> committed offset as the cluster has it, read right before
-        each consumed-retention delete (None: no such check, for tests without a cluster)."""
+        each consumed-retention delete (None: no such check, for tests without a cluster). `view_cap(topic,
+        partition, thresholds, now, fresh)`: the compacted view's horizon no delete may pass (None: no view)."""
         self.state = state
         self.layers = dict(layers)
         self.own_topics = own_topics
         self.cluster_offsets = cluster_offsets
+        self.view_cap = view_cap
         self.sink = sink
         self.dry = DryRunSink()
         self.audit = audit
@@ -182,7 +189,8 @@ class Controller:
             th = self.thresholds(view.topic, view.partition)
             key = (view.topic, view.partition)
             excluded = topic_excluded(view.topic, th, self.own_topics)
-            plans.append(plan_partition(view, th, records[key], now, allowed, excluded))
+            cap = None if self.view_cap is None else self.view_cap(view.topic, view.partition, th, now, False)
+            plans.append(plan_partition(view, th, records[key], now, allowed, excluded, cap))
             if excluded:
                 self.metrics.partitions.forget(key)
             else:  # what operators see per partition comes from this evaluation, not from a scan at scrape time
@@ -298,7 +306,8 @@ class Controller:
         view = self.state.views([(rec.topic, rec.partition)])[0] if rec.action == "delete_records" else None
         if view is None:
             return excluded
-        return send_check(rec, view, th, now, excluded)
+        cap = None if self.view_cap is None else self.view_cap(rec.topic, rec.partition, th, now, True)
+        return send_check(rec, view, th, now, excluded, cap)
 
     def _cluster_says_no(self, rec: ActionRecord, th: Thresholds) -> str | None:
         """The last guard before a consumed-retention delete goes: the committed offsets of the topic's groups as

@@ -12,7 +12,7 @@ An action record's lifecycle, in one place:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from compactd.errors import UnsafeDecision
@@ -56,7 +56,14 @@ def check_delete_safe(d: Decision, view: PartitionView) -> None:
         raise UnsafeDecision(f"{view.key}: before_offset {d.before_offset} past min committed {view.min_committed}")
 
 
-def send_check(rec: ActionRecord, view: PartitionView, th: Thresholds, now: int, excluded: str | None) -> str | None:
+def send_check(
+    rec: ActionRecord,
+    view: PartitionView,
+    th: Thresholds,
+    now: int,
+    excluded: str | None,
+    view_cap: int | None = None,
+) -> str | None:
     """Why an action decided earlier must not go out now (None: send it). Runs right before the sink.
 
     The state may have moved since the decision: a group rewound or joined, a config event raised a retention or
@@ -68,6 +75,8 @@ def send_check(rec: ActionRecord, view: PartitionView, th: Thresholds, now: int,
         return None
     if rec.before_offset is None:
         return "no offset"
+    if view_cap is not None and rec.before_offset > view_cap:
+        return f"past the compacted view's horizon {view_cap}: view + tail would lose keys"
     if rec.reason == "consumed_retention" and (view.min_committed is None or rec.before_offset > view.min_committed):
         return f"no longer safe: min committed offset is {view.min_committed} (unknown if None)"
     fresh = decide_deletion(view, th, now)
@@ -131,8 +140,10 @@ def plan_partition(
     now: int,
     deletes_allowed: bool,
     excluded: str | None = None,
+    view_cap: int | None = None,
 ) -> PartitionPlan:
-    """`excluded`: why compactd never acts on this topic (internal, its own, topics.exclude); None to decide."""
+    """`excluded`: why compactd never acts on this topic (internal, its own, topics.exclude); None to decide.
+    `view_cap`: the compacted view's published horizon (compaction service): no delete goes past it."""
     answered: list[ActionRecord] = []
     live: list[ActionRecord] = []
     previous = {rec.action: rec for rec in records}  # for attempt counting, whatever became of them
@@ -147,6 +158,10 @@ def plan_partition(
     enqueue: list[ActionRecord] = []
     dropped: list[str] = []
     for decision in [] if excluded else decide(view, th, now):
+        if decision.action == "delete_records" and view_cap is not None and decision.before_offset is not None:
+            if view_cap <= view.log_start:
+                continue  # the view holds nothing beyond what is already gone: nothing may be deleted
+            decision = replace(decision, before_offset=min(decision.before_offset, view_cap))
         existing = next((r for r in live if r.action == decision.action), None)
         if not should_record(decision, existing, now, th.action_retry_ms):
             continue

@@ -75,6 +75,8 @@ def spark_options(master: str = "local[2]", verbose: bool = False) -> dict[str, 
         "spark.sql.shuffle.partitions": "4",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
+        # compaction runs share the session's executors with the stream: fair pools, not first come first served
+        "spark.scheduler.mode": "FAIR",
     }
     if not submitted():
         options |= {"spark.master": master, "spark.app.name": "compactd"}

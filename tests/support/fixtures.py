@@ -153,7 +153,7 @@ def job_settings(cluster: Cluster, redis_url: str, tmp_path: Path):
     from compactd.app.settings import Settings, TopicNames
 
     def make(**overrides):
-        names = {k: cluster.name(k) for k in ("segments", "commits", "config", "actions", "dlq")}
+        names = {k: cluster.name(k) for k in ("segments", "commits", "config", "actions", "dlq", "compactions")}
         base = dict(
             bootstrap_servers=cluster.bootstrap,
             redis_url=redis_url,

@@ -1,0 +1,237 @@
+"""The controller's side of the compaction service: decide when a topic's view needs a run, start it next to the
+stream (its own Spark session, its own thread), report it as an action record, and collect old generations.
+
+A run is decided like every other action: by a pure rule (`compaction.manifest.run_due`) over what compactd knows —
+the published manifest (mirrored in Redis, refreshed from the manifest topic when the mirror is missing) and the
+source's last stable offsets — under the topic's thresholds: `compaction.threshold.bytes`, `max.compaction.lag.ms`,
+`dry.run` (a dry-run topic gets a `dry_run` record, once, and no run). At most one run per topic (the Redis lease,
+also taken by `compactd compact`), at most `compaction.max.concurrent` at once.
+
+It also gives the delete path its cap (`view_cap`): a delete on the source never passes the published horizon
+(nor, during the grace, the previous generation's), so view + tail always hold every live key.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from compactd.compaction.manifest import Manifest, garbage_below, retention_cap, run_due
+from compactd.compaction.service import Compactor, eligible
+from compactd.compaction.store import RunInProgress
+from compactd.metrics import Metrics
+from compactd.model import ActionRecord
+from compactd.policy.thresholds import Thresholds, parse_scope, resolve, resolve_global
+
+log = logging.getLogger("compactd.compaction")
+
+CHECK_EVERY_S = 5.0  # how often topics are checked for a run (one ListOffsets per topic with the service on)
+CACHE_S = 1.0  # how long decisions reuse the manifests they read (the send-time check always reads them)
+POOL = "compactd-compaction"  # Spark fair-scheduler pool of the runs: the stream's batches keep their share
+
+
+class CompactionTrigger:
+    def __init__(
+        self,
+        compactor: Compactor,
+        metrics: Metrics,
+        layers: Callable[[], dict[str, dict[str, Any]]],
+        known_topics: Callable[[], Iterable[str]],
+        publish: Callable[[ActionRecord], None],
+        clock: Callable[[], int],
+        check_every_s: float = CHECK_EVERY_S,
+        cap_moved: Callable[[str], None] = lambda _topic: None,
+    ) -> None:
+        """`cap_moved(topic)`: the published horizon (or the end of a grace) moved the topic's delete cap: its
+        partitions are evaluated again, as a config change would have them."""
+        self.compactor = compactor
+        self.metrics = metrics
+        self.layers = layers
+        self.known_topics = known_topics
+        self.publish = publish
+        self.clock = clock
+        self.check_every_s = check_every_s
+        self.cap_moved = cap_moved
+        self.running: dict[str, threading.Thread] = {}
+        self.said_dry: set[str] = set()
+        self._checked_at = 0.0
+        self._mirrored = False
+        self.stopping = threading.Event()
+        self._cache_at = -CACHE_S
+        self._with_view: set[str] = set()
+        self._manifests: dict[str, Manifest | None] = {}
+        self._lock = threading.Lock()
+
+    # -- which topics
+    def topics(self) -> list[str]:
+        """Topics with the service on: those named in a topic scope, and every known topic when it is on globally."""
+        layers = self.layers()
+        named = {t for scope in layers for kind, t, _ in [parse_scope(scope)] if kind != "global" and t is not None}
+        candidates = set(named)
+        if resolve_global(layers).compaction_service:
+            candidates |= set(self.known_topics())
+        settings = self.compactor.settings
+        own = frozenset(settings.own_topics())
+        out = []
+        for topic in sorted(candidates):
+            if eligible(topic, own, settings.topics.view_suffix) is None and resolve(layers, topic).compaction_service:
+                out.append(topic)
+        return out
+
+    def manifest(self, topic: str) -> Manifest | None:
+        """The published manifest: the Redis mirror, refreshed from the manifest topic when it has none (a new job,
+        a state wiped by a rebuild) — a missing mirror never reads as "nothing published"."""
+        found = self.compactor.state.manifest(topic)
+        if found is None or not self._mirrored:
+            self.refresh_mirrors()
+            found = self.compactor.state.manifest(topic)
+        return found
+
+    def refresh_mirrors(self) -> None:
+        for m in self.compactor.log.read_all().values():
+            current = self.compactor.state.manifest(m.topic)
+            if current is None or current.generation < m.generation:
+                self.compactor.state.mirror(m)
+        self._mirrored = True
+
+    # -- the delete path's cap
+    def view_cap(self, topic: str, partition: int, th: Thresholds, now: int, fresh: bool = False) -> int | None:
+        """The highest source offset a delete may reach on this partition (None: no view, no cap). Decisions read
+        the manifests through a cache of CACHE_S (a stale manifest caps lower: the safe side); the send-time check
+        reads Redis now (`fresh`)."""
+        if fresh or time.monotonic() - self._cache_at >= CACHE_S:
+            self._cache_at = time.monotonic()
+            self._with_view = set(self.compactor.state.topics())
+            self._manifests.clear()
+        manifest: Manifest | None = None
+        if topic in self._with_view or th.compaction_service:
+            if fresh or topic not in self._manifests:
+                self._manifests[topic] = self.compactor.state.manifest(topic)
+            manifest = self._manifests[topic]
+        if manifest is None and th.compaction_service and not self._mirrored:
+            manifest = self.manifest(topic)
+        return retention_cap(manifest, th.compaction_service, partition, now, th.compaction_view_grace_ms)
+
+    # -- the tick
+    def tick(self, now: bool = False) -> None:
+        """Every `check_every_s` (`now`: at once): start the runs that are due, collect what the grace released,
+        refresh the gauges."""
+        if self.stopping.is_set() or (not now and time.monotonic() - self._checked_at < self.check_every_s):
+            return
+        self._checked_at = time.monotonic()
+        with self._lock:
+            self.running = {t: th for t, th in self.running.items() if th.is_alive()}
+        layers = self.layers()
+        limit = resolve_global(layers).max_concurrent_nudges
+        for topic in self.topics():
+            th = resolve(layers, topic)
+            try:
+                self._check(topic, th, limit)
+            except Exception as exc:  # one topic's trouble never stops the others, nor the stream
+                log.warning("compaction check of %s failed: %s", topic, (str(exc).splitlines() or [""])[0])
+
+    def _check(self, topic: str, th: Thresholds, limit: int) -> None:
+        cluster = self.compactor.cluster
+        count = cluster.partitions(topic)
+        if count is None:
+            return
+        manifest = self.manifest(topic)
+        now = self.clock()
+        if manifest is not None and manifest.generation > 0 and topic not in self.running:
+            below = garbage_below(manifest, now, th.compaction_view_grace_ms)
+            low = cluster.offsets(manifest.view, "earliest", count, committed=False) if below else {}
+            if any(off > low.get(p, 0) for p, off in below.items()):
+                self.compactor.collect(manifest, th.compaction_view_grace_ms)
+                self.cap_moved(topic)  # the previous generation's grace is over: its horizon no longer caps
+        stable = cluster.offsets(topic, "latest", count)
+        due = run_due(manifest, stable, now, th.compaction_threshold_bytes, th.max_compaction_lag_ms)
+        self.metrics.compaction_beyond_records.labels(topic).set(due.beyond_records)
+        self.metrics.compaction_beyond_age.labels(topic).set(due.beyond_age_ms / 1000)
+        self.metrics.compaction_max_lag.labels(topic).set((th.max_compaction_lag_ms or 0) / 1000)
+        if not due.due or topic in self.running:
+            return
+        reason = (
+            "first_generation"
+            if manifest is None or manifest.generation <= 0
+            else "max_compaction_lag"
+            if "max.compaction.lag.ms" in due.why
+            else "compaction_threshold"
+        )
+        rec = ActionRecord(
+            id=f"compact-view-{topic}-{now}",
+            action="compact_view",
+            topic=topic,
+            partition=-1,
+            reason=reason,  # type: ignore[arg-type]
+            dry_run=th.dry_run,
+            decided_at=now,
+            status="pending",
+            detail={"why": due.why, "beyond_records": due.beyond_records, "beyond_bytes": due.beyond_bytes},
+        )
+        if th.dry_run:
+            if topic not in self.said_dry:
+                self.said_dry.add(topic)
+                self._finish(rec.with_status("dry_run"))
+            return
+        self.said_dry.discard(topic)
+        if len(self.running) >= limit:
+            return  # compaction.max.concurrent: waits for a run to end
+        thread = threading.Thread(target=self._run, args=(rec,), name=f"compactd-compact-{topic}", daemon=True)
+        with self._lock:
+            self.running[topic] = thread
+        self.metrics.compaction_running.labels(topic).set(1)
+        thread.start()
+
+    def _run(self, rec: ActionRecord) -> None:
+        topic = rec.topic
+        log.info("compaction of %s started (%s)", topic, rec.detail.get("why"))
+        try:
+            out = self.compactor.run(topic)
+        except RunInProgress as exc:
+            self._finish(rec.with_status("skipped", why=str(exc)))
+        except Exception as exc:
+            line = (str(exc).splitlines() or [type(exc).__name__])[0]
+            if self.stopping.is_set():
+                log.info("compaction of %s interrupted by the stop: the published generation stays", topic)
+                return
+            log.warning("compaction of %s failed: %s", topic, line)
+            self._finish(rec.with_status("failed", error=line))
+        else:
+            for figure in ("keys", "records_in", "records_out", "bytes_in", "bytes_out", "seconds", "generation"):
+                self.metrics.compaction_last.labels(topic, figure).set(out[figure])
+            self._cache_at = -CACHE_S  # decisions read the new manifest
+            self.cap_moved(topic)
+            self._finish(
+                rec.with_status(
+                    "sent",
+                    generation=out["generation"],
+                    keys=out["keys"],
+                    tombstones=out["tombstones"],
+                    records_in=out["records_in"],
+                    records_out=out["records_out"],
+                    bytes_in=out["bytes_in"],
+                    bytes_out=out["bytes_out"],
+                    seconds=out["seconds"],
+                    horizon=out["horizon"],
+                )
+            )
+        finally:
+            self.metrics.compaction_running.labels(topic).set(0)
+
+    def _finish(self, rec: ActionRecord) -> None:
+        self.metrics.compaction_runs.labels(rec.topic, rec.status).inc()
+        self.metrics.actions.labels(rec.action, rec.reason, rec.status).inc()
+        try:
+            self.publish(rec)
+        except Exception as exc:
+            log.warning("compaction record of %s not audited: %s", rec.topic, exc)
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait for the runs in progress (a graceful stop); True when none is left."""
+        until = time.monotonic() + timeout_s
+        for thread in list(self.running.values()):
+            thread.join(max(0.0, until - time.monotonic()))
+        return not any(t.is_alive() for t in self.running.values())
