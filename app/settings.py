@@ -90,6 +90,9 @@ class Settings(BaseSettings):
     redis_retry_max_ms: int = Field(10_000, gt=0)
     # how often the job checks the topics with compaction.service on for a due run (one ListOffsets per topic)
     compaction_check_interval_ms: int = Field(5_000, gt=0)
+    # a compaction run holds its topic's lease this long past its last renewal (renewed every quarter of it): a run
+    # killed with -9 blocks the next one for at most this long
+    compaction_lease_ms: int = Field(60_000, ge=1_000)
     # SIGTERM: finish the running batch and drain the outbox within this long, else exit 1 (a 2nd SIGTERM: at once)
     stop_timeout_ms: int = Field(120_000, ge=0)
 

@@ -103,7 +103,7 @@ class Compactor:
         self.check_eligible(topic)
         th = self.thresholds(topic)
         strategy = strategy_for(th, overrides)
-        lease = self.state.take_lease(topic)
+        lease = self.state.take_lease(topic, self.settings.compaction_lease_ms)
         started = self.clock()
         t0 = time.monotonic()
         try:

@@ -1,0 +1,110 @@
+"""The compaction service's pure rules: what a run covers, what is garbage, how far the source may be deleted, when
+a run is due, and the delete cap in the partition plan."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compactd.compaction.manifest import (
+    Manifest,
+    PartitionView,
+    Previous,
+    garbage_below,
+    plan_ranges,
+    retention_cap,
+    run_due,
+)
+from compactd.model import PartitionView as StateView
+from compactd.model import Segment
+from compactd.policy.plan import plan_partition, send_check
+from compactd.policy.thresholds import Thresholds
+
+NOW = 1_000_000_000
+
+
+def manifest(horizons: dict[int, int], generation: int = 1, previous: Previous | None = None, **kw) -> Manifest:
+    parts = {str(p): PartitionView(h, 10 * p, 10 * p + 5, beyond_since=NOW - 1000) for p, h in horizons.items()}
+    return Manifest("t", "t.compacted", generation, partitions=parts, previous=previous, **kw)
+
+
+def test_manifest_round_trips_through_json() -> None:
+    m = manifest({0: 5, 1: 7}, previous=Previous(1, NOW, {"0": 3}), records_in=9, bytes_in=90)
+    assert Manifest.loads(m.dumps()) == m
+    assert Manifest.from_json({**m.to_json(), "future_field": 1}) == m  # a newer writer's extra fields are ignored
+
+
+def test_first_run_reads_the_source_from_its_start_and_stops_at_the_young_records() -> None:
+    plan = plan_ranges(None, {0: 3, 1: 0}, {0: 100, 1: 50}, {0: 60})
+    assert [(r.partition, r.source_start, r.horizon, r.view_end - r.view_start) for r in plan] == [
+        (0, 3, 60, 0),
+        (1, 0, 50, 0),
+    ]
+
+
+def test_incremental_run_reads_the_previous_view_and_the_delta_and_never_moves_back() -> None:
+    prev = manifest({0: 40, 1: 50})
+    plan = plan_ranges(prev, {0: 0, 1: 0}, {0: 100, 1: 50}, {0: 20})
+    r0, r1 = plan
+    assert (r0.view_start, r0.view_end, r0.source_start, r0.horizon) == (0, 5, 40, 40)  # young from 20 < 40: stays
+    assert (r1.view_start, r1.view_end, r1.source_start, r1.horizon) == (10, 15, 50, 50)
+
+
+def test_garbage_waits_for_the_grace_of_the_previous_generation() -> None:
+    m = manifest({0: 5}, generation=2, previous=Previous(1, NOW, {"0": 3}))
+    assert garbage_below(m, NOW + 999, 1000) == {}
+    assert garbage_below(m, NOW + 1000, 1000) == {0: 0}
+    assert garbage_below(manifest({0: 5}, generation=0), NOW, 0) == {}
+
+
+@given(
+    horizon=st.integers(0, 1000),
+    prev=st.one_of(st.none(), st.integers(0, 1000)),
+    age=st.integers(0, 5000),
+    grace=st.integers(0, 3000),
+    service=st.booleans(),
+)
+def test_retention_cap_never_passes_a_readable_generations_horizon(
+    horizon: int, prev: int | None, age: int, grace: int, service: bool
+) -> None:
+    previous = None if prev is None else Previous(1, NOW, {"0": prev})
+    m = manifest({0: horizon}, generation=2, previous=previous)
+    cap = retention_cap(m, service, 0, NOW + age, grace)
+    assert cap is not None and cap <= horizon
+    if prev is not None and age < grace:
+        assert cap <= prev
+    assert retention_cap(None, True, 0, NOW, grace) == 0  # on, nothing published: nothing may go
+    assert retention_cap(None, False, 0, NOW, grace) is None
+    assert retention_cap(manifest({0: 9}, generation=0), True, 0, NOW, grace) == 0
+
+
+def test_run_due_by_first_generation_bytes_and_lag() -> None:
+    assert run_due(None, {0: 10}, NOW, None, None).due
+    assert not run_due(None, {0: 0}, NOW, None, None).due
+    m = manifest({0: 100}, records_in=100, bytes_in=10_000)  # 100 bytes per record
+    assert not run_due(m, {0: 100}, NOW, 1, 1).due  # nothing beyond the horizon
+    assert run_due(m, {0: 110}, NOW, 1000, None).due  # 10 records ≈ 1000 bytes
+    assert not run_due(m, {0: 109}, NOW, 1000, None).due
+    assert run_due(m, {0: 109}, NOW, 1000, None, beyond_bytes=5000).due  # segment events know better
+    lag = run_due(m, {0: 101}, NOW, None, 1000)
+    assert lag.due and "max.compaction.lag.ms" in lag.why and lag.beyond_age_ms == 1000
+    assert not run_due(m, {0: 101}, NOW, None, 1001).due
+    assert run_due(m, {0: 100, 1: 5}, NOW, None, None).due  # a partition without a view
+
+
+def view_with(log_start: int = 0) -> StateView:
+    seg = Segment(0, 500, NOW - 10_000_000, 1, NOW - 10_000_000)
+    return StateView("t", 0, segments=(seg,), log_start=log_start, cleaned_up_to=0)
+
+
+def test_plan_caps_a_delete_at_the_view_horizon_and_send_check_holds_it() -> None:
+    th = Thresholds.model_validate({"forced.retention.ms": 0, "dry.run": False})
+    free = plan_partition(view_with(), th, [], NOW, True)
+    assert [r.before_offset for r in free.enqueue] == [500]
+    capped = plan_partition(view_with(), th, [], NOW, True, view_cap=120)
+    assert [r.before_offset for r in capped.enqueue] == [120]
+    assert plan_partition(view_with(120), th, [], NOW, True, view_cap=120).enqueue == ()  # nothing beyond the start
+    assert plan_partition(view_with(), th, [], NOW, True, view_cap=0).enqueue == ()
+    rec = free.enqueue[0]
+    assert send_check(rec, view_with(), th, NOW, None, view_cap=120) is not None
+    assert send_check(capped.enqueue[0], view_with(), th, NOW, None, view_cap=120) is None
