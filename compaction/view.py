@@ -97,6 +97,20 @@ def read_segment(conf: dict[str, Any], seg: Segment, low: Mapping[str, int] | No
     yield from _records(conf, seg.topic, seg.partition, seg.tail_start, seg.tail_end, False)
 
 
+def first_offsets(conf: dict[str, Any], seg: Segment) -> dict[str, int]:
+    """The view's and the source's first offsets of the segment's partition now (what `read_segment` checks)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**conf, "group.id": f"compactd-view-{uuid.uuid4()}"})
+    try:
+        out = {"source": consumer.get_watermark_offsets(TopicPartition(seg.topic, seg.partition), 30, False)[0]}
+        if seg.view:
+            out["view"] = consumer.get_watermark_offsets(TopicPartition(seg.view, seg.partition), 30, False)[0]
+        return out
+    finally:
+        consumer.close()
+
+
 def table(records: Iterable[Record], strategy: Strategy) -> list[Record]:
     """One record per live key under the strategy (winning tombstones remove their key; null keys are no key)."""
     best: dict[bytes, tuple[tuple[int, int, int], Record]] = {}
@@ -230,7 +244,7 @@ class _ViewReader(DataSourceReader):
 
         assert isinstance(partition, Segment)
         conf = self.conn.client("consumer", READER_DEFAULTS)
-        recs: Iterable[Record] = read_segment(conf, partition)
+        recs: Iterable[Record] = read_segment(conf, partition, first_offsets(conf, partition))
         if self.options.get("table", "false").lower() == "true":
             rule = self.manifest.strategy_rule if self.manifest is not None else Strategy()
             recs = table(recs, rule)
