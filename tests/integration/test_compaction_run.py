@@ -127,3 +127,59 @@ def test_status_line_speaks_the_contract(cluster, job_settings, redis_url, spark
     assert st["status"] == "SUCCESS" and st["generation"] == 1 and st["horizon"] == {"0": 50}
     assert 0 <= st["seconds"] <= time.time() - t0
     json.dumps(st)
+
+
+def test_min_compaction_lag_keeps_young_records_beyond_the_horizon(cluster, job_settings, redis_url, spark) -> None:
+    """The horizon stops before the first record younger than min.compaction.lag.ms, as the pure rule says, with
+    timestamps out of order around the boundary."""
+    from compactd.compaction.reduce import horizon
+    from tests.support.compaction import Event
+
+    topic = cluster.name("young")
+    cluster.create(topic, 1)
+    now = int(time.time() * 1000)
+    ages = [600_000, 500_000, 400_000, 30_000, 500_000, 10_000, 450_000]  # young at offsets 3 and 5
+    events = [Event(0, b"k%d" % (i % 3), b"v%d" % i, now - age) for i, age in enumerate(ages)]
+    sent = produce(cluster, topic, events, partitions=1)[0]
+    lag = 60_000
+    comp = make(job_settings, redis_url, spark, {f"topic:{topic}": {"min.compaction.lag.ms": lag}})
+    out = comp.run(topic)
+    expected = horizon(0, len(sent), [(r.offset, r.timestamp) for r in sent], out_now(comp.log.read(topic)), lag)
+    assert expected == 3
+    assert out["horizon"] == {"0": expected}
+    # the view holds the winners below it; the young records and everything after are read from the tail
+    view = view_of(comp, topic)[0]
+    model, _ = reduce_partition([], sent[:expected], Strategy(), now=0)
+    assert strip(view[: len(model)]) == strip(model)
+    assert strip(view[len(model) :]) == strip(sent[expected:])
+
+
+def test_aborted_records_never_win_and_an_open_transaction_holds_the_horizon(
+    cluster, job_settings, redis_url, spark
+) -> None:
+    from confluent_kafka import Producer
+
+    topic = cluster.name("txn")
+    cluster.create(topic, 1)
+    tx = Producer(cluster.conn.client("producer", {"transactional.id": f"{topic}-tx"}))
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    tx.produce(topic, key=b"a", value=b"committed", partition=0)
+    tx.commit_transaction(30)
+    tx.begin_transaction()
+    tx.produce(topic, key=b"a", value=b"aborted", partition=0)
+    tx.produce(topic, key=b"b", value=b"aborted", partition=0)
+    tx.abort_transaction(30)
+    comp = make(job_settings, redis_url, spark)
+    comp.run(topic)
+    assert [(r.key, r.value) for r in view_of(comp, topic)[0]] == [(b"a", b"committed")]
+
+    tx.begin_transaction()  # left open: its records are beyond the last stable offset
+    tx.produce(topic, key=b"a", value=b"open", partition=0)
+    tx.flush(30)
+    out = comp.run(topic)
+    assert out["generation"] == 2
+    assert [(r.key, r.value) for r in view_of(comp, topic, table_mode=True)[0]] == [(b"a", b"committed")]
+    tx.commit_transaction(30)
+    comp.run(topic)
+    assert [(r.key, r.value) for r in view_of(comp, topic, table_mode=True)[0]] == [(b"a", b"open")]
