@@ -8,6 +8,7 @@ the job's start (`init_source_topics`): `increase()` then sees a counter's first
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -171,6 +172,7 @@ class Metrics:
             ["topic"],
             registry=registry,
         )
+        self._compaction_topics: set[str] = set()
         self._init_known_series()
 
     def _init_known_series(self) -> None:
@@ -194,6 +196,21 @@ class Metrics:
         """Source lag per topic from the job's start (0 until the first sample): the topics are only known then."""
         for topic in topics:
             self.source_lag.labels(topic)
+
+    def compaction_topics(self, topics: Iterable[str]) -> None:
+        """The topics with the compaction service on, at each check. A new one's run and in-progress series are
+        scraped at 0 from now (`increase()` sees its first run); one turned off loses its horizon gauges, which
+        nothing updates any more (a frozen age past the max lag would keep CompactdViewBehind firing)."""
+        on = set(topics)
+        for topic in self._compaction_topics - on:
+            for gauge in (self.compaction_beyond_records, self.compaction_beyond_age, self.compaction_max_lag):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(topic)
+        for topic in on - self._compaction_topics:
+            for status in labels.ACTION_STATUSES["compact_view"]:
+                self.compaction_runs.labels(topic, status)
+            self.compaction_running.labels(topic)
+        self._compaction_topics = on
 
     def serve(self, port: int) -> None:
         if port:

@@ -126,7 +126,9 @@ class CompactionTrigger:
             self.running = {t: th for t, th in self.running.items() if th.is_alive()}
         layers = self.layers()
         limit = resolve_global(layers).max_concurrent_nudges
-        for topic in self.topics():
+        topics = self.topics()
+        self.metrics.compaction_topics(topics)
+        for topic in topics:
             th = resolve(layers, topic)
             try:
                 self._check(topic, th, limit)

@@ -159,6 +159,7 @@ def overview() -> db.Dashboard:
             description="Per-partition series exist for the top-N worst partitions only (metrics.top_n)",
         )
     )
+    d = compaction_service(d)
     d = d.with_row(db.Row("Consumed retention (KIP-68)"))
     d = d.with_panel(
         ts(
@@ -213,6 +214,87 @@ def overview() -> db.Dashboard:
             [Query("topk(10, time() - compactd_topic_next_action_timestamp_seconds)", "{{topic}} {{rule}}")],
             "s",
             description="Negative: seconds until the topic's next crossing, by rule",
+        )
+    )
+    return d
+
+
+def compaction_service(d: db.Dashboard) -> db.Dashboard:
+    """The overview's row for the compaction service: its series exist per topic with `compaction.service` on."""
+    d = d.with_row(db.Row("Compaction service"))
+    d = d.with_panel(
+        ts(
+            "Runs per hour",
+            [Query("sum by (topic, status) (increase(compactd_compaction_runs_total[1h]))", "{{topic}} {{status}}")],
+            description="Runs of the last hour by topic and status: sent is a published generation; failed keeps the "
+            "previous one (CompactdCompactionFailing), skipped found a run in progress, dry_run is dry.run",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Runs in progress",
+            [Query("max by (topic) (compactd_compaction_running)", "{{topic}}")],
+            description="1 while a run of the topic is in progress: how long runs take, and how many "
+            "compaction.max.concurrent lets run at once",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Last run: keys and records",
+            [
+                Query(
+                    'max by (topic, figure) (compactd_compaction_last{figure=~"keys|records_in|records_out"})',
+                    "{{topic}} {{figure}}",
+                )
+            ],
+            w=8,
+            description="The last successful run: records read (previous generation and the source beyond its "
+            "horizon), records written, live keys; their ratio is what compaction saves",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Last run: bytes",
+            [
+                Query(
+                    'max by (topic, figure) (compactd_compaction_last{figure=~"bytes_in|bytes_out"})',
+                    "{{topic}} {{figure}}",
+                )
+            ],
+            "bytes",
+            w=8,
+            description="Bytes the last successful run read and wrote: bytes_out is the size of the generation it "
+            "published",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Last run: duration",
+            [Query('max by (topic) (compactd_compaction_last{figure="seconds"})', "{{topic}}")],
+            "s",
+            w=8,
+            description="How long the last successful run took: it bounds how soon after max.compaction.lag.ms the "
+            "view can catch up",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Records beyond the horizon",
+            [Query("max by (topic) (compactd_compaction_beyond_horizon_records)", "{{topic}}")],
+            description="Source records not in the view yet: what the next run reads; a run starts when their bytes "
+            "reach compaction.threshold.bytes or their age max.compaction.lag.ms",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Age beyond the horizon vs max lag",
+            [
+                Query("max by (topic) (compactd_compaction_beyond_horizon_age_seconds)", "{{topic}} age"),
+                Query("max by (topic) (compactd_compaction_max_lag_seconds > 0)", "{{topic}} max.compaction.lag.ms"),
+            ],
+            "s",
+            description="How long a record may have waited beyond the view's horizon, against the topic's max lag: "
+            "above it for 15 minutes fires CompactdViewBehind",
         )
     )
     return d

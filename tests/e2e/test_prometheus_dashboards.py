@@ -17,6 +17,7 @@ from compactd.dashboards.build import BUILDERS
 from compactd.dashboards.render import panel_results, render
 from compactd.demo.embedded import free_port, prometheus_server
 from compactd.metrics import Metrics
+from tests.support.compaction import history, produce
 
 H = 3_600_000
 
@@ -43,9 +44,11 @@ def test_every_panel_query_returns_series_from_a_real_prometheus(
     spark, cluster, job_settings, tmp_path, capsys, monkeypatch
 ) -> None:
     topic = cluster.name("orders")
+    viewed = cluster.name("accounts")  # a real topic with the compaction service on: the service's row has data
     metrics_port = free_port()
     s = job_settings(
         trigger_interval_ms=1000,
+        compaction_check_interval_ms=500,
         metrics_port=metrics_port,
         metrics={"top_n": 100, "sample_interval_ms": 1000},
         thresholds={
@@ -53,11 +56,14 @@ def test_every_panel_query_returns_series_from_a_real_prometheus(
                 "max.compaction.lag.ms": H,
                 "consumed.retention.ms": H,
                 "forced.retention.ms": 2 * H,
-            }
+            },
+            f"topic:{viewed}": {"compaction.service": True, "dry.run": False, "max.compaction.lag.ms": H},
         },
     )
     for t in (s.topics.segments, s.topics.commits, s.topics.config):
         cluster.create(t)
+    cluster.create(viewed)
+    produce(cluster, viewed, history(seed=5, n=40, keys=10, partitions=1), partitions=1)
     now = int(time.time() * 1000)
 
     def seg(base: int, ts: int, closed: int) -> dict:
@@ -102,8 +108,10 @@ def test_every_panel_query_returns_series_from_a_real_prometheus(
                     lambda: (
                         query(prom_url, f'compactd_compaction_delay_seconds{{topic="{topic}"}}')
                         and query(prom_url, 'compactd_config_version{scope="global"}')
+                        and query(prom_url, f'compactd_compaction_last{{topic="{viewed}",figure="generation"}} > 0')
+                        and query(prom_url, f'compactd_compaction_max_lag_seconds{{topic="{viewed}"}}')
                     ),
-                    90,
+                    180,
                 )
                 time.sleep(5)  # a few more scrapes, so rate() has two points in every window
 
@@ -121,7 +129,7 @@ def test_every_panel_query_returns_series_from_a_real_prometheus(
                 png = render(prom_url, tmp_path / "img", "overview", range_s=300)
                 assert png.stat().st_size > 20_000
                 rules = json.load(urllib.request.urlopen(f"{prom_url}/api/v1/rules", timeout=10))["data"]["groups"]
-                assert len(rules[0]["rules"]) == 9 and all(r["health"] == "ok" for r in rules[0]["rules"])
+                assert len(rules[0]["rules"]) == 11 and all(r["health"] == "ok" for r in rules[0]["rules"])
             finally:
                 stop.set()
                 runner.join(120)

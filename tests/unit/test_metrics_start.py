@@ -92,6 +92,28 @@ def test_a_sampled_value_survives_a_second_initialisation() -> None:
     assert sample(scrape(metrics), "compactd_source_lag_records", topic="t") == 42
 
 
+def test_a_topic_with_the_compaction_service_is_scraped_from_its_first_check_and_forgotten_when_off() -> None:
+    """Runs at 0 from the topic's first check (`increase()` sees the first run, CompactdCompactionFailing the first
+    failure); turned off, its horizon gauges go (a frozen age would keep CompactdViewBehind firing), its runs stay."""
+    metrics = Metrics(CollectorRegistry(), top_n=10)
+    metrics.compaction_topics(["accounts"])
+    scraped = scrape(metrics)
+    for status in labels.ACTION_STATUSES["compact_view"]:
+        assert sample(scraped, "compactd_compaction_runs_total", topic="accounts", status=status) == 0, status
+    assert sample(scraped, "compactd_compaction_running", topic="accounts") == 0
+    metrics.compaction_runs.labels("accounts", "failed").inc()
+    metrics.compaction_beyond_age.labels("accounts").set(7200)
+    metrics.compaction_max_lag.labels("accounts").set(3600)
+    metrics.compaction_topics(["accounts"])  # a later check resets nothing
+    assert sample(scrape(metrics), "compactd_compaction_runs_total", topic="accounts", status="failed") == 1
+    metrics.compaction_topics(["orders"])
+    scraped = scrape(metrics)
+    assert sample(scraped, "compactd_compaction_beyond_horizon_age_seconds", topic="accounts") is None
+    assert sample(scraped, "compactd_compaction_max_lag_seconds", topic="accounts") is None
+    assert sample(scraped, "compactd_compaction_runs_total", topic="accounts", status="failed") == 1
+    assert sample(scraped, "compactd_compaction_runs_total", topic="orders", status="sent") == 0
+
+
 def config_rejection(value: bytes | None, secrets: tuple[str, ...] = (), applied: dict | None = None) -> str:
     """What `control.runtime_config.RuntimeConfig.apply` does to a config record: parse, then apply."""
     try:
