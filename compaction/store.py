@@ -66,7 +66,7 @@ class ManifestLog:
         from confluent_kafka import Producer
 
         failed: list[str] = []
-        producer = Producer(self.conn.client("producer", {"enable.idempotence": True, "acks": "all"}))
+        producer = Producer(self.conn.client("producer", {"acks": "all", "linger.ms": 0}))
         producer.produce(
             self.topic,
             key=manifest.topic.encode(),
