@@ -110,8 +110,12 @@ class Compactor:
             self.state.set_status(topic, "RUNNING", started_at=started, error=None)
             summary = self._run(topic, th, strategy, lease, started, on_phase or (lambda _p: None))
         except Exception as exc:
-            line = str(exc) if isinstance(exc, CompactdError) else f"{type(exc).__name__}: {exc}"
-            line = line.strip().splitlines()[0] if line.strip() else type(exc).__name__
+            if isinstance(exc, CompactdError):
+                line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            else:  # a Spark failure carries the task's Python error deep inside a JVM one: that line, not the plan
+                from compactd.streaming.job import root_cause
+
+                line = root_cause(f"{type(exc).__name__}: {exc}")
             with contextlib.suppress(Exception):  # Redis away: the run's failure is what the caller reports
                 self.state.set_status(topic, "ERROR", error=line, seconds=round(time.monotonic() - t0, 3))
             if isinstance(exc, CompactdError):
