@@ -1,0 +1,375 @@
+"""The compaction service (`compactd.compaction`): full and incremental runs, and a large key space in 1 GiB.
+
+Starts its own Redis and noida-db broker. Part 1: fills a topic with RECORDS records over KEYS keys in PARTITIONS
+partitions (values of VALUE_BYTES, timestamps = now: the broker's 7-day retention keeps them), times a full run
+(generation 1), a bare reader over the same records in this process (`kafka_source.read_messages`, the reader the
+run's tasks use, partitions in turn on one core), then appends APPEND_SHARE more records over the same keys and
+times the incremental run (generation 2: previous generation + delta). Part 2: fills another topic with BIG_KEYS
+distinct keys and runs one compaction in a child process whose Spark driver (in local mode, also the executor) has
+DRIVER_MEMORY of heap (SPARK_DRIVER_MEMORY, read by spark-submit: `spark_session` takes no extra options), sampling
+the peak RSS of the driver's Python, the JVM and Spark's Python workers from /proc. The workers' peak is inflated by
+the test broker: noida-db answers a fetch with the partition's whole log from the fetch offset (it ignores
+fetch.max.bytes, hence the reader's receive.message.max.bytes of 1 GB), so a read task holds far more than its range.
+
+Sizes come from the environment: COMPACTD_BENCH_RECORDS, _KEYS, _PARTITIONS, _VALUE_BYTES, _APPEND_SHARE,
+_BIG_KEYS, _BIG_PARTITIONS, _DRIVER_MEMORY. Prints one JSON object (figures and the issue's targets beside them);
+progress goes to stderr. Usage: python bench/compaction.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compactd.app.settings import Settings
+from compactd.compaction.service import Compactor
+from compactd.demo.embedded import kafka_broker, redis_server
+from compactd.kafka.config import KafkaConnection
+from compactd.streaming.kafka_source import READER_DEFAULTS, KafkaRange, read_messages
+
+log = logging.getLogger("compactd.bench")
+LAYERS = {"global": {"compaction.view.grace.ms": 0}}  # old generations go at once: the broker holds one copy
+MB = 1 << 20
+
+
+def env_int(name: str, default: int) -> int:
+    return int(os.environ.get(f"COMPACTD_BENCH_{name}", default))
+
+
+def settings_for(bootstrap: str, redis_url: str) -> Settings:
+    return Settings(bootstrap_servers=bootstrap, redis_url=redis_url, checkpoint_dir=tempfile.gettempdir())
+
+
+def compactor(bootstrap: str, redis_url: str, spark: Any) -> Compactor:
+    return Compactor(settings_for(bootstrap, redis_url), redis.Redis.from_url(redis_url), lambda: LAYERS, lambda: spark)
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient(KafkaConnection(bootstrap).client("admin"))
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+
+def produce(bootstrap: str, topic: str, keys: list[int], partitions: int, value_bytes: int, seq: int = 0) -> float:
+    """Send one record per entry of `keys` (key index → key, partition = index mod partitions); seconds taken.
+    Batched (linger, 1 MB batches), delivery reports for errors only: the loop costs what produce() costs."""
+    errors: list[str] = []
+    conf = KafkaConnection(bootstrap).client(
+        "producer",
+        {
+            "linger.ms": 50,
+            "batch.size": 1_000_000,
+            "batch.num.messages": 100_000,
+            "queue.buffering.max.messages": 2_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+            "delivery.report.only.error": True,
+        },
+        {"on_delivery": lambda err, _msg: errors.append(str(err))},
+    )
+    p = Producer(conf)
+    pad = b"x" * max(0, value_bytes - 20)
+    t0 = time.monotonic()
+    for i, k in enumerate(keys):
+        value = b"%s-%019d" % (pad, seq + i)
+        while True:
+            try:
+                p.produce(topic, key=b"key-%09d" % k, value=value, partition=k % partitions)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 10_000 == 0:
+            p.poll(0)
+    left = p.flush(300)
+    if left or errors:
+        raise RuntimeError(f"{topic}: {left} records undelivered, {len(errors)} refused {errors[:1]}")
+    return time.monotonic() - t0
+
+
+def bare_read(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[str, Any]:
+    """The run's own reader with its own settings, over [0, end) of every partition, one after another, touching
+    key and value: what one core reads without Spark, sorting, reducing or writing."""
+    conf = KafkaConnection(bootstrap).client("consumer", READER_DEFAULTS)
+    seen, t0 = 0, time.monotonic()
+    for p, end in sorted(ends.items()):
+        for msgs in read_messages(conf, KafkaRange(topic, p, 0, end), 120_000):
+            for m in msgs:
+                m.key(), m.value()
+            seen += len(msgs)
+    seconds = time.monotonic() - t0
+    return {
+        "reader": "compactd.streaming.kafka_source.read_messages (READER_DEFAULTS), partitions in turn, one core",
+        "records": seen,
+        "seconds": round(seconds, 2),
+        "records_per_second": round(seen / seconds),
+    }
+
+
+def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer(KafkaConnection(bootstrap).client("consumer", {"group.id": "bench-watermarks"}))
+    try:
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}
+    finally:
+        c.close()
+
+
+def timed_run(comp: Compactor, topic: str) -> dict[str, Any]:
+    """One run's summary figures, with the time split at the service's phase boundaries (where it goes)."""
+    marks: dict[str, float] = {}
+    t0 = time.monotonic()
+    out = comp.run(topic, on_phase=lambda phase: marks.setdefault(phase, time.monotonic() - t0))
+    total = time.monotonic() - t0
+    keep = ("generation", "records_in", "records_out", "keys", "bytes_in", "bytes_out", "seconds")
+    phases = {
+        "plan": marks["planned"],  # manifest read, view claim, offsets
+        "spark": marks["written"] - marks["planned"],  # phases 1 and 2: read, reduce, write the view
+        "publish": marks["published"] - marks["written"],  # view offsets, fence, manifest
+        "collect_and_status": total - marks["published"],  # old generations deleted, status in Redis
+    }
+    return (
+        {k: out[k] for k in keep}
+        | {"records_per_second": round(out["records_in"] / out["seconds"])}
+        | {"phase_seconds": {k: round(v, 2) for k, v in phases.items()}}
+    )
+
+
+# -- memory, from /proc (psutil is not a dependency)
+def proc_table() -> dict[int, tuple[str, int, int]]:
+    """pid → (comm, ppid, session id) of every live process."""
+    table = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                head, rest = f.read().rsplit(b")", 1)
+        except OSError:
+            continue
+        fields = rest.split()
+        if fields[0] != b"Z":
+            table[int(entry.name)] = (head.split(b"(", 1)[1].decode(), int(fields[1]), int(fields[3]))
+    return table
+
+
+def status_kb(pid: int | str, field: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class Peaks:
+    """Samples Spark's JVM (the java process below this one) and its Python workers (the processes of the JVM's
+    session) every `interval_s`: the kernel keeps each process's peak (VmHWM), workers are also summed."""
+
+    def __init__(self, interval_s: float = 0.2) -> None:
+        self.interval_s = interval_s
+        self.jvm_pid: int | None = None
+        self.jvm_kb = self.worker_kb = self.workers_sum_kb = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="bench-peaks", daemon=True)
+
+    def __enter__(self) -> Peaks:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.sample()
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def sample(self) -> None:
+        table = proc_table()
+        me = os.getpid()
+        below, grown = {me}, True
+        while grown:  # descendants: spark-submit's script may sit between us and java
+            more = {pid for pid, (_, ppid, _) in table.items() if ppid in below} - below
+            below |= more
+            grown = bool(more)
+        java = [pid for pid in below if table[pid][0] == "java"]
+        if not java:
+            return
+        self.jvm_pid = java[0]
+        self.jvm_kb = max(self.jvm_kb, status_kb(self.jvm_pid, "VmHWM"))
+        sid = table[self.jvm_pid][2]
+        workers = [pid for pid, (comm, _, s) in table.items() if s == sid and comm.startswith("python")]
+        self.workers_sum_kb = max(self.workers_sum_kb, sum(status_kb(pid, "VmRSS") for pid in workers))
+        self.worker_kb = max([self.worker_kb, *(status_kb(pid, "VmHWM") for pid in workers)])
+
+    def jvm_heap_flag(self) -> str | None:
+        if self.jvm_pid is None:
+            return None
+        with open(f"/proc/{self.jvm_pid}/cmdline", "rb") as f:
+            flags = [a.decode() for a in f.read().split(b"\0") if a.startswith(b"-Xmx")]
+        return flags[-1] if flags else None
+
+
+def big_run(bootstrap: str, redis_url: str, topic: str) -> None:
+    """Child process of part 2: one run of `topic` in a Spark started here (driver memory from the environment);
+    prints one JSON object, also when the run fails."""
+    from compactd.streaming.session import spark_session, stop_spark
+
+    out: dict[str, Any] = {"driver_memory": os.environ.get("SPARK_DRIVER_MEMORY")}
+    with Peaks() as peaks:
+        t0 = time.monotonic()
+        spark = spark_session("local[2]")
+        out["spark_start_seconds"] = round(time.monotonic() - t0, 2)
+        comp = compactor(bootstrap, redis_url, spark)
+        try:
+            out |= {"completed": True, "run": timed_run(comp, topic)}
+        except Exception as exc:
+            out |= {"completed": False, "error": f"{type(exc).__name__}: {str(exc).strip()[:500]}"}
+        peaks.sample()
+        out["jvm_heap_flag"] = peaks.jvm_heap_flag()
+        stop_spark(spark)
+    out["peak_rss_mb"] = {
+        "driver_python": round(status_kb("self", "VmHWM") / 1024),
+        "jvm": round(peaks.jvm_kb / 1024),
+        "python_worker_max": round(peaks.worker_kb / 1024),
+        "python_workers_sum": round(peaks.workers_sum_kb / 1024),
+    }
+    print(json.dumps(out), flush=True)
+
+
+def part_one(bootstrap: str, redis_url: str) -> dict[str, Any]:
+    from compactd.streaming.session import spark_session, stop_spark
+
+    records, keys, partitions = env_int("RECORDS", 2_000_000), env_int("KEYS", 200_000), env_int("PARTITIONS", 16)
+    value_bytes = env_int("VALUE_BYTES", 100)
+    append = round(records * float(os.environ.get("COMPACTD_BENCH_APPEND_SHARE", "0.1")))
+    topic = "bench.orders"
+    create_topic(bootstrap, topic, partitions)
+    rnd = random.Random(7)
+    first = [i if i < keys else rnd.randrange(keys) for i in range(records)]  # every key at least once
+    log.warning("part 1: producing %d records over %d keys, %d partitions", records, keys, partitions)
+    produce_s = produce(bootstrap, topic, first, partitions, value_bytes)
+    del first
+    ends = high_watermarks(bootstrap, topic, partitions)
+
+    t0 = time.monotonic()
+    spark = spark_session("local[2]")
+    spark_start_s = time.monotonic() - t0
+    try:
+        comp = compactor(bootstrap, redis_url, spark)
+        log.warning("part 1: full run")
+        full = timed_run(comp, topic)
+        log.warning("part 1: full run %s; bare read", full)
+        bare = bare_read(bootstrap, topic, ends)
+        log.warning("part 1: bare read %s; appending %d records", bare, append)
+        more = [rnd.randrange(keys) for _ in range(append)]  # keys drawn from the same key space
+        append_s = produce(bootstrap, topic, more, partitions, value_bytes, records)
+        incremental = timed_run(comp, topic)
+        log.warning("part 1: incremental run %s", incremental)
+    finally:
+        stop_spark(spark)
+    return {
+        "records": records,
+        "keys": keys,
+        "partitions": partitions,
+        "value_bytes": value_bytes,
+        "produce_seconds": round(produce_s, 2),
+        "spark_start_seconds": round(spark_start_s, 2),
+        "full_run": full,
+        "bare_reader": bare,
+        "appended": append,
+        "append_produce_seconds": round(append_s, 2),
+        "incremental_run": incremental,
+        "full_to_bare_read_rate": round(full["records_per_second"] / bare["records_per_second"], 3),
+        "incremental_to_full_seconds": round(incremental["seconds"] / full["seconds"], 3),
+    }
+
+
+def part_two(bootstrap: str, redis_url: str, memory: str) -> dict[str, Any]:
+    big_keys, partitions = env_int("BIG_KEYS", 5_000_000), env_int("BIG_PARTITIONS", 1)
+    topic = "bench.big"
+    create_topic(bootstrap, topic, partitions)
+    log.warning("part 2: producing %d distinct keys, %d partition(s)", big_keys, partitions)
+    produce_s = produce(bootstrap, topic, list(range(big_keys)), partitions, env_int("VALUE_BYTES", 100))
+    log.warning("part 2: one run in a child process, driver memory %s", memory)
+    env = {**os.environ, "SPARK_DRIVER_MEMORY": memory}
+    argv = [sys.executable, __file__, "--big-run", bootstrap, redis_url, topic]
+    t0 = time.monotonic()
+    child = subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True, check=False)
+    lines = child.stdout.strip().splitlines()
+    out = json.loads(lines[-1]) if lines else {"completed": False, "error": "the child printed nothing"}
+    if child.returncode != 0:
+        out |= {"completed": False, "returncode": child.returncode}
+    log.warning("part 2: %s", out)
+    return {
+        "keys": big_keys,
+        "partitions": partitions,
+        "produce_seconds": round(produce_s, 2),
+        "child_wall_seconds": round(time.monotonic() - t0, 2),
+        **out,
+    }
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--big-run", nargs=3, metavar=("BOOTSTRAP", "REDIS_URL", "TOPIC"), help="internal: part 2's child")
+    args = ap.parse_args()
+    if args.big_run:
+        big_run(*args.big_run)
+        return
+    memory = os.environ.get("COMPACTD_BENCH_DRIVER_MEMORY", "1g")
+    os.environ["SPARK_DRIVER_MEMORY"] = memory  # Spark's default too; part 1 runs with the same heap, said aloud
+    t_start = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="compactd-compaction-bench-"))
+    redis_svc, broker = redis_server(work / "redis"), kafka_broker(work / "broker")
+    try:
+        bootstrap, redis_url = f"127.0.0.1:{broker.port}", f"redis://127.0.0.1:{redis_svc.port}/0"
+        one = part_one(bootstrap, redis_url)
+        two = part_two(bootstrap, redis_url, memory)
+    finally:
+        broker.stop()
+        redis_svc.stop()
+        shutil.rmtree(work, ignore_errors=True)  # the broker's logs: several GB at full scale
+    print(
+        json.dumps(
+            {
+                "benchmark": "compaction",
+                "driver_memory": memory,
+                "full_and_incremental": one,
+                "big_key_space": two,
+                "figures": {
+                    "full_to_bare_read_rate": one["full_to_bare_read_rate"],
+                    "incremental_to_full_seconds": one["incremental_to_full_seconds"],
+                    "big_completed": two.get("completed", False),
+                },
+                "targets": {
+                    "full_to_bare_read_rate": ">= 0.5",
+                    "incremental_to_full_seconds": "<= 0.333",
+                    "big_completed": f"true, {two['keys']} keys in driver memory {memory}",
+                },
+                "wall_seconds": round(time.monotonic() - t_start, 1),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
