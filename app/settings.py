@@ -93,6 +93,9 @@ class Settings(BaseSettings):
     # a compaction run holds its topic's lease this long past its last renewal (renewed every quarter of it): a run
     # killed with -9 blocks the next one for at most this long
     compaction_lease_ms: int = Field(60_000, ge=1_000)
+    # a compaction's reading task holds at most this many winners before Spark's shuffle takes them (its memory
+    # bound); a run whose partitions all hold fewer records skips the shuffle
+    compaction_task_records: int = Field(250_000, ge=1)
     # SIGTERM: finish the running batch and drain the outbox within this long, else exit 1 (a 2nd SIGTERM: at once)
     stop_timeout_ms: int = Field(120_000, ge=0)
 

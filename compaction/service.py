@@ -159,9 +159,15 @@ class Compactor:
         on_phase("planned")
 
         spec = WriteSpec(
+            # in order, one batch in flight: a batch written twice (a retry after a lost ack) either lies below the
+            # range the delivery reports span (garbage, collected) or makes that range longer than the count written,
+            # which fails the run before it publishes. Not idempotent: one InitProducerId per writing task costs more
+            # than the whole write on some brokers.
             producer_conf=self.conn.client(
-                "producer", {"enable.idempotence": True, "acks": "all", "linger.ms": 20, "batch.size": 1_000_000}
+                "producer",
+                {"acks": "all", "max.in.flight.requests.per.connection": 1, "linger.ms": 20, "batch.size": 1_000_000},
             ),
+            consumer_conf=self.conn.client("consumer"),
             view=manifest.view,
             now=started,
             delete_retention_ms=th.delete_retention_ms,
@@ -177,6 +183,7 @@ class Compactor:
                 th.compaction_retain_null_key,
                 spec,
                 count,
+                self.settings.compaction_task_records,
             )
         }
         on_phase("written")

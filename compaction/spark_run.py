@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -27,6 +28,7 @@ from compactd.errors import CompactdError
 OFFSET_HEADER = "compactd.offset"  # a view record's source offset (decimal ASCII)
 DROP_NULL = -2  # nk of the one group per partition that collects null keys to drop (their count is kept)
 CHUNK = 1_000_000  # offsets per read task: large partitions are read in parallel
+HELD_MAX = 250_000  # winners a reading task holds before it hands them to Spark (its memory bound)
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 INPUT_SCHEMA = pa.schema(
@@ -41,12 +43,13 @@ INPUT_SCHEMA = pa.schema(
         ("k2", pa.int64()),
         ("k3", pa.int64()),
         ("nk", pa.int64()),
+        ("n", pa.int64()),
         ("size", pa.int64()),
     ]
 )
 INPUT_DDL = (
     "partition int, key binary, value binary, headers array<struct<key:string,value:binary>>, timestamp bigint, "
-    "offset bigint, k1 bigint, k2 bigint, k3 bigint, nk bigint, size bigint"
+    "offset bigint, k1 bigint, k2 bigint, k3 bigint, nk bigint, n bigint, size bigint"
 )
 WRITTEN_SCHEMA = pa.schema(
     [
@@ -86,6 +89,41 @@ def split(topic: str, partition: int, start: int, end: int, from_view: bool, chu
     return [ReadRange(topic, partition, lo, min(end, lo + chunk), from_view) for lo in range(start, end, chunk)]
 
 
+def follows(before: ReadRange, after: ReadRange) -> bool:
+    """`after` continues `before` in the order a combine needs: same partition, view before source, offsets rising."""
+    if before.partition != after.partition:
+        return False
+    if before.from_view != after.from_view:
+        return before.from_view
+    return after.start >= before.end
+
+
+@dataclass(frozen=True)
+class ReadTask(InputPartition):
+    """The ranges one reading task reads, in order: a source partition's view ranges, then its source ranges."""
+
+    ranges: tuple[ReadRange, ...]
+
+
+def pack(ranges: list[ReadRange], tasks: int) -> list[ReadTask]:
+    """At most `tasks` reading tasks of about equal offsets (largest partitions first onto the least loaded task).
+    A partition's ranges stay together and in order (view before source: a key's view record is older than any of
+    its source records beyond the horizon), unless it is larger than CHUNK: then its chunks are spread too. Fewer,
+    larger tasks: each Python task costs a worker round trip and a consumer of its own."""
+    groups: dict[tuple[int, int], list[ReadRange]] = {}
+    for r in ranges:
+        size = sum(x.end - x.start for x in groups.get((r.partition, 0), []))
+        part = 0 if size + (r.end - r.start) <= CHUNK else len(groups)  # a chunk of a large partition: a group
+        groups.setdefault((r.partition, part), []).append(r)
+    loads = [0] * max(1, tasks)
+    out: list[list[ReadRange]] = [[] for _ in loads]
+    for group in sorted(groups.values(), key=lambda g: -sum(r.end - r.start for r in g)):
+        i = loads.index(min(loads))
+        out[i].extend(group)
+        loads[i] += sum(r.end - r.start for r in group)
+    return [ReadTask(tuple(rs)) for rs in out if rs]
+
+
 class CompactionInput(DataSource):
     """Options: `kafka.*` (the connection), `ranges` (JSON list of ReadRange fields), `strategy` (JSON of
     kind/header/header_format), `retain_null_key` ("true"/"false")."""
@@ -106,46 +144,181 @@ class _InputReader(DataSourceReader):
         self.options = dict(options)
 
     def partitions(self) -> list[InputPartition]:
-        return [ReadRange(**r) for r in json.loads(self.options["ranges"])]
+        return [ReadTask(tuple(ReadRange(**r) for r in task)) for task in json.loads(self.options["tasks"])]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from compactd.compaction.strategy import Strategy, order_key
+        from compactd.compaction.strategy import Strategy
         from compactd.kafka.config import KafkaConnection
         from compactd.streaming.kafka_source import READER_DEFAULTS, KafkaRange, read_messages
 
-        assert isinstance(partition, ReadRange)
+        assert isinstance(partition, ReadTask)
         conf = KafkaConnection.from_spark_options(self.options).client("consumer", READER_DEFAULTS)
         strategy = Strategy.of(**json.loads(self.options["strategy"]))
         retain = self.options.get("retain_null_key", "false") == "true"
-        rng = KafkaRange(partition.topic, partition.partition, partition.start, partition.end)
         timeout_ms = int(self.options.get("readtimeoutms", "120000"))
-        for msgs in read_messages(conf, rng, timeout_ms):
-            cols: dict[str, list[Any]] = {name: [] for name in INPUT_SCHEMA.names}
-            for m in msgs:
-                headers = [(k, v) for k, v in (m.headers() or [])]
-                offset = m.offset()
-                if partition.from_view:
-                    source = [v for k, v in headers if k == OFFSET_HEADER]
-                    if not source or source[-1] is None or not source[-1].isdigit():
-                        raise ViewCorrupt(f"{partition.topic}/{partition.partition}@{offset} has no {OFFSET_HEADER}")
-                    offset = int(source[-1])
-                    headers = [(k, v) for k, v in headers if k != OFFSET_HEADER]
-                kind, ts = m.timestamp()
-                ts = ts if kind != 0 else -1
-                key, value = m.key(), m.value()
+        held_max = int(self.options.get("held_max", HELD_MAX))
+        combiner: Combiner | None = None
+        before: ReadRange | None = None
+        for where in partition.ranges:
+            if combiner is not None and before is not None and not follows(before, where):
+                yield combiner.emit()  # a combine runs over one partition's records in log order only
+                combiner = None
+            before = where
+            if combiner is None:
+                combiner = Combiner(where.partition, strategy, retain)
+            rng = KafkaRange(where.topic, where.partition, where.start, where.end)
+            for msgs in read_messages(conf, rng, timeout_ms):
+                combiner.add(msgs, where)
+                if combiner.held >= held_max:
+                    yield combiner.emit()
+        if combiner is not None and (combiner.held or combiner.null_n):
+            yield combiner.emit()
+
+
+def _fields(m: Any, from_view: bool, where: ReadRange) -> tuple[int, int, list[tuple[str, bytes | None]]]:
+    """(source offset, timestamp or -1, headers without compactd's offset) of one consumed message."""
+    headers = m.headers() or []
+    offset = m.offset()
+    if from_view and len(headers) == 1 and headers[0][0] == OFFSET_HEADER and (headers[0][1] or b"").isdigit():
+        offset, headers = int(headers[0][1]), []  # the common view record: no headers of its own
+    elif from_view:
+        source = [v for k, v in headers if k == OFFSET_HEADER]
+        if not source or source[-1] is None or not source[-1].isdigit():
+            raise ViewCorrupt(f"{where.topic}/{where.partition}@{offset} has no {OFFSET_HEADER}")
+        offset = int(source[-1])
+        headers = [(k, v) for k, v in headers if k != OFFSET_HEADER]
+    kind, ts = m.timestamp()
+    return offset, ts if kind != 0 else -1, headers
+
+
+class Combiner:
+    """A map-side combine in the reading task: one row per key with its winner so far under KIP-280's order key,
+    and how many records (`n`) and bytes (`size`) it stands for; null keys folded into one counting row (or kept
+    one by one with `compaction.retain.null.key`). Spark's shuffle then moves winners, not records: a topic whose
+    keys repeat shrinks here. Memory: at most HELD_MAX winners (then they are emitted and a new combine starts;
+    Spark's reduce merges the two like any others).
+
+    A key's order key is computed only when the key repeats (with `offset` over source records in log order, not
+    even then: the last record wins), so a view's records, one per key, and keys seen once are only decoded once,
+    as winners.
+    """
+
+    def __init__(self, partition: int, strategy: Any, retain_null_key: bool) -> None:
+        self.partition = partition
+        self.strategy = strategy
+        self.retain = retain_null_key
+        self.best: dict[bytes, list[Any]] = {}  # key -> [rank, message, fields, n, size, where it was read]
+        self.kept_null: list[tuple[Any, int, ReadRange]] = []
+        self.null_n = self.null_size = 0
+
+    @property
+    def held(self) -> int:
+        return len(self.best) + len(self.kept_null)
+
+    def add(self, msgs: list[Any], where: ReadRange) -> None:
+        """Records read from `where`, in its log order (a partition's view ranges come before its source ranges)."""
+        from compactd.compaction.strategy import order_key
+
+        best, strategy = self.best, self.strategy
+        # offset: a later record of a key always wins (view records are older than the source beyond the horizon)
+        fast = strategy.kind == "offset"
+        for m in msgs:
+            key, value = m.key(), m.value()
+            size = len(key or b"") + len(value or b"")
+            if key is None:
+                if self.retain:
+                    self.kept_null.append((m, size, where))
+                else:
+                    self.null_n, self.null_size = self.null_n + 1, self.null_size + size
+                continue
+            held = best.get(key)
+            if held is None:  # ranks are computed only when a key repeats (never in a view: one record per key)
+                best[key] = [None, m, None, 1, size, where]
+                continue
+            held[3], held[4] = held[3] + 1, held[4] + size
+            if fast:
+                held[1], held[2], held[5] = m, None, where
+                continue
+            if held[0] is None:
+                held[2] = _fields(held[1], held[5].from_view, held[5])
+                held[0] = order_key(strategy, *held[2])
+            fields = _fields(m, where.from_view, where)
+            rank = order_key(strategy, *fields)
+            if rank > held[0]:
+                held[0], held[1], held[2], held[5] = rank, m, fields, where
+
+    def emit(self) -> pa.RecordBatch:
+        """What is held, as one batch of INPUT_SCHEMA; the combine starts again empty. Columns are built flat (the
+        headers as one list array over flat names and values): Arrow's conversion of nested Python objects costs
+        more than everything else a reading task does."""
+        from compactd.compaction.strategy import order_key
+
+        strategy = self.strategy
+        keys: list[bytes | None] = []
+        values: list[bytes | None] = []
+        stamps: list[int] = []
+        offsets: list[int] = []
+        k1s: list[int] = []
+        k2s: list[int] = []
+        k3s: list[int] = []
+        nks: list[int] = []
+        ns: list[int] = []
+        sizes: list[int] = []
+        h_bounds = [0]
+        h_names: list[str] = []
+        h_values: list[bytes | None] = []
+
+        def add(m: Any, fields: Any, nk: int | None, n: int, size: int, where: ReadRange) -> None:
+            offset, ts, headers = fields if fields is not None else _fields(m, where.from_view, where)
+            if strategy.kind == "offset":
+                k1s.append(offset)
+                k2s.append(0)
+                k3s.append(0)
+            else:
                 k1, k2, k3 = order_key(strategy, offset, ts, headers)
-                cols["partition"].append(partition.partition)
-                cols["key"].append(key)
-                cols["value"].append(value)
-                cols["headers"].append([{"key": k, "value": v} for k, v in headers])
-                cols["timestamp"].append(ts)
-                cols["offset"].append(offset)
-                cols["k1"].append(k1)
-                cols["k2"].append(k2)
-                cols["k3"].append(k3)
-                cols["nk"].append(-1 if key is not None else offset if retain else DROP_NULL)
-                cols["size"].append(len(key or b"") + len(value or b""))
-            yield pa.RecordBatch.from_pydict(cols, schema=INPUT_SCHEMA)
+                k1s.append(k1)
+                k2s.append(k2)
+                k3s.append(k3)
+            keys.append(m.key())
+            values.append(m.value())
+            stamps.append(ts)
+            offsets.append(offset)
+            nks.append(offset if nk is None else nk)
+            ns.append(n)
+            sizes.append(size)
+            for name, raw in headers:
+                h_names.append(name)
+                h_values.append(raw)
+            h_bounds.append(len(h_names))
+
+        for _, m, fields, n, size, where in self.best.values():
+            add(m, fields, -1, n, size, where)
+        for m, size, where in self.kept_null:
+            add(m, None, None, 1, size, where)  # nk = its offset: each kept null key is a group of its own
+        if self.null_n:  # the null keys dropped: one row that counts them
+            keys.append(None)
+            values.append(None)
+            for col, value in ((stamps, -1), (offsets, -1), (k1s, -1), (k2s, 0), (k3s, 0), (nks, DROP_NULL)):
+                col.append(value)
+            ns.append(self.null_n)
+            sizes.append(self.null_size)
+            h_bounds.append(len(h_names))
+        self.best, self.kept_null, self.null_n, self.null_size = {}, [], 0, 0
+        headers = pa.ListArray.from_arrays(
+            pa.array(h_bounds, pa.int32()),
+            pa.StructArray.from_arrays(
+                [pa.array(h_names, pa.string()), pa.array(h_values, pa.binary())], fields=list(HEADER_TYPE.value_type)
+            ),
+        )
+        rows = len(keys)
+        columns = [
+            pa.array(np.full(rows, self.partition, dtype=np.int32)),
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            headers,
+            *(pa.array(col, pa.int64()) for col in (stamps, offsets, k1s, k2s, k3s, nks, ns, sizes)),
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=INPUT_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -153,6 +326,7 @@ class WriteSpec:
     """What each writing task needs: picklable, no clients."""
 
     producer_conf: dict[str, Any]
+    consumer_conf: dict[str, Any]  # for the view's watermarks
     view: str
     now: int
     delete_retention_ms: int
@@ -160,70 +334,94 @@ class WriteSpec:
 
 def write_view(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Phase 2 in one task: write the winners (sorted by partition, source offset) into the view, one report row per
-    source partition with the view range written and what was counted."""
-    from confluent_kafka import Producer
+    source partition with the view range written and what was counted.
+
+    The range of partition p is its high watermark before the first write and after the last one is acknowledged:
+    only this task writes the view's partition p in this run (the topic's lease, one task per source partition), and
+    the driver checks the range holds exactly the records written before it publishes. So no delivery report is
+    needed per record, only for failures.
+    """
+    from confluent_kafka import Consumer, Producer, TopicPartition
 
     from compactd.compaction.reduce import Record, settle
 
-    producer = Producer(spec.producer_conf)
-    ranges: dict[int, list[int]] = {}
     errors: list[str] = []
+    producer = Producer(
+        {
+            **spec.producer_conf,
+            "delivery.report.only.error": True,
+            "on_delivery": lambda err, _msg: errors.append(str(err)),
+        }
+    )
+    meter = Consumer({**spec.consumer_conf, "group.id": "compactd-view-writer"})
+    ranges: dict[int, list[int]] = {}
     stats: dict[int, dict[str, int]] = {}
 
-    def delivered(err: Any, msg: Any) -> None:
-        if err is not None:
-            errors.append(str(err))
-            return
-        lo_hi = ranges.setdefault(msg.partition(), [msg.offset(), msg.offset()])
-        lo_hi[0] = min(lo_hi[0], msg.offset())
-        lo_hi[1] = max(lo_hi[1], msg.offset())
+    def high(p: int) -> int:
+        return int(meter.get_watermark_offsets(TopicPartition(spec.view, p), timeout=30, cached=False)[1])
 
-    for batch in batches:
-        rows = batch.to_pydict()
-        for i in range(batch.num_rows):
-            p = rows["partition"][i]
-            st = stats.setdefault(p, dict.fromkeys(WRITTEN_SCHEMA.names[3:], 0))
-            st["records_in"] += rows["n"][i]
-            st["bytes_in"] += rows["size"][i]
-            key = rows["key"][i]
-            if key is None and rows["nk"][i] == DROP_NULL:
-                st["null_keys"] += rows["n"][i]
-                continue
-            headers = tuple((h["key"], h["value"]) for h in rows["headers"][i] or [])
-            rec = Record(rows["offset"][i], rows["timestamp"][i], key, rows["value"][i], headers)
-            kept, what = settle(rec, spec.now, spec.delete_retention_ms)
-            if kept is None:
-                st["expired"] += 1
-                continue
-            st["keys" if what == "key" else "tombstones"] += 1
-            out_headers = [*kept.headers, (OFFSET_HEADER, str(kept.offset).encode())]
-            while True:
-                try:
-                    producer.produce(
-                        spec.view,
-                        key=kept.key,
-                        value=kept.value,
-                        headers=out_headers,
-                        partition=p,
-                        timestamp=max(kept.timestamp, 0),
-                        on_delivery=delivered,
-                    )
-                    break
-                except BufferError:
-                    producer.poll(0.1)
-            producer.poll(0)
-            st["written"] += 1
-            st["bytes_out"] += len(kept.key or b"") + len(kept.value or b"")
-    left = producer.flush(120)
-    if left or errors:
-        raise CompactdError(f"view {spec.view}: {left} records undelivered, {len(errors)} refused {errors[:1]}")
+    def close(p: int) -> None:
+        left = producer.flush(120)
+        if left or errors:
+            raise CompactdError(f"view {spec.view}/{p}: {left} records undelivered, {len(errors)} refused {errors[:1]}")
+        ranges[p][1] = high(p)
+
+    current: int | None = None
+    st: dict[str, int] = {}
+    produced = 0
+    try:
+        for batch in batches:
+            cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+            parts, keys, values, nks = cols["partition"], cols["key"], cols["value"], cols["nk"]
+            for i in range(batch.num_rows):
+                p = parts[i]
+                if p != current:
+                    if current is not None:
+                        close(current)
+                    current = p
+                    ranges[p] = [high(p), -1]
+                    st = stats.setdefault(p, dict.fromkeys(WRITTEN_SCHEMA.names[3:], 0))
+                st["records_in"] += cols["n"][i]
+                st["bytes_in"] += cols["size"][i]
+                key, value = keys[i], values[i]
+                if key is None and nks[i] == DROP_NULL:
+                    st["null_keys"] += cols["n"][i]
+                    continue
+                headers = [(h["key"], h["value"]) for h in cols["headers"][i] or ()]
+                offset, ts = cols["offset"][i], cols["timestamp"][i]
+                if value is None:  # a tombstone: stamped on its first run, dropped after delete.retention.ms
+                    kept, _ = settle(Record(offset, ts, key, None, tuple(headers)), spec.now, spec.delete_retention_ms)
+                    if kept is None:
+                        st["expired"] += 1
+                        continue
+                    headers = list(kept.headers)
+                    st["tombstones"] += 1
+                else:
+                    st["keys"] += 1
+                headers.append((OFFSET_HEADER, str(offset).encode()))
+                while True:
+                    try:
+                        producer.produce(
+                            spec.view, key=key, value=value, headers=headers, partition=p, timestamp=max(ts, 0)
+                        )
+                        break
+                    except BufferError:
+                        producer.poll(0.1)
+                produced += 1
+                if produced % 1000 == 0:
+                    producer.poll(0)
+                st["written"] += 1
+                st["bytes_out"] += len(key or b"") + len(value or b"")
+        if current is not None:
+            close(current)
+    finally:
+        meter.close()
     out: dict[str, list[int]] = {name: [] for name in WRITTEN_SCHEMA.names}
-    for p, st in sorted(stats.items()):
-        lo, hi = ranges.get(p, [-1, -2])
+    for p, counts in sorted(stats.items()):
         out["partition"].append(p)
-        out["view_start"].append(lo)
-        out["view_end"].append(hi + 1)
-        for name, value in st.items():
+        out["view_start"].append(ranges[p][0])
+        out["view_end"].append(ranges[p][1])
+        for name, value in counts.items():
             out[name].append(value)
     yield pa.RecordBatch.from_pydict(out, schema=WRITTEN_SCHEMA)
 
@@ -236,27 +434,45 @@ def run_phases(
     retain_null_key: bool,
     spec: WriteSpec,
     partitions: int,
+    held_max: int = HELD_MAX,
 ) -> list[dict[str, int]]:
-    """Both phases as one Spark job; one report per source partition that had any input."""
+    """Both phases as one Spark job; one report per source partition that had any input.
+
+    When no partition has more than `held_max` records to read, each is read whole by one task whose combine already
+    holds one row per key (its winner): the job is then one stage, read → sort by offset in the task → write, with
+    no shuffle. Otherwise Spark reduces what the tasks hand over (a group-by with `max_by` over the order key, a
+    shuffle that spills), then repartitions by partition for the writers.
+    """
     from pyspark.sql import functions as F
 
     if not ranges:
         return []
     spark.dataSource.register(CompactionInput)
+    parallelism = max(1, int(spark.sparkContext.defaultParallelism))
+    per_partition: dict[int, int] = {}
+    for r in ranges:
+        per_partition[r.partition] = per_partition.get(r.partition, 0) + r.end - r.start
+    combined = max(per_partition.values()) <= held_max
     df = (
         spark.read.format(CompactionInput.name())
         .options(**spark_options)
-        .option("ranges", json.dumps([r.__dict__ for r in ranges]))
+        .option("tasks", json.dumps([[r.__dict__ for r in t.ranges] for t in pack(ranges, 2 * parallelism)]))
         .option("strategy", json.dumps(dict(strategy)))
         .option("retain_null_key", "true" if retain_null_key else "false")
+        .option("held_max", str(held_max))
         .load()
     )
-    winners = df.groupBy("partition", "key", "nk").agg(
-        F.max_by(F.struct("value", "headers", "timestamp", "offset"), F.struct("k1", "k2", "k3")).alias("w"),
-        F.count(F.lit(1)).alias("n"),
-        F.sum("size").alias("size"),
-    )
-    flat = winners.select("partition", "key", "nk", "w.value", "w.headers", "w.timestamp", "w.offset", "n", "size")
-    ordered = flat.repartition(max(1, partitions), "partition").sortWithinPartitions("partition", "offset")
+    columns = ("partition", "key", "nk", "value", "headers", "timestamp", "offset", "n", "size")
+    if combined:
+        ordered = df.select(*columns).sortWithinPartitions("partition", "offset")
+    else:
+        winners = df.groupBy("partition", "key", "nk").agg(
+            F.max_by(F.struct("value", "headers", "timestamp", "offset"), F.struct("k1", "k2", "k3")).alias("w"),
+            F.sum("n").alias("n"),
+            F.sum("size").alias("size"),
+        )
+        flat = winners.select("partition", "key", "nk", "w.value", "w.headers", "w.timestamp", "w.offset", "n", "size")
+        writers = max(1, min(partitions, 2 * parallelism))  # a writing task writes its partitions one after another
+        ordered = flat.repartition(writers, "partition").sortWithinPartitions("partition", "offset")
     rows = ordered.mapInArrow(lambda it: write_view(spec, it), WRITTEN_DDL).collect()
     return [r.asDict() for r in rows]

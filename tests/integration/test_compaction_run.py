@@ -19,8 +19,10 @@ from compactd.compaction.view import CompactedReader, table
 from tests.support.compaction import history, produce
 
 
-def make(job_settings, redis_url: str, spark, layers: dict[str, dict[str, Any]] | None = None) -> Compactor:
-    settings = job_settings()
+def make(
+    job_settings, redis_url: str, spark, layers: dict[str, dict[str, Any]] | None = None, **overrides: Any
+) -> Compactor:
+    settings = job_settings(**overrides)
     r = redis.Redis.from_url(redis_url)
     return Compactor(settings, r, lambda: layers or {}, lambda: spark)
 
@@ -38,10 +40,12 @@ def strip(recs: list[Record]) -> list[tuple]:
     return [(r.offset, r.key, r.value) for r in recs]
 
 
-def test_full_then_incremental_run_equals_the_model(cluster, job_settings, redis_url, spark) -> None:
+@pytest.mark.parametrize("task_records", [250_000, 9], ids=["combined-in-tasks", "reduced-by-shuffle"])
+def test_full_then_incremental_run_equals_the_model(cluster, job_settings, redis_url, spark, task_records) -> None:
     topic = cluster.name("orders")
     cluster.create(topic, 2)
-    comp = make(job_settings, redis_url, spark, {"global": {"compaction.view.grace.ms": 0}})
+    layers = {"global": {"compaction.view.grace.ms": 0}}
+    comp = make(job_settings, redis_url, spark, layers, compaction_task_records=task_records)
     first = history(seed=1, n=400, keys=60)
     sent = produce(cluster, topic, first, partitions=2)
 
