@@ -19,6 +19,7 @@ def compactor(settings: Settings, spark: Any = None) -> tuple[Any, Any]:
     state = settings.redis_state()
     state.start()
     session: list[Any] = [spark] if spark is not None else []
+    owned: list[bool] = []  # whether this command started the session (and so stops it)
 
     def layers() -> dict[str, dict[str, Any]]:
         applied = {s: AppliedLayer.from_json(v) for s, v in state.config_layers().items()}
@@ -26,13 +27,17 @@ def compactor(settings: Settings, spark: Any = None) -> tuple[Any, Any]:
 
     def get_spark() -> Any:
         if not session:
+            from pyspark.sql import SparkSession
+
             from compactd.streaming.session import spark_session
 
-            session.append(spark_session(settings.spark_master))
+            active = SparkSession.getActiveSession()  # called from a process that has one: use it, leave it
+            session.append(active if active is not None else spark_session(settings.spark_master))
+            owned.append(active is None)
         return session[0]
 
     def close() -> None:
-        if session and spark is None:
+        if session and any(owned):
             from compactd.streaming.session import stop_spark
 
             stop_spark(session[0])

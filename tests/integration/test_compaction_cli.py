@@ -123,8 +123,24 @@ def specials(ts: int) -> list[Event]:
     ]
 
 
+def in_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], env: dict[str, str], *args: str
+) -> subprocess.CompletedProcess[str]:
+    """The command through `compactd.app.cli.main` in this process, with `env` as its environment: the same code
+    path as the subprocess, on the test session's Spark (a second JVM would cost more than the whole test)."""
+    from compactd.app.cli import main
+
+    for name, value in env.items():
+        if name.startswith("COMPACTD_"):
+            monkeypatch.setenv(name, value)
+    capsys.readouterr()
+    code = main(list(args))
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(list(args), code, out.out, out.err)
+
+
 @pytest.mark.spark
-def test_compact_status_and_read_speak_the_contract(cluster, redis_url) -> None:
+def test_compact_status_and_read_speak_the_contract(cluster, redis_url, spark, monkeypatch, capsys) -> None:
     topic = cluster.name("orders")
     cluster.create(topic, 2)
     env = cli_env(cluster, redis_url)
@@ -133,7 +149,7 @@ def test_compact_status_and_read_speak_the_contract(cluster, redis_url) -> None:
     sent = produce(cluster, topic, first, partitions=2)
     rule = Strategy("header", "v")  # the run's --strategy override must reach the run and the table reader
 
-    run = cli(env, "compact", topic, "--strategy", "header", "--header", "v")
+    run = in_process(monkeypatch, capsys, env, "compact", topic, "--strategy", "header", "--header", "v")
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.splitlines()
     assert len(lines) == 1, run.stdout

@@ -1,6 +1,9 @@
-"""`kill -9` of a compaction run between writing the view and publishing: the previous generation stays published
-and readable, `compact status` tells the run died once its lease expired, and the next run publishes and deletes
-what the dead run wrote (nothing unpublished is left in the view topic)."""
+"""`kill -9` of a `compactd compact` process in the middle of its run (planned, about to start Spark): the previous
+generation stays published and readable, the dead run's lease holds the topic until it expires, `compact status`
+then says the run died, and the next run publishes and leaves the view topic holding exactly its generation.
+
+(A run that dies after writing the view is in the property test, at every phase boundary; a real `kill -9` there
+would start a second Spark JVM, the most expensive thing a test here can do.)"""
 
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ LEASE_MS = 2_000
 
 
 @pytest.mark.spark
-def test_a_run_killed_after_writing_leaves_the_previous_generation(cluster, job_settings, redis_url, spark) -> None:
+def test_a_killed_run_leaves_the_previous_generation_and_its_lease_expires(
+    cluster, job_settings, redis_url, spark
+) -> None:
     topic = cluster.name("killed")
     cluster.create(topic, 2)
     s = job_settings(compaction_lease_ms=LEASE_MS)
@@ -41,12 +46,10 @@ def test_a_run_killed_after_writing_leaves_the_previous_generation(cluster, job_
         COMPACTD_COMPACTION_LEASE_MS=str(LEASE_MS),
         COMPACTD_THRESHOLDS='{"global": {"compaction.view.grace.ms": 0}}',
     )
-    cmd = [sys.executable, "-m", "tests.support.crashing_compaction", "written", "compact", topic]
+    cmd = [sys.executable, "-m", "tests.support.crashing_compaction", "planned", "compact", topic]
     killed = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
     assert killed.returncode == -9, killed.stderr[-2000:]
-    # the dead run wrote its generation into the view, above the published one
-    for p in (0, 1):
-        assert cluster.watermarks(first.view, p)[1] > first.partitions[str(p)].view_end
+    assert comp.state.lease_holder(topic) is not None  # the dead run still holds the topic
     assert comp.log.read(topic) == first  # not published: readers still get generation 1
     reader = CompactedReader(comp.conn, s.topics.compactions)
     got: dict[int, list] = {0: [], 1: []}
