@@ -187,3 +187,38 @@ def test_aborted_records_never_win_and_an_open_transaction_holds_the_horizon(
     tx.commit_transaction(30)
     comp.run(topic)
     assert [(r.key, r.value) for r in view_of(comp, topic, table_mode=True)[0]] == [(b"a", b"open")]
+
+
+def test_a_reader_reads_across_a_generation_switch_without_gap_or_duplicate(
+    cluster, job_settings, redis_url, spark
+) -> None:
+    """A compacted read takes the manifest once: a generation published while it reads changes nothing for it (the
+    old one stays for compaction.view.grace.ms, and the source is not deleted below its horizon meanwhile)."""
+    topic = cluster.name("switch")
+    cluster.create(topic, 2)
+    comp = make(job_settings, redis_url, spark)  # default grace: 5 minutes
+    sent = produce(cluster, topic, history(seed=21, n=200, keys=25), partitions=2)
+    comp.run(topic)
+    reader = CompactedReader(comp.conn, comp.settings.topics.compactions)
+    reading = reader.partition_records(topic)
+    got = [next(reading) for _ in range(5)]  # mid-read of generation 1
+    more = produce(cluster, topic, history(seed=22, n=60, keys=25, start_ts=3_000), partitions=2)
+    assert comp.run(topic)["generation"] == 2  # published while the reader is inside generation 1
+    got += list(reading)
+    per_partition: dict[int, list[tuple]] = {0: [], 1: []}
+    for p, rec in got:
+        per_partition[p].append((rec.offset, rec.key, rec.value))
+    for p in (0, 1):
+        offsets = [o for o, _, _ in per_partition[p]]
+        assert offsets == sorted(set(offsets))  # in order, nothing twice
+        # what a reader of generation 1 must see: its winners, then the source from its horizon to where the
+        # source ended when the read began (nothing appended later, nothing of generation 2)
+        model, _ = reduce_partition([], sent[p], Strategy(), now=0)
+        assert per_partition[p] == strip(model)
+        assert more[p] and comp.log.read(topic).horizon(p) == len(sent[p]) + len(more[p])  # type: ignore[union-attr]
+    # and a read begun now reads generation 2: the winners of the whole history
+    after: dict[int, list[tuple]] = {0: [], 1: []}
+    for p, rec in reader.partition_records(topic):
+        after[p].append((rec.offset, rec.key, rec.value))
+    for p in (0, 1):
+        assert after[p] == strip(reduce_partition([], sent[p] + more[p], Strategy(), now=0)[0])
