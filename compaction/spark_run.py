@@ -371,24 +371,35 @@ def write_view(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[p
     produced = 0
     try:
         for batch in batches:
-            cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-            parts, keys, values, nks = cols["partition"], cols["key"], cols["value"], cols["nk"]
-            for i in range(batch.num_rows):
-                p = parts[i]
+            cols = {name: batch.column(name).to_pylist() for name in batch.schema.names if name != "headers"}
+            hcol = batch.column("headers")
+            # most topics carry no headers: then no per-row header objects are built at all
+            all_headers = hcol.to_pylist() if len(hcol.flatten()) else None
+            rows = zip(
+                cols["partition"],
+                cols["key"],
+                cols["value"],
+                cols["nk"],
+                cols["offset"],
+                cols["timestamp"],
+                cols["n"],
+                cols["size"],
+                strict=True,
+            )
+            for i, (p, key, value, nk, offset, ts, n, size) in enumerate(rows):
                 if p != current:
                     if current is not None:
                         close(current)
                     current = p
                     ranges[p] = [high(p), -1]
                     st = stats.setdefault(p, dict.fromkeys(WRITTEN_SCHEMA.names[3:], 0))
-                st["records_in"] += cols["n"][i]
-                st["bytes_in"] += cols["size"][i]
-                key, value = keys[i], values[i]
-                if key is None and nks[i] == DROP_NULL:
-                    st["null_keys"] += cols["n"][i]
+                st["records_in"] += n
+                st["bytes_in"] += size
+                if key is None and nk == DROP_NULL:
+                    st["null_keys"] += n
                     continue
-                headers = [(h["key"], h["value"]) for h in cols["headers"][i] or ()]
-                offset, ts = cols["offset"][i], cols["timestamp"][i]
+                raw = all_headers[i] if all_headers is not None else None
+                headers = [(h["key"], h["value"]) for h in raw] if raw else []
                 if value is None:  # a tombstone: stamped on its first run, dropped after delete.retention.ms
                     kept, _ = settle(Record(offset, ts, key, None, tuple(headers)), spec.now, spec.delete_retention_ms)
                     if kept is None:
