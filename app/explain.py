@@ -25,6 +25,8 @@ from typing import Any
 from compactd.app.explain_rank import Deletes, Limits, worst_order
 from compactd.app.settings import Settings
 from compactd.clock import now_ms
+from compactd.compaction.manifest import Manifest, retention_cap
+from compactd.compaction.store import CompactionState
 from compactd.errors import UsageError
 from compactd.keys import parse_partition_key, partition_key
 from compactd.model import ActionRecord, Decision, PartitionView, Segment
@@ -330,6 +332,23 @@ def _deletion(
     return {**out, "state": state, "blocked_by": blockers + more, "next": nxt}
 
 
+def _view_horizon(rules: dict[str, dict[str, Any]], cap: int, log_start: int) -> None:
+    """A retention that would free past the compacted view's horizon is told so: deletes stop there, so the view and
+    the topic's tail keep every live key; the next generation moves the horizon (`compactd compact status`)."""
+    why = (
+        f"the compacted view's horizon is at offset {cap}: deletes stop there so the view and the topic's tail keep "
+        "every key; the next generation moves it (`compactd compact status TOPIC`)"
+    )
+    for name in ("consumed_retention", "forced_retention"):
+        r = rules[name]
+        frees = r.get("frees")
+        if r["state"] in ("off", "covered") or not frees or frees["to"] <= cap:
+            continue
+        r["blocked_by"].append(_cause("view_horizon", why, horizon=cap))
+        if cap <= log_start:  # nothing of it may go until a generation is published past the log start
+            r["state"], r["next"] = "blocked", None
+
+
 def explain_partition(
     view: PartitionView,
     th: Thresholds,
@@ -342,8 +361,10 @@ def explain_partition(
     now: int,
     excluded: str | None = None,
     caps: Caps = Caps(),
+    view_cap: int | None = None,
 ) -> dict[str, Any]:
-    """Why one partition stands where it does, per rule, as a JSON-ready dict. Pure."""
+    """Why one partition stands where it does, per rule, as a JSON-ready dict. Pure. `view_cap`: the compacted
+    view's published horizon when the topic has one (compaction service): no delete passes it."""
     live = {r.action: r for r in records}
     dry_src = sources.get("dry.run", "default")
     facts = _facts(view, th, now)
@@ -374,6 +395,8 @@ def explain_partition(
                 if not any(b["cause"] == "topic_excluded" for b in r["blocked_by"]):
                     r["blocked_by"].append(_cause("topic_excluded", why))
                 r["state"], r["next"] = "blocked", None
+    if view_cap is not None:
+        _view_horizon(rules, view_cap, view.log_start)
     steps = [r["next"] for r in rules.values() if r["next"]]
     lag = rules["max_compaction_lag"]
     overdue = max(lag["now"].get("delay_ms") or 0, 0)
@@ -468,6 +491,7 @@ SHORT = {
     "backoff": "a backoff",
     "skipped": "a send-time check",
     "topic_excluded": "the topic's exclusion",
+    "view_horizon": "the compacted view's horizon",
 }
 
 
@@ -593,6 +617,7 @@ class Target:
     own: frozenset[str]
     scoped: frozenset[int]  # partitions with a partition scope of their own
     topic_rules: tuple[Thresholds, dict[str, str], str | None]  # thresholds, their sources, the exclusion
+    manifest: Manifest | None = None  # the compacted view's published generation (compaction service), from Redis
 
     def rules(self, n: int) -> tuple[Thresholds, dict[str, str], str | None]:
         """Partition n's thresholds, their sources and its exclusion: the topic's unless a partition scope exists."""
@@ -624,6 +649,7 @@ def read_target(state: RedisState, settings: Settings, target: str) -> Target:
     return Target(
         topic, partition, layers, applied, groups, state.gate(), Caps(g.actions_per_second, g.max_concurrent_nudges),
         own, scoped, (th, threshold_sources(layers, applied, topic, None), topic_excluded(topic, th, own)),
+        CompactionState(state.r, settings.key_prefix).manifest(topic),
     )  # fmt: skip
 
 
@@ -653,7 +679,10 @@ def explanations(state: RedisState, t: Target, partitions: Sequence[int], now: i
         for d in details:
             th, src, excluded = t.rules(d.view.partition)
             here = groups_here(d, t.groups)
-            yield explain_partition(d.view, th, src, here, t.gate, d.records, d.last, d.deadline, now, excluded, caps)
+            cap = retention_cap(t.manifest, th.compaction_service, d.view.partition, now, th.compaction_view_grace_ms)
+            yield explain_partition(
+                d.view, th, src, here, t.gate, d.records, d.last, d.deadline, now, excluded, caps, cap
+            )
 
 
 def iter_explain(

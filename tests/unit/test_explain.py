@@ -237,3 +237,19 @@ def test_collected_changes_keep_each_groups_latest_commit_time_per_topic() -> No
     changes = collect_changes(rows).changes
     assert changes.topics["orders"].commit_ts == {"billing": T0}
     assert changes.topics["clicks"].commit_ts == {"billing": T0 - 9}
+
+
+def test_a_compacted_views_horizon_is_named_where_it_stops_a_delete() -> None:
+    layers = {"global": {"dry.run": False, "forced.retention.ms": 2 * H}}
+    v = view()
+    th = resolve(layers, v.topic, v.partition)
+    src = threshold_sources(layers, {}, v.topic, v.partition)
+    capped = explain_partition(v, th, src, GroupsHere(), OPEN, (), None, None, T0, None, Caps(), 150)
+    forced = capped["rules"]["forced_retention"]
+    assert forced["frees"]["to"] == 200 and "view_horizon" in causes(forced)
+    assert next(b for b in forced["blocked_by"] if b["cause"] == "view_horizon")["horizon"] == 150
+    nothing = explain_partition(v, th, src, GroupsHere(), OPEN, (), None, None, T0, None, Caps(), 0)
+    assert nothing["rules"]["forced_retention"]["state"] == "blocked"  # nothing published: nothing may go
+    beyond = explain_partition(v, th, src, GroupsHere(), OPEN, (), None, None, T0, None, Caps(), 500)
+    assert "view_horizon" not in causes(beyond["rules"]["forced_retention"])
+    assert "view_horizon" not in causes(explain(v, {"forced.retention.ms": 2 * H})["rules"]["forced_retention"])
