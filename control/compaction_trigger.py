@@ -112,7 +112,7 @@ class CompactionTrigger:
                 self._manifests[topic] = self.compactor.state.manifest(topic)
             manifest = self._manifests[topic]
         if manifest is None and th.compaction_service and not self._mirrored:
-            manifest = self.manifest(topic)
+            manifest = self._manifests[topic] = self.manifest(topic)
         return retention_cap(manifest, th.compaction_service, partition, now, th.compaction_view_grace_ms)
 
     # -- the tick

@@ -1,0 +1,76 @@
+"""The controller's side of the compaction service against the real broker and Redis: which topics it watches, the
+dry-run record instead of a run, and the delete cap it gives the controller (from the manifest mirror, refreshed from
+the manifest topic when Redis has none)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+
+from compactd.compaction.manifest import Manifest, PartitionView
+from compactd.compaction.service import Compactor
+from compactd.control.compaction_trigger import CompactionTrigger
+from compactd.metrics import Metrics
+from compactd.model import ActionRecord
+from compactd.policy.thresholds import resolve
+from tests.support.compaction import history, produce
+
+
+def trigger(job_settings, redis_url: str, layers: dict[str, dict[str, Any]], known: list[str]):
+    s = job_settings()
+    published: list[ActionRecord] = []
+
+    def no_spark() -> Any:
+        pytest.fail("a dry-run topic must not start a run")
+
+    comp = Compactor(s, redis.Redis.from_url(redis_url), lambda: layers, no_spark)
+    from prometheus_client import CollectorRegistry
+
+    t = CompactionTrigger(
+        comp, Metrics(CollectorRegistry()), lambda: layers, lambda: known, published.append, comp.clock
+    )
+    return t, published
+
+
+def test_watched_topics_and_a_dry_run_record_instead_of_a_run(cluster, job_settings, redis_url) -> None:
+    topic, other = cluster.name("dry"), cluster.name("other")
+    cluster.create(topic, 1)
+    produce(cluster, topic, history(seed=3, n=20, keys=5, partitions=1), partitions=1)
+    layers = {f"topic:{topic}": {"compaction.service": True}}  # dry.run: the default
+    own = job_settings().topics.segments
+    t, published = trigger(job_settings, redis_url, layers, [topic, other, own, "__consumer_offsets"])
+    assert t.topics() == [topic]
+    everywhere = {"global": {"compaction.service": True}}
+    t2, _ = trigger(
+        job_settings, redis_url, everywhere, [topic, other, own, "__consumer_offsets", f"{topic}.compacted"]
+    )
+    assert t2.topics() == sorted([topic, other])  # never internal topics, compactd's own, or views
+
+    t.tick(now=True)
+    t.tick(now=True)  # said once, not on every check
+    assert [(r.action, r.status, r.reason, r.dry_run) for r in published] == [
+        ("compact_view", "dry_run", "first_generation", True)
+    ]
+    assert t.running == {}
+
+
+def test_the_delete_cap_comes_from_the_published_manifest(cluster, job_settings, redis_url) -> None:
+    topic = cluster.name("capped")
+    cluster.create(topic, 2)
+    on = {f"topic:{topic}": {"compaction.service": True}}
+    t, _ = trigger(job_settings, redis_url, on, [topic])
+    th = resolve(on, topic)
+    now = t.clock()
+    assert t.view_cap(topic, 0, th, now, fresh=True) == 0  # on, nothing published: nothing may be deleted
+    assert t.view_cap(topic, 0, resolve({}, topic), now, fresh=True) is None  # no view, no cap
+
+    parts = {"0": PartitionView(40, 0, 10), "1": PartitionView(7, 0, 3)}
+    manifest = Manifest(topic, f"{topic}.compacted", 1, partitions=parts, finished_at=now)
+    t.compactor.log.write(manifest)  # published on the manifest topic only: Redis has no mirror yet
+    t2, _ = trigger(job_settings, redis_url, on, [topic])  # a new job: refreshes the mirror from the topic
+    assert t2.view_cap(topic, 0, th, now) == 40 and t2.view_cap(topic, 1, th, now) == 7
+    assert t2.compactor.state.manifest(topic) == manifest
+    # a topic whose service was turned off keeps its cap while its view exists
+    assert t2.view_cap(topic, 0, resolve({}, topic), now, fresh=True) == 40
