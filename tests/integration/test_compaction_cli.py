@@ -22,7 +22,7 @@ from compactd.compaction.store import CompactionState, ManifestLog
 from compactd.compaction.strategy import Strategy
 from compactd.compaction.view import CompactedReader, ViewSource, table
 from compactd.kafka.config import KafkaConnection
-from tests.support.compaction import Event, history, produce
+from tests.support.compaction import STATUS_KEYS, Event, history, produce
 
 SUMMARY_KEYS = {
     "topic",
@@ -36,19 +36,6 @@ SUMMARY_KEYS = {
     "bytes_out",
     "seconds",
     "horizon",
-}
-STATUS_KEYS = {
-    "topic",
-    "status",
-    "generation",
-    "horizon",
-    "keys",
-    "records_in",
-    "records_out",
-    "bytes_in",
-    "bytes_out",
-    "seconds",
-    "error",
 }
 BIN_KEY, BIN_VALUE = b"\xff\xfek", b"\x80v\xff"  # not UTF-8: printed as key_b64 / value_b64
 

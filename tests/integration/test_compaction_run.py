@@ -16,7 +16,7 @@ from compactd.compaction.service import Compactor, Overrides, RunFailed
 from compactd.compaction.store import RunInProgress
 from compactd.compaction.strategy import Strategy
 from compactd.compaction.view import CompactedReader, table
-from tests.support.compaction import history, produce
+from tests.support.compaction import STATUS_KEYS, history, produce
 
 
 def make(
@@ -115,19 +115,7 @@ def test_status_line_speaks_the_contract(cluster, job_settings, redis_url, spark
     t0 = time.time()
     comp.run(topic, Overrides(strategy="timestamp"))
     st = comp.status(topic)
-    assert set(st) == {
-        "topic",
-        "status",
-        "generation",
-        "horizon",
-        "keys",
-        "records_in",
-        "records_out",
-        "bytes_in",
-        "bytes_out",
-        "seconds",
-        "error",
-    }
+    assert set(st) == STATUS_KEYS
     assert st["status"] == "SUCCESS" and st["generation"] == 1 and st["horizon"] == {"0": 50}
     assert 0 <= st["seconds"] <= time.time() - t0
     json.dumps(st)

@@ -9,6 +9,12 @@ from dataclasses import dataclass
 
 from compactd.compaction.reduce import Record
 
+# `compactd compact status TOPIC`: the contract's keys, exactly
+STATUS_KEYS = frozenset(
+    ("topic", "status", "generation", "horizon", "keys", "records_in", "records_out", "bytes_in", "bytes_out",
+     "seconds", "error")
+)  # fmt: skip
+
 
 @dataclass(frozen=True)
 class Event:
