@@ -1,0 +1,33 @@
+"""The test ordering puts each slow test at the head of a worker's first block, the longest ones apart."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tests.support.ordering import SLOW, spread
+
+
+@dataclass
+class Item:
+    nodeid: str
+
+
+def test_each_block_opens_with_its_share_of_the_slow_tests_and_nothing_is_lost() -> None:
+    slow = [Item(f"tests/x/{suffix}") for suffix in SLOW]
+    items = (
+        [Item(f"tests/a/test_{i}.py::t") for i in range(50)]
+        + slow
+        + [Item(f"tests/z/test_{i}.py::t") for i in range(40)]
+    )
+    out = spread(items, 4)  # type: ignore[arg-type]
+    assert sorted(i.nodeid for i in out) == sorted(i.nodeid for i in items)
+    left, heads = len(out), []
+    start = 0
+    for k in range(4):
+        size = left // (4 - k)
+        left -= size
+        heads.append(out[start])
+        start += size
+    longest = sorted(SLOW.values(), reverse=True)[:4]
+    assert sorted((SLOW[h.nodeid.split("/", 2)[2]] for h in heads), reverse=True) == longest
+    assert spread(items, 1) == items  # type: ignore[arg-type]
