@@ -34,9 +34,11 @@ TEST_WORKERS ?= 4
 test: deps
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 
-# The safety property test with many more generated histories than `make test` runs (100).
+# The safety property test with many more generated histories than `make test` runs (100), and the unit suite's
+# fuzz and property tests at 10 times their nominal examples (`make test` runs half of them).
 soak: deps
 	COMPACTD_PROPERTY_EXAMPLES=$${EXAMPLES:-5000} $(BIN)/pytest -q tests/integration/test_safety_property.py --hypothesis-show-statistics
+	COMPACTD_FUZZ_SCALE=$${FUZZ_SCALE:-10} $(BIN)/pytest -q tests/unit
 
 lint: deps
 	$(BIN)/ruff check .

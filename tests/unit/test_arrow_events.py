@@ -14,6 +14,7 @@ from compactd.codec.events import OFFSET_EVENTS, SEGMENT_EVENTS
 from compactd.codec.fast_events import OFFSET_TYPES, SEGMENT_TYPES
 from compactd.streaming.decode import DECODED_SCHEMA, Decoder
 from tests.support.event_values import VALID, event, value
+from tests.support.examples import examples
 
 D = Decoder("seg", "com", max_event_bytes=20_000)
 
@@ -43,14 +44,14 @@ blocks = st.lists(
 )  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(blocks)
 def test_blocks_decode_to_the_reference_rows(values: list[bytes | None]) -> None:
     for topic in ("seg", "com"):
         assert decoded_rows(topic, values) == reference_rows(topic, values)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.lists(st.sampled_from(VALID_VALUES), min_size=512, max_size=1000), st.integers(0, 999))
 def test_valid_blocks_stay_in_arrow_and_one_bad_record_stays_alone(values: list[bytes], at: int) -> None:
     for types in (SEGMENT_TYPES, OFFSET_TYPES):

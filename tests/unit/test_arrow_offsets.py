@@ -19,6 +19,7 @@ from compactd.codec.offsets import (
     encode_offset_value,
 )
 from compactd.streaming.decode import DECODED_SCHEMA, Decoder
+from tests.support.examples import examples
 
 D = Decoder("seg", "com", offsets_topic="__consumer_offsets")
 NAMES = st.sampled_from(["g", "orders", "", "é", "a" * 300]) | st.text(max_size=8)
@@ -66,7 +67,7 @@ def reference_rows(records: list[tuple[bytes | None, bytes | None]]) -> list[dic
     return pa.Table.from_pylist(rows, schema=DECODED_SCHEMA).to_pylist()
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.lists(record(), max_size=200))
 def test_blocks_decode_to_the_per_record_rows(records: list[tuple[bytes | None, bytes | None]]) -> None:
     keys, values = [k for k, _ in records], [v for _, v in records]

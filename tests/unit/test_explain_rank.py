@@ -18,6 +18,7 @@ from compactd.app.explain_rank import Deletes, Limits, worst_figures, worst_orde
 from compactd.model import ActionRecord, PartitionView, Segment
 from compactd.policy.thresholds import Thresholds, resolve
 from compactd.state.redis_store import PartitionNumbers
+from tests.support.examples import examples
 
 H = 3_600_000
 T0 = 1_800_000_000_000
@@ -146,7 +147,7 @@ def check(cs: list[Case], gate: dict[str, Any] | None) -> None:
     assert order == [e["number"] for e in sorted(es, key=worst_first)]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(data=st.data(), size=st.integers(1, 8), gate=GATES)
 def test_every_partition_gets_the_figures_its_explanation_reports(data: st.DataObject, size: int, gate: Any) -> None:
     check([data.draw(cases(n)) for n in range(size)], gate)

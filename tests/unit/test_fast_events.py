@@ -11,6 +11,7 @@ from compactd.codec.events import OFFSET_EVENTS, SEGMENT_EVENTS
 from compactd.codec.fast_events import OFFSET_TYPES, SEGMENT_TYPES, fast_row
 from compactd.streaming.decode import Decoder
 from tests.support.event_values import VALID, value
+from tests.support.examples import examples
 
 D = Decoder("seg", "com", max_event_bytes=20_000)
 
@@ -23,7 +24,7 @@ def check(topic: str, stream: str, types: frozenset[str], adapter, raw: bytes | 
     assert D.row(topic, raw) == (fast if fast is not None else reference)
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=examples(2000), deadline=None)
 @given(value())
 def test_fast_path_never_accepts_what_the_reference_rejects(raw: bytes | None) -> None:
     check("seg", "segments", SEGMENT_TYPES, SEGMENT_EVENTS, raw)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from compactd.agent.agent import SegmentAgent
 from compactd.agent.logdir import CheckpointError, SegmentError, first_batch, read_checkpoint, scan_log_dir
 from compactd.app.cli import main
+from tests.support.examples import examples
 from tests.support.segments import encode_batch_v2, encode_message_v1, write_checkpoint
 
 T = 1_763_800_000_000
@@ -147,7 +148,7 @@ def test_segment_deleted_between_listing_and_reading_is_skipped(tmp_path: Path) 
     assert [e["base_offset"] for e in SegmentAgent([tmp_path]).scan() if e["type"] == "segment_rolled"] == [0]
 
 
-@settings(max_examples=3000)
+@settings(max_examples=examples(3000))
 @given(st.binary(max_size=300))
 def test_fuzz_segment_header_decoder_only_raises_segment_error(data: bytes) -> None:
     try:

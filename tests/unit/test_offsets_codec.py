@@ -28,6 +28,7 @@ from compactd.codec.offsets import (
     encode_offset_value,
 )
 from compactd.streaming.decode import Decoder
+from tests.support.examples import examples
 
 
 def s16(x: str) -> bytes:
@@ -202,7 +203,7 @@ def test_truncated_and_corrupted_inputs_raise_decode_error() -> None:
         )
 
 
-@settings(max_examples=3000)
+@settings(max_examples=examples(3000))
 @given(st.binary(max_size=200), st.none() | st.binary(max_size=200))
 def test_fuzz_random_bytes_never_escape_as_anything_but_decode_error(key: bytes, value: bytes | None) -> None:
     with contextlib.suppress(DecodeError):

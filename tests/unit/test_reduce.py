@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactd.streaming.decode import DECODED_SCHEMA, reduce_table
+from tests.support.examples import examples
 
 KINDS = ("offset_commit", "offset_delete", "segment_rolled", "compacted", "log_start", "group_delete", "config")
 
@@ -84,7 +85,7 @@ def plain(rows: list[dict]) -> list[dict]:
     return [{f: v for f, v in r.items() if v is not None} for r in rows]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(records())
 def test_per_partition_then_union_equals_one_reduction_and_the_reference(rows: list[dict]) -> None:
     expected, expected_singles = reference(plain(rows))
