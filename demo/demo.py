@@ -45,13 +45,7 @@ def demo_settings(bootstrap: str, redis_url: str, checkpoint: Path) -> Settings:
         trigger_interval_ms=1000,
         thresholds={
             "global": {"dry.run": False, "action.retry.ms": 15_000},
-            # orders is also compacted by compactd itself, into orders.compacted (the compaction service)
-            "topic:orders": {
-                "max.compaction.lag.ms": 20_000,
-                "compaction.service": True,
-                "compaction.threshold.bytes": 10_000,
-                "compaction.view.grace.ms": 30_000,
-            },
+            "topic:orders": {"max.compaction.lag.ms": 20_000},
             "topic:clicks": {"consumed.retention.ms": 10_000, "forced.retention.ms": 60_000},
         },
     )
@@ -145,11 +139,6 @@ class SimulatedCluster:
             if msg.error() is not None:
                 continue
             action = json.loads(msg.value())
-            if action["action"] == "compact_view":
-                d = action["detail"]
-                what = f"generation {d['generation']}: {d['keys']} keys" if action["status"] == "sent" else ""
-                self.log.append(f"compactd: {action['topic']} view {action['status']} {what}".rstrip())
-                continue
             if action["action"] == "compact" and action["status"] == "sent":
                 self.cleaner_queue.append((time.monotonic() + CLEANER_DELAY_S, action["topic"], action["partition"]))
                 self.log.append(f"cleaner: compaction of {action['topic']}/{action['partition']} scheduled")
@@ -213,12 +202,11 @@ def _printer(settings: Settings, sim: SimulatedCluster, stop: threading.Event, s
 
 
 def _until_closed(sim: SimulatedCluster, stop: threading.Event) -> None:
-    """Stop once both loops have closed — the cleaner compacted what a compact action asked, and the broker's log
-    start moved after a delete_records — and compactd published a generation of orders' view; then two more
-    refreshes so the final table shows the answers."""
+    """Stop once both loops have closed: the cleaner compacted what a compact action asked, and the broker's log
+    start moved after a delete_records; then two more refreshes so the final table shows the answers."""
     while not stop.wait(0.5):
         text = "\n".join(sim.log)
-        if "compacted up to" in text and "log start moved" in text and "view sent" in text:
+        if "compacted up to" in text and "log start moved" in text:
             stop.wait(4.0)
             stop.set()
 
