@@ -386,6 +386,14 @@ def configure_logging(level: str) -> None:
     logging.getLogger("compactd.librdkafka").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
     if level != "DEBUG":
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_not_py4j)
+
+
+def _not_py4j(record: logging.LogRecord) -> bool:
+    """py4j logs a failed call during Spark's shutdown through the root logger (`logging.info(..., exc_info=True)`
+    in java_gateway.py), with a traceback: compactd reports the failure itself, in one line."""
+    return "/py4j/" not in record.pathname.replace("\\", "/")
 
 
 def _one_line(text: str) -> str:
