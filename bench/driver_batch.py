@@ -1,0 +1,90 @@
+"""The driver's share of one micro-batch that touches every partition with nothing due (issue 17's measurement).
+
+A real redis-server, the real controller and state, no Spark: a first batch writes one closed segment and two groups'
+offsets per partition, the second moves both offsets (every partition touched, nothing due: retention and lag far
+away). Reports the second batch's seconds, µs per partition, and how much of it reading the state and the merge took.
+Prints one JSON object. Usage: python bench/driver_batch.py [--partitions 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from compactd.control.controller import Controller
+from compactd.demo.embedded import redis_server
+from compactd.metrics import Metrics
+from compactd.model import Segment
+from compactd.sinks.recording import RecordingSink
+from compactd.state.changes import BatchChanges
+from compactd.state.redis_store import RedisState
+
+PER_TOPIC = 1000
+
+
+def batch(partitions: int, i: int, now: int) -> BatchChanges:
+    changes = BatchChanges()
+    for t in range(max(1, partitions // PER_TOPIC)):
+        tc = changes.topic(f"topic{t}")
+        for p in range(min(partitions, PER_TOPIC)):
+            if i == 0:
+                tc.segments.append((p, Segment(0, 100, now - 1000, 1000, now - 500)))
+            for group in ("g1", "g2"):
+                tc.offsets.append((group, p, 10 + i))
+    return changes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--partitions", type=int, default=100_000)
+    args = ap.parse_args()
+    svc = redis_server(Path(tempfile.mkdtemp(prefix="compactd-bench-")))
+    try:
+        state = RedisState.from_url(f"redis://127.0.0.1:{svc.port}/0", "cd:default")
+        state.start()
+        layers = {"global": {"consumed.retention.ms": 10**9, "max.compaction.lag.ms": 10**9}}
+        ctl = Controller(state, layers, RecordingSink(), None, Metrics(CollectorRegistry()))
+        now = int(time.time() * 1000)
+        ctl.on_batch("bench", 0, batch(args.partitions, 0, now))
+        spent = {"read_state": 0.0, "merge": 0.0}
+        views, merge = state.views, state.merge
+
+        def timed(name: str, fn: Any) -> Any:
+            def run(*a: Any, **k: Any) -> Any:
+                t0 = time.monotonic()
+                try:
+                    return fn(*a, **k)
+                finally:
+                    spent[name] += time.monotonic() - t0
+
+            return run
+
+        state.views, state.merge = timed("read_state", views), timed("merge", merge)  # type: ignore[method-assign]
+        changes = batch(args.partitions, 1, now)
+        t0 = time.monotonic()
+        ctl.on_batch("bench", 1, changes)
+        seconds = time.monotonic() - t0
+        out = {
+            "benchmark": "driver_batch",
+            "partitions": args.partitions,
+            "groups": 2,
+            "seconds": round(seconds, 2),
+            "us_per_partition": round(seconds / args.partitions * 1e6, 1),
+            "read_state_seconds": round(spent["read_state"], 2),
+            "merge_seconds": round(spent["merge"], 2),
+            "rest_seconds": round(seconds - spent["read_state"] - spent["merge"], 2),
+            "target_us_per_partition": 30,
+        }
+        print(json.dumps(out), flush=True)
+    finally:
+        svc.stop()
+
+
+if __name__ == "__main__":
+    main()
