@@ -15,15 +15,9 @@ from compactd.app.cli import main
 from compactd.compaction.strategy import Strategy
 from compactd.compaction.view import CompactedReader, table
 from tests.support.compaction import history, produce
+from tests.support.waiting import wait_for
 
 H = 3_600_000
-
-
-def wait_for(what: str, check, timeout_s: float) -> None:
-    until = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < until, what
-        time.sleep(0.2)
 
 
 def segment(topic: str, partition: int, end: int, now: int) -> dict:

@@ -12,15 +12,9 @@ from compactd.app.application import Application
 from compactd.app.cli import main
 from compactd.codec.config_events import sign
 from compactd.kafka.reader import read_to_end
+from tests.support.waiting import wait_for
 
 H = 3_600_000
-
-
-def wait_for(what: str, check, timeout_s: float) -> None:
-    until = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < until, what
-        time.sleep(0.1)
 
 
 @pytest.mark.spark
