@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+import msgspec
 import numpy as np
 import redis
 
@@ -129,7 +130,7 @@ class RedisState:
         shared = lua.joinpath("offsets.lua").read_text()
         self._lua = {
             name: lua.joinpath(f"{name}.lua").read_text().replace("--! include offsets.lua\n", shared)
-            for name in ("merge", "recount", "explain", "explain_rank", "in_flight")
+            for name in ("merge", "recount", "explain", "explain_rank", "in_flight", "views")
         }
         self._scripts: dict[str, Any] = {}
         self.k_deadlines = self.keys.deadlines
@@ -354,7 +355,31 @@ class RedisState:
         return [(t, p) for t in self.topics() for p in self.partitions(t)]
 
     def views(self, keys: Iterable[tuple[str, int]]) -> list[PartitionView]:
-        """Read many partitions in one round trip."""
+        """Read many partitions: one script call per topic, its answer packed (lua/views.lua). The client's cost is
+        one MessagePack decode per topic instead of packing and parsing six commands per partition."""
+        keys = list(keys)
+        by_topic: dict[str, list[int]] = {}
+        for topic, n in keys:
+            by_topic.setdefault(topic, []).append(n)
+        script = self._script("views")
+        read: dict[tuple[str, int], PartitionView] = {}
+        for topic, parts in by_topic.items():
+            counted, rows = msgspec.msgpack.decode(script(keys=[self.keys.topic_base(topic)], args=parts))
+            for row in rows:
+                n, cleaned, log_start, lowest, zcard = row[:5]
+                read[(topic, n)] = PartitionView(
+                    topic=topic,
+                    partition=n,
+                    segments=tuple(Segment(*map(int, m.split(":"))) for m in row[5:]),
+                    cleaned_up_to=None if cleaned is False else cleaned,
+                    log_start=0 if log_start is False else log_start,
+                    min_committed=lowest if counted > 0 and zcard == counted and lowest is not False else None,
+                    counted_groups=counted,
+                )
+        return [read[k] for k in keys]
+
+    def views_pipelined(self, keys: Iterable[tuple[str, int]]) -> list[PartitionView]:
+        """The same read as `views`, one pipelined command per key: the reference `views` is tested against."""
         keys = list(keys)
         pipe = self.r.pipeline(transaction=False)
         k = self.keys
