@@ -14,10 +14,12 @@ def compactor(settings: Settings, spark: Any = None) -> tuple[Any, Any]:
     """A Compactor over this cluster's Redis and config layers (the job's applied config events included); Spark
     starts only when a run needs it. Returns (compactor, a close callable)."""
     from compactd.compaction.service import Compactor
+    from compactd.kafka.admin import check_reachable
     from compactd.policy.runtime_config import AppliedLayer, effective_layers
 
     state = settings.redis_state()
     state.start()
+    check_reachable(settings.kafka_connection())  # a broker away: one line naming the setting, within seconds
     session: list[Any] = [spark] if spark is not None else []
     owned: list[bool] = []  # whether this command started the session (and so stops it)
 
@@ -71,7 +73,9 @@ def compact_status(settings: Settings, topic: str) -> int:
 
 def read_compacted(settings: Settings, topic: str, table: bool) -> int:
     from compactd.compaction.view import CompactedReader, json_line
+    from compactd.kafka.admin import check_reachable
 
+    check_reachable(settings.kafka_connection())
     reader = CompactedReader(settings.kafka_connection(), settings.topics.compactions)
     out = sys.stdout
     for partition, rec in reader.partition_records(topic, table_mode=table):

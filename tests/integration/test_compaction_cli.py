@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import datetime
 from typing import Any
 
@@ -238,6 +239,14 @@ def test_exit_codes_and_error_lines(cluster, redis_url) -> None:
     unknown = cli(env, "read", missing, "--compacted")
     assert unknown.returncode == 1 and unknown.stdout == ""
     assert "does not exist" in one_error_line(unknown)
+
+    away = {**env, "COMPACTD_BOOTSTRAP_SERVERS": "127.0.0.1:1"}  # no broker there
+    for args in (("read", topic, "--compacted"), ("compact", topic), ("compact", "status", topic)):
+        started = time.monotonic()
+        out = cli(away, *args)
+        assert out.returncode == 1 and out.stdout == "", args
+        assert "Kafka unreachable" in (line := one_error_line(out)) and "bootstrap_servers" in line, args
+        assert time.monotonic() - started < 20, args
 
 
 def rows_by_partition(df) -> dict[int, list[tuple]]:
