@@ -175,8 +175,9 @@ class _InputReader(DataSourceReader):
             yield combiner.emit()
 
 
-def _fields(m: Any, from_view: bool, where: ReadRange) -> tuple[int, int, list[tuple[str, bytes | None]]]:
-    """(source offset, timestamp or -1, headers without compactd's offset) of one consumed message."""
+def message_fields(m: Any, from_view: bool, where: ReadRange) -> tuple[int, int, list[tuple[str, bytes | None]]]:
+    """(source offset, timestamp or -1, headers without compactd's offset) of one consumed message; a view record
+    without its source offset raises ViewCorrupt (the view was not written by compactd)."""
     headers = m.headers() or []
     offset = m.offset()
     if from_view and len(headers) == 1 and headers[0][0] == OFFSET_HEADER and (headers[0][1] or b"").isdigit():
@@ -240,9 +241,9 @@ class Combiner:
                 held[1], held[2], held[5] = m, None, where
                 continue
             if held[0] is None:
-                held[2] = _fields(held[1], held[5].from_view, held[5])
+                held[2] = message_fields(held[1], held[5].from_view, held[5])
                 held[0] = order_key(strategy, *held[2])
-            fields = _fields(m, where.from_view, where)
+            fields = message_fields(m, where.from_view, where)
             rank = order_key(strategy, *fields)
             if rank > held[0]:
                 held[0], held[1], held[2], held[5] = rank, m, fields, where
@@ -269,7 +270,7 @@ class Combiner:
         h_values: list[bytes | None] = []
 
         def add(m: Any, fields: Any, nk: int | None, n: int, size: int, where: ReadRange) -> None:
-            offset, ts, headers = fields if fields is not None else _fields(m, where.from_view, where)
+            offset, ts, headers = fields if fields is not None else message_fields(m, where.from_view, where)
             if strategy.kind == "offset":
                 k1s.append(offset)
                 k2s.append(0)

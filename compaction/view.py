@@ -22,10 +22,10 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from compactd.compaction.manifest import Manifest
 from compactd.compaction.reduce import Record
+from compactd.compaction.spark_run import ReadRange, message_fields
 from compactd.compaction.strategy import Strategy, order_key
 from compactd.errors import CompactdError
 
-OFFSET_HEADER = "compactd.offset"
 READ_TIMEOUT_MS = 120_000
 
 
@@ -64,18 +64,11 @@ def _records(conf: dict[str, Any], topic: str, p: int, start: int, end: int, fro
 
     if end <= start:
         return
+    where = ReadRange(topic, p, start, end, from_view)
     for msgs in read_messages(conf, KafkaRange(topic, p, start, end), READ_TIMEOUT_MS):
         for m in msgs:
-            headers = tuple(m.headers() or ())
-            offset = m.offset()
-            if from_view:
-                source = [v for k, v in headers if k == OFFSET_HEADER]
-                if not source or source[-1] is None or not source[-1].isdigit():
-                    raise CompactdError(f"{topic}/{p}@{offset} has no {OFFSET_HEADER}: not a view compactd wrote")
-                offset = int(source[-1])
-                headers = tuple((k, v) for k, v in headers if k != OFFSET_HEADER)
-            kind, ts = m.timestamp()
-            yield Record(offset, ts if kind != 0 else -1, m.key(), m.value(), headers)
+            offset, ts, headers = message_fields(m, from_view, where)
+            yield Record(offset, ts, m.key(), m.value(), tuple(headers))
 
 
 def read_segment(conf: dict[str, Any], seg: Segment, low: Mapping[str, int] | None = None) -> Iterator[Record]:
