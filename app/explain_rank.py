@@ -19,48 +19,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compactd.model import ActionRecord
-from compactd.policy.thresholds import Thresholds
-from compactd.state.redis_store import PartitionNumbers
+from compactd.model import ActionRecord, PartitionNumbers
+from compactd.policy import bulk
+from compactd.policy.bulk import Limits, row_starts
 
 I64 = np.int64
 # a live delete record's reason
 NO_RECORD, CONSUMED, FORCED, OTHER = 0, 1, 2, 3
 # whether a live delete record blocks its rule (`_action_status`): never (sent), only under dry.run, always
 NEVER, IF_DRY_RUN, ALWAYS = 0, 1, 2
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Per partition, what the rules read of the thresholds: a value and whether the rule is on, dry.run, exclusion.
-    Built from the topic's thresholds, with the partitions that have a partition scope overriding theirs."""
-
-    lag: np.ndarray
-    lag_on: np.ndarray
-    consumed: np.ndarray
-    consumed_on: np.ndarray
-    forced: np.ndarray
-    forced_on: np.ndarray
-    dry_run: np.ndarray
-    excluded: np.ndarray
-
-    @classmethod
-    def of(cls, rows: int, topic: tuple[Thresholds, bool], scoped: Mapping[int, tuple[Thresholds, bool]]) -> Limits:
-        """`topic`: (thresholds, excluded) for every row; `scoped`: row -> its own (thresholds, excluded)."""
-        cols: dict[str, np.ndarray] = {}
-        for name, attr in (("lag", "max_compaction_lag_ms"), ("consumed", "consumed_retention_ms"),
-                           ("forced", "forced_retention_ms")):  # fmt: skip
-            value = getattr(topic[0], attr)
-            cols[name] = np.full(rows, value or 0, dtype=I64)
-            cols[f"{name}_on"] = np.full(rows, value is not None)
-            for row, (th, _) in scoped.items():
-                own = getattr(th, attr)
-                cols[name][row], cols[f"{name}_on"][row] = own or 0, own is not None
-        cols["dry_run"] = np.full(rows, bool(topic[0].dry_run))
-        cols["excluded"] = np.full(rows, topic[1])
-        for row, (th, excluded) in scoped.items():
-            cols["dry_run"][row], cols["excluded"][row] = bool(th.dry_run), excluded
-        return cls(**cols)
 
 
 @dataclass(frozen=True)
@@ -94,23 +61,13 @@ class Deletes:
         return cls(reason, pending, blocks)
 
 
-def _per_row(ufunc: np.ufunc, values: np.ndarray, starts: np.ndarray, counts: np.ndarray, empty: int) -> np.ndarray:
-    """`ufunc` over each partition's segments (rows without segments get `empty`)."""
-    out = np.full(len(counts), empty, dtype=values.dtype)
-    has = counts > 0
-    if values.size:
-        out[has] = ufunc.reduceat(values, starts[has])
-    return out
-
-
 def worst_figures(
     nums: PartitionNumbers, limits: Limits, deletes: Deletes, gate_closed: bool, now: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(overdue_ms, blocked_bytes, blocked_offsets) per partition: `explain_partition(...)["worst"]`, for all rows."""
     rows, nseg = len(nums.partitions), nums.nseg
     seg_row = np.repeat(np.arange(rows), nseg)
-    starts = np.zeros(rows, dtype=I64)
-    np.cumsum(nseg[:-1], out=starts[1:])
+    starts = row_starts(nseg)
     seg = nums.segments
     if seg.size and np.any((seg_row[1:] == seg_row[:-1]) & (seg[1:, 0] <= seg[:-1, 0])):
         seg = seg[np.lexsort((*seg.T[::-1], seg_row))]  # `Segment` order, should segments come unsorted
@@ -120,7 +77,7 @@ def worst_figures(
     idx = np.arange(len(seg))
 
     def per_row(ufunc: np.ufunc, values: np.ndarray, empty: int) -> np.ndarray:
-        return _per_row(ufunc, values, starts, nseg, empty)
+        return bulk.per_row(ufunc, values, starts, nseg, empty)
 
     # max compaction lag: KIP-354's earliest uncompacted timestamp over live dirty segments
     dirty = live & (end > nums.cleaned[seg_row])

@@ -53,7 +53,7 @@ def main() -> None:
         now = int(time.time() * 1000)
         ctl.on_batch("bench", 0, batch(args.partitions, 0, now))
         spent = {"read_state": 0.0, "merge": 0.0}
-        views, merge = state.views, state.merge
+        views, merge = state.partition_numbers, state.merge
 
         def timed(name: str, fn: Any) -> Any:
             def run(*a: Any, **k: Any) -> Any:
@@ -65,7 +65,7 @@ def main() -> None:
 
             return run
 
-        state.views, state.merge = timed("read_state", views), timed("merge", merge)  # type: ignore[method-assign]
+        state.partition_numbers, state.merge = timed("read_state", views), timed("merge", merge)  # type: ignore[method-assign]
         changes = batch(args.partitions, 1, now)
         t0 = time.monotonic()
         ctl.on_batch("bench", 1, changes)

@@ -7,6 +7,8 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+import numpy as np
+
 from compactd.keys import partition_key
 
 ActionKind = Literal["compact", "delete_records", "restore_config", "compact_view"]
@@ -124,3 +126,48 @@ def action_id(decision: Decision, attempts: int) -> str:
     d = decision
     raw = f"{d.topic}/{d.partition}/{d.action}/{d.reason}/{d.before_offset}/{d.earliest_ts}/{attempts}"
     return hashlib.sha256(raw.encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class PartitionNumbers:
+    """A chunk of one topic's partitions as arrays (one row per partition, in the order asked; lua/explain_rank.lua):
+    what the rules read of a `PartitionView`, for `compactd explain TOPIC`'s ranking and the controller's bulk
+    evaluation (policy/bulk.py), which build a view only for the rows that need one."""
+
+    partitions: np.ndarray  # int64 [P]
+    counted: np.ndarray  # int64 [P]: the topic's counted groups, as each chunk read them
+    cleaned: np.ndarray  # int64 [P]: cleaned up to, -1 when never cleaned (what the rules take None for)
+    log_start: np.ndarray  # int64 [P]
+    zcard: np.ndarray  # int64 [P]: counted groups with an offset on the partition
+    lowest: np.ndarray  # int64 [P]: the lowest of those offsets (-1 when none)
+    nseg: np.ndarray  # int64 [P]: closed segments kept for the partition
+    segments: np.ndarray  # int64 [S, 5]: base, end, first batch max ts, size, closed at; by partition, by base offset
+
+    @classmethod
+    def concat(cls, chunks: list[PartitionNumbers]) -> PartitionNumbers:
+        """One set of arrays from chunks read one after another (rows keep the chunks' order)."""
+
+        def cat(name: str) -> np.ndarray:
+            parts = [getattr(c, name) for c in chunks]
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+        segments = np.concatenate([c.segments for c in chunks]) if chunks else np.zeros((0, 5), dtype=np.int64)
+        return cls(
+            cat("partitions"), cat("counted"), cat("cleaned"), cat("log_start"), cat("zcard"), cat("lowest"),
+            cat("nseg"), segments,
+        )  # fmt: skip
+
+    def view(self, topic: str, row: int) -> PartitionView:
+        """Row `row` as the `PartitionView` `RedisState.views` reads (the same state, the same rules)."""
+        start = int(self.nseg[:row].sum())
+        segs = self.segments[start : start + int(self.nseg[row])].tolist()
+        counted, zcard, lowest = int(self.counted[row]), int(self.zcard[row]), int(self.lowest[row])
+        return PartitionView(
+            topic=topic,
+            partition=int(self.partitions[row]),
+            segments=tuple(Segment(*s) for s in segs),
+            cleaned_up_to=None if self.cleaned[row] < 0 else int(self.cleaned[row]),
+            log_start=int(self.log_start[row]),
+            min_committed=lowest if counted > 0 and zcard == counted and lowest >= 0 else None,
+            counted_groups=counted,
+        )

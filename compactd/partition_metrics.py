@@ -38,6 +38,11 @@ class PartitionMetrics(Collector):
         with self._lock:
             self._stats[key] = stats
 
+    def update_many(self, items: Iterable[tuple[PartitionRef, PartitionStats]]) -> None:
+        """`update` for a chunk, under one lock."""
+        with self._lock:
+            self._stats.update(items)
+
     def forget(self, key: PartitionRef) -> None:
         with self._lock:
             self._stats.pop(key, None)

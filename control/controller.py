@@ -15,13 +15,24 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from compactd.clock import now_ms
 from compactd.errors import DeliveryTimeout, DependencyUnavailable
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord
+from compactd.policy import bulk
+from compactd.policy.bulk import NONE, Limits
 from compactd.policy.forecast import partition_stats
 from compactd.policy.plan import NOT_CAUGHT_UP, PartitionPlan, cluster_check, plan_partition, send_check
-from compactd.policy.thresholds import Thresholds, group_counts, resolve, resolve_global, topic_excluded
+from compactd.policy.thresholds import (
+    Thresholds,
+    group_counts,
+    partition_scopes,
+    resolve,
+    resolve_global,
+    topic_excluded,
+)
 from compactd.policy.throttle import TokenBucket, backoff_ms
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.base import ActionSink
@@ -65,6 +76,7 @@ class Controller:
         partition, thresholds, now, fresh)`: the compacted view's horizon no delete may pass (None: no view)."""
         self.state = state
         self.layers = dict(layers)
+        self._partition_scopes = partition_scopes(self.layers)  # topic -> partitions with a layer of their own
         self.own_topics = own_topics
         self.cluster_offsets = cluster_offsets
         self.view_cap = view_cap
@@ -94,6 +106,7 @@ class Controller:
         """New effective threshold layers (a config event was applied); the next evaluation uses them."""
         with self.lock:
             self.layers = {scope: dict(values) for scope, values in layers.items()}
+            self._partition_scopes = partition_scopes(self.layers)
             self.bucket.rate = resolve_global(self.layers).actions_per_second
 
     def recount_groups(self, topics: Iterable[str] | None = None) -> list[tuple[str, int]]:
@@ -180,28 +193,62 @@ class Controller:
             self._evaluate_chunk(keys[start : start + EVAL_CHUNK], trigger)
 
     def _evaluate_chunk(self, keys: list[tuple[str, int]], trigger: str) -> None:
+        """Evaluate a chunk topic by topic, each topic's partitions at once (`_evaluate_topic`)."""
         now = self.clock()
-        views = self.state.views(keys)
-        records = self.state.records(keys)
         allowed = self.deletes_allowed()
-        plans = []
-        for view in views:
-            th = self.thresholds(view.topic, view.partition)
-            key = (view.topic, view.partition)
-            excluded = topic_excluded(view.topic, th, self.own_topics)
-            cap = None if self.view_cap is None else self.view_cap(view.topic, view.partition, th, now, False)
-            plans.append(plan_partition(view, th, records[key], now, allowed, excluded, cap))
-            if excluded:
-                self.metrics.partitions.forget(key)
-            else:  # what operators see per partition comes from this evaluation, not from a scan at scrape time
-                self.metrics.partitions.update(key, partition_stats(view, th, now))
+        by_topic: dict[str, list[int]] = {}
+        for topic, n in keys:
+            by_topic.setdefault(topic, []).append(n)
         queued: list[ActionRecord] = []
-        for plan in plans:
-            self._apply(plan, now, queued)
+        for topic, parts in by_topic.items():
+            self._evaluate_topic(topic, parts, now, allowed, queued)
         self.state.enqueue(*queued)
-        self.state.set_deadlines({(p.topic, p.partition): p.deadline for p in plans})
-        self.state.set_compaction_due({(p.topic, p.partition): p.compaction_due for p in plans})
-        self.metrics.evaluations.labels(trigger).inc(len(views))
+        self.metrics.evaluations.labels(trigger).inc(len(keys))
+
+    def _evaluate_topic(
+        self, topic: str, parts: list[int], now: int, allowed: bool, queued: list[ActionRecord]
+    ) -> None:
+        """Plan a chunk of one topic's partitions: over arrays where nothing is due (`bulk.quiet`: a deadline, a
+        compaction-due time and metrics), with the full pure plan (`plan_partition`) wherever a rule is crossed, a
+        live record waits, or the topic is excluded. Both give the same plan on the rows they share (tests/unit/
+        test_bulk_plan.py)."""
+        nums = self.state.partition_numbers(topic, parts)
+        records = self.state.live_records(topic, parts)
+        th = self.thresholds(topic)
+        excluded = topic_excluded(topic, th, self.own_topics)
+        own = self._partition_scopes.get(topic, frozenset())
+        scoped: dict[int, tuple[Thresholds, bool]] = {}
+        for row, n in enumerate(parts):
+            if n in own:
+                th_n = self.thresholds(topic, n)
+                scoped[row] = (th_n, topic_excluded(topic, th_n, self.own_topics) is not None)
+        limits = Limits.of(len(parts), (th, excluded is not None), scoped)
+        q = bulk.quiet(nums, limits, now)
+        full = ~q.quiet | limits.excluded
+        if records:
+            full[[row for row, n in enumerate(parts) if n in records]] = True
+        deadlines, due = q.deadline.copy(), q.compaction_due.copy()
+        for row in np.flatnonzero(full).tolist():
+            n = parts[row]
+            view = nums.view(topic, row)
+            th_n = scoped[row][0] if row in scoped else th
+            why = topic_excluded(topic, th_n, self.own_topics)
+            cap = None if self.view_cap is None else self.view_cap(topic, n, th_n, now, False)
+            plan = plan_partition(view, th_n, records.get(n, []), now, allowed, why, cap)
+            if why:
+                self.metrics.partitions.forget((topic, n))
+            else:  # what operators see per partition comes from this evaluation, not from a scan at scrape time
+                self.metrics.partitions.update((topic, n), partition_stats(view, th_n, now))
+            self._apply(plan, now, queued)
+            deadlines[row] = NONE if plan.deadline is None else plan.deadline
+            due[row] = NONE if plan.compaction_due is None else plan.compaction_due
+        calm = np.flatnonzero(~full).tolist()
+        if calm:
+            stats = q.stats_rows(calm, nums, limits)
+            self.metrics.partitions.update_many(
+                [((topic, parts[row]), st) for row, st in zip(calm, stats, strict=True)]
+            )
+        self.state.schedule(topic, parts, deadlines.tolist(), due.tolist())
 
     def _apply(self, plan: PartitionPlan, now: int, queued: list[ActionRecord]) -> None:
         """Carry out one partition's plan; its new decisions join `queued` (enqueued per chunk, in one round trip)."""

@@ -127,6 +127,16 @@ def resolve(layers: Mapping[str, Mapping[str, Any]], topic: str, partition: int 
         raise ConfigError(f"invalid effective config for {topic}/{partition}: {exc.errors()[0]['msg']}") from exc
 
 
+def partition_scopes(layers: Mapping[str, Mapping[str, Any]]) -> dict[str, frozenset[int]]:
+    """topic -> the partitions that have a layer of their own (resolved one by one; the rest take the topic's)."""
+    out: dict[str, set[int]] = {}
+    for scope in layers:
+        kind, topic, partition = parse_scope(scope)
+        if kind == "partition" and topic is not None and partition is not None:
+            out.setdefault(topic, set()).add(partition)
+    return {t: frozenset(p) for t, p in out.items()}
+
+
 def key_scope(
     layers: Mapping[str, Mapping[str, Any]], key: str, topic: str, partition: int | None = None
 ) -> str | None:

@@ -6,10 +6,10 @@ A test can hand the controller any object with these methods; the only implement
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-from compactd.model import ActionRecord, PartitionView
+from compactd.model import ActionRecord, PartitionNumbers, PartitionView
 from compactd.state.changes import BatchChanges
 
 PartitionRef = tuple[str, int]
@@ -24,6 +24,8 @@ class PartitionStore(Protocol):
 
     def views(self, keys: Iterable[PartitionRef]) -> list[PartitionView]: ...
 
+    def partition_numbers(self, topic: str, partitions: list[int]) -> PartitionNumbers: ...
+
     def all_partitions(self) -> list[PartitionRef]: ...
 
     def due(self, now: int, limit: int = 10_000) -> list[PartitionRef]: ...
@@ -31,6 +33,8 @@ class PartitionStore(Protocol):
     def set_deadlines(self, deadlines: dict[PartitionRef, int | None]) -> None: ...
 
     def set_compaction_due(self, due: dict[PartitionRef, int | None]) -> None: ...
+
+    def schedule(self, topic: str, partitions: Sequence[int], deadlines: Sequence[int], due: Sequence[int]) -> None: ...
 
     def oldest_compaction_due(self) -> int | None: ...
 
@@ -45,6 +49,8 @@ class Outbox(Protocol):
     """Action records: live per (partition, action), the outbox of those not yet carried out, the last ones."""
 
     def records(self, keys: Iterable[PartitionRef]) -> dict[PartitionRef, list[ActionRecord]]: ...
+
+    def live_records(self, topic: str, partitions: Sequence[int]) -> dict[int, list[ActionRecord]]: ...
 
     def enqueue(self, *recs: ActionRecord) -> None: ...
 

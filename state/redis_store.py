@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -18,7 +18,7 @@ import redis
 
 from compactd.errors import DependencyUnavailable
 from compactd.keys import parse_partition_key, partition_key
-from compactd.model import ActionRecord, PartitionView, Segment
+from compactd.model import ActionRecord, PartitionNumbers, PartitionView, Segment
 from compactd.state.changes import BatchChanges, TopicChanges
 from compactd.state.keys import RedisKeys
 
@@ -48,35 +48,6 @@ class PartitionDetail:
     records: tuple[ActionRecord, ...]  # live action records (in the outbox, or sent and not yet answered)
     last: ActionRecord | None  # the last completed action
     deadline: int | None  # next evaluation the job has scheduled
-
-
-@dataclass(frozen=True)
-class PartitionNumbers:
-    """What `compactd explain TOPIC` ranks partitions by, as arrays (one row per partition, in the order asked):
-    enough for every rule's `worst` figures, nothing that only the text needs (lua/explain_rank.lua)."""
-
-    partitions: np.ndarray  # int64 [P]
-    counted: np.ndarray  # int64 [P]: the topic's counted groups, as each chunk read them
-    cleaned: np.ndarray  # int64 [P]: cleaned up to, -1 when never cleaned (what the rules take None for)
-    log_start: np.ndarray  # int64 [P]
-    zcard: np.ndarray  # int64 [P]: counted groups with an offset on the partition
-    lowest: np.ndarray  # int64 [P]: the lowest of those offsets (-1 when none)
-    nseg: np.ndarray  # int64 [P]: closed segments kept for the partition
-    segments: np.ndarray  # int64 [S, 5]: base, end, first batch max ts, size, closed at; by partition, by base offset
-
-    @classmethod
-    def concat(cls, chunks: list[PartitionNumbers]) -> PartitionNumbers:
-        """One set of arrays from chunks read one after another (rows keep the chunks' order)."""
-
-        def cat(name: str) -> np.ndarray:
-            parts = [getattr(c, name) for c in chunks]
-            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-
-        segments = np.concatenate([c.segments for c in chunks]) if chunks else np.zeros((0, 5), dtype=np.int64)
-        return cls(
-            cat("partitions"), cat("counted"), cat("cleaned"), cat("log_start"), cat("zcard"), cat("lowest"),
-            cat("nseg"), segments,
-        )  # fmt: skip
 
 
 def _s(value: bytes | str) -> str:
@@ -130,7 +101,16 @@ class RedisState:
         shared = lua.joinpath("offsets.lua").read_text()
         self._lua = {
             name: lua.joinpath(f"{name}.lua").read_text().replace("--! include offsets.lua\n", shared)
-            for name in ("merge", "recount", "explain", "explain_rank", "in_flight", "views")
+            for name in (
+                "merge",
+                "recount",
+                "explain",
+                "explain_rank",
+                "in_flight",
+                "views",
+                "live_records",
+                "schedule",
+            )
         }
         self._scripts: dict[str, Any] = {}
         self.k_deadlines = self.keys.deadlines
@@ -223,10 +203,14 @@ class RedisState:
         by the replay of the same batch id.
         """
         pipe = self.r.pipeline(transaction=False)
+        # one SADD per group: 100k partitions x 2 groups of offsets are 2 index entries, not 200k commands
+        offsets_in: dict[str, set[str]] = {}
         for topic, tc in changes.topics.items():
             for group, _, off in tc.offsets:
                 if off is not None:
-                    pipe.sadd(self.keys.group_topics(group), topic)
+                    offsets_in.setdefault(group, set()).add(topic)
+        for group, in_topics in sorted(offsets_in.items()):
+            pipe.sadd(self.keys.group_topics(group), *sorted(in_topics))
         members = sorted(changes.assignments)
         for group in members:
             pipe.smembers(self.keys.group_assigned(group))
@@ -533,6 +517,15 @@ class RedisState:
             pipe.zrem(key, *drop)
         pipe.execute()
 
+    def schedule(self, topic: str, partitions: Sequence[int], deadlines: Sequence[int], due: Sequence[int]) -> None:
+        """Store a chunk of one topic's deadlines and compaction-due times (-1: none) in one script call
+        (lua/schedule.lua): the same entries as `set_deadlines` and `set_compaction_due`, without packing a command
+        per partition in the client."""
+        if not partitions:
+            return
+        body = " ".join(f"{n} {d} {c}" for n, d, c in zip(partitions, deadlines, due, strict=True))
+        self._script("schedule")(keys=[self.k_deadlines, self.k_compaction_due], args=[topic, body])
+
     def set_deadlines(self, deadlines: dict[tuple[str, int], int | None]) -> None:
         self._zput(self.k_deadlines, deadlines)
 
@@ -563,6 +556,18 @@ class RedisState:
         for i, raw in enumerate(vals):
             if raw is not None:
                 out[keys[i // len(kinds)]].append(ActionRecord.from_json(raw))
+        return out
+
+    def live_records(self, topic: str, partitions: Sequence[int]) -> dict[int, list[ActionRecord]]:
+        """`records` for a chunk of one topic's partitions, only those that have any (lua/live_records.lua)."""
+        out: dict[int, list[ActionRecord]] = {}
+        if not partitions:
+            return out
+        for raw in self._script("live_records")(keys=[self.k_rec], args=[topic, " ".join(map(str, partitions))]):
+            rec = ActionRecord.from_json(raw)
+            out.setdefault(rec.partition, []).append(rec)
+        for recs in out.values():
+            recs.sort(key=lambda r: r.action)  # `records` gives compact before delete_records
         return out
 
     def enqueue(self, *recs: ActionRecord) -> None:

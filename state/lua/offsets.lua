@@ -2,9 +2,18 @@
 -- Redis turns Lua numbers into strings with %.14g; integers are written with %d to keep every digit.
 local function int(x) return string.format('%d', x) end
 
+-- What this call already wrote, so a batch touching a partition or a group many times writes its indexes once
+-- (issue 17: 100k partitions × 2 groups made six calls per offset, four of them repeats). forget_if_idle clears a
+-- group's entries when it removes the group.
+local known = {parts = {}, ids = {}, grouped = {}, counted = {}}
+
 local function touch(n)
-  touched[tostring(n)] = true
-  redis.call('SADD', base .. ':parts', n)
+  n = tostring(n)
+  touched[n] = true
+  if not known.parts[n] then
+    redis.call('SADD', base .. ':parts', n)
+    known.parts[n] = true
+  end
 end
 
 local function touch_all()
@@ -18,10 +27,14 @@ end
 local BUCKET = 128
 
 local function gid(g, create)
-  local id = redis.call('HGET', base .. ':gid', g)
-  if id or not create then return id end
-  id = tostring(redis.call('INCR', base .. ':gn'))
-  redis.call('HSET', base .. ':gid', g, id)
+  local id = known.ids[g]
+  if id then return id end
+  id = redis.call('HGET', base .. ':gid', g)
+  if not id and create then
+    id = tostring(redis.call('INCR', base .. ':gn'))
+    redis.call('HSET', base .. ':gid', g, id)
+  end
+  if id then known.ids[g] = id end
   return id
 end
 
@@ -39,6 +52,7 @@ local function forget_if_idle(g)
       redis.call('HDEL', base .. ':ct', id)
       redis.call('HDEL', base .. ':gid', g)
     end
+    known.ids[g], known.grouped[g], known.counted[g] = nil, nil, nil
     redis.call('SREM', base .. ':groups', g)
     if redis.call('SREM', base .. ':counted', g) == 1 then
       -- the number of counted groups changed: every partition's minimum may now be known/unknown
@@ -69,10 +83,16 @@ local function set_offset(g, n, off, counted)
       redis.call('HSET', base .. ':ob', id, b)
     end
   end
-  redis.call('SADD', base .. ':groups', g)
+  if not known.grouped[g] then
+    redis.call('SADD', base .. ':groups', g)
+    known.grouped[g] = true
+  end
   if counted == 1 then
     redis.call('ZADD', base .. ':cz:' .. n, int(off), id)
-    if redis.call('SADD', base .. ':counted', g) == 1 then touch_all() end
+    if not known.counted[g] then
+      if redis.call('SADD', base .. ':counted', g) == 1 then touch_all() end
+      known.counted[g] = true
+    end
   end
   touch(n)
 end

@@ -1,17 +1,34 @@
-"""The packed read of partition views (one script call per topic, lua/views.lua) returns exactly what the
-pipelined read returns, on states built by the real merge from generated batches."""
+"""The packed reads of partition state (lua/views.lua, lua/explain_rank.lua, lua/live_records.lua) return exactly what
+the pipelined per-partition commands return, on states built by the real merge from generated batches; and the
+controller, which plans from them in bulk, leaves what the pure per-partition plan gives."""
 
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
-from compactd.model import Segment
+from compactd.control.controller import Controller
+from compactd.keys import partition_key
+from compactd.metrics import Metrics
+from compactd.model import ActionRecord, Segment
+from compactd.policy.forecast import partition_stats
+from compactd.policy.plan import plan_partition
+from compactd.policy.thresholds import resolve, topic_excluded
+from compactd.sinks.recording import RecordingSink
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
 from tests.support.examples import examples
 
 TOPICS = ("a", "b.c")
+H = 3_600_000
+NOW = 1_800_000_000_000
+SCOPES = (
+    {},
+    {"partition:a/1": {"consumed.retention.ms": 0, "forced.retention.ms": 2 * H}},
+    {"topic:b.c": {"dry.run": False}},
+    {"topic:b.c": {"topics.exclude": [r"b\.c"]}},
+)
 GROUPS = ("g1", "g2", "g3")
 T, P = st.sampled_from(TOPICS), st.integers(0, 2)
 
@@ -49,3 +66,118 @@ def test_packed_views_equal_the_pipelined_read(redis_url: str, batches: list) ->
     keys = [(t, p) for t in TOPICS for p in range(4)]  # partition 3: never written
     assert state.views(keys) == state.views_pipelined(keys)
     assert state.views(keys[::-1]) == state.views_pipelined(keys[::-1])
+
+
+def merged(redis_url: str, batches: list, first: int = 0) -> RedisState:
+    import redis
+
+    if first == 0:
+        redis.Redis.from_url(redis_url).flushall()
+    state = RedisState.from_url(redis_url, "cd:test")
+    for i, batch in enumerate(batches, start=first):
+        ch = BatchChanges()
+        for kind, topic, p, x, y in batch:
+            tc = ch.topic(topic)
+            if kind == "segment":
+                tc.segments.append((p, Segment(x, x + y, NOW - 4 * H + 60_000 * x, y * 10, NOW - 3 * H + 60_000 * x)))
+            elif kind == "offset":
+                tc.offsets.append((x, p, y))
+            elif kind == "log_start":
+                tc.log_start.append((p, x))
+            elif kind == "compacted":
+                tc.compacted.append((p, x))
+            else:
+                tc.group_deletes.append(x)
+        state.merge("s", i, ch, lambda group, topic: group != "g3")  # g3 never counts
+    return state
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
+@given(batches=st.lists(st.lists(change, min_size=4, max_size=30), min_size=1, max_size=4))
+def test_partition_numbers_are_the_pipelined_views(redis_url: str, batches: list) -> None:
+    """The controller reads partitions as numbers (lua/explain_rank.lua) and builds views from them where it plans
+    one by one: the same views the pipelined read gives."""
+    state = merged(redis_url, batches)
+    for topic in TOPICS:
+        parts = [2, 0, 3, 1]  # not in order; partition 3 never written
+        nums = state.partition_numbers(topic, parts)
+        views = [nums.view(topic, row) for row in range(len(parts))]
+        assert views == state.views_pipelined([(topic, p) for p in parts])
+
+
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    batches=st.lists(st.lists(change, min_size=4, max_size=30), min_size=2, max_size=3),
+    layer=st.fixed_dictionaries(
+        {},
+        optional={
+            "max.compaction.lag.ms": st.sampled_from([1, H, 4 * H]),
+            "consumed.retention.ms": st.sampled_from([0, H, 2 * H]),
+            "forced.retention.ms": st.sampled_from([3 * H, 6 * H]),
+        },
+    ),
+)
+def test_the_controller_plans_every_partition_as_the_pure_plan_does(redis_url: str, batches: list, layer: dict) -> None:
+    """A chunk evaluated by the controller (arrays for quiet partitions, the full plan for the rest) leaves in Redis
+    and in the metrics what `plan_partition` and `partition_stats` give each partition from the pipelined read."""
+    for scoped in SCOPES:  # each on the same state: a sampled one was too rarely the one that matters
+        layers = {"global": {"dry.run": True, **layer}, **scoped}
+        state = merged(redis_url, batches[:-1])
+        clock = [NOW - 60_000]
+        ctl = Controller(state, layers, RecordingSink(), None, Metrics(CollectorRegistry()), clock=lambda c=clock: c[0])
+        keys = [(t, p) for t in TOPICS for p in range(4)]
+        ctl.evaluate(keys, "test")  # a minute earlier: records it leaves are answered by the last batch, or live
+        merged(redis_url, batches[-1:], first=len(batches) - 1)
+        clock[0] = NOW
+        check_controller(state, ctl, layers, keys)
+
+
+def check_controller(state: RedisState, ctl: Controller, layers: dict, keys: list[tuple[str, int]]) -> None:
+    views = state.views_pipelined(keys)
+    records = state.records(keys)
+    ctl.evaluate(keys, "test")
+    for view in views:
+        key = (view.topic, view.partition)
+        th = resolve(layers, *key)
+        why = topic_excluded(view.topic, th)
+        plan = plan_partition(view, th, records[key], NOW, True, why)
+        member = partition_key(*key)
+        assert state.deadline(*key) == plan.deadline, key
+        due = state.r.zscore(state.k_compaction_due, member)
+        assert (None if due is None else int(due)) == plan.compaction_due, key
+        if why:
+            assert key not in ctl.metrics.partitions
+        else:
+            assert ctl.metrics.partitions._stats[key] == partition_stats(view, th, NOW), key
+        live = {r.id for r in state.records([key])[key]}
+        assert {r.id for r in plan.enqueue} <= live, key
+        assert not {r.id for r in plan.answered} & live, key
+
+
+def test_live_records_and_schedule_equal_the_per_partition_commands(redis_url: str) -> None:
+    import redis
+
+    redis.Redis.from_url(redis_url).flushall()
+    state = RedisState.from_url(redis_url, "cd:test")
+    recs = [
+        ActionRecord("x1", "delete_records", "a", 1, "forced_retention", True, NOW, "pending", before_offset=5),
+        ActionRecord("x2", "compact", "a", 1, "max_compaction_lag", True, NOW, "sent"),
+        ActionRecord("x3", "compact", "a", 7, "max_compaction_lag", True, NOW, "sent"),
+        ActionRecord("x4", "compact", "a.b", 1, "max_compaction_lag", True, NOW, "sent"),  # another topic
+    ]
+    state.enqueue(*recs)
+    for parts in ([1, 2, 7], list(range(5000))):  # fewer fields asked than records held, and more
+        got = state.live_records("a", parts)
+        want = state.records([("a", p) for p in parts])
+        assert got == {p: r for (_, p), r in want.items() if r}
+    state.schedule("a", [1, 2, 3], [NOW + 5, -1, NOW + 7], [-1, NOW + 1, NOW + 2])
+    state.set_deadlines({("b", 1): NOW + 5, ("b", 2): None, ("b", 3): NOW + 7})
+    state.set_compaction_due({("b", 1): None, ("b", 2): NOW + 1, ("b", 3): NOW + 2})
+    state.schedule("a", [3], [-1], [NOW + 3])  # a later chunk removes and moves
+    state.set_deadlines({("b", 3): None})
+    state.set_compaction_due({("b", 3): NOW + 3})
+    for zset in (state.k_deadlines, state.k_compaction_due):
+        got = {m.decode(): s for m, s in state.r.zrange(zset, 0, -1, withscores=True)}
+        a = {k.replace("a/", ""): v for k, v in got.items() if k.startswith("a/")}
+        b = {k.replace("b/", ""): v for k, v in got.items() if k.startswith("b/")}
+        assert a == b and a

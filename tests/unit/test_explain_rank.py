@@ -4,11 +4,8 @@ partition exactly the `worst` figures its explanation reports, whatever the part
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,102 +14,8 @@ from compactd.app.explain import GroupsHere, explain_partition, threshold_source
 from compactd.app.explain_rank import Deletes, Limits, worst_figures, worst_order
 from compactd.model import ActionRecord, PartitionView, Segment
 from compactd.policy.thresholds import Thresholds, resolve
-from compactd.state.redis_store import PartitionNumbers
 from tests.support.examples import examples
-
-H = 3_600_000
-T0 = 1_800_000_000_000
-EXCLUDED = "excluded by topics.exclude"
-
-
-@dataclass(frozen=True)
-class Case:
-    """One partition as Redis holds it: its view, what `cz:<n>` says, its thresholds, exclusion and records."""
-
-    view: PartitionView
-    zcard: int  # counted groups with an offset here
-    lowest: int | None  # the lowest of their offsets
-    th: Thresholds
-    excluded: str | None
-    records: tuple[ActionRecord, ...]
-
-
-Pick = Callable[[Sequence[Any]], Any]  # chooses one of the options given
-
-
-def make_case(pick: Pick, n: int) -> Case:
-    """Partition n, each choice made by `pick` among values that sit on, just before and just after the boundaries
-    the rules compare (segment ends, the minimum, the log start, thresholds against segment ages)."""
-    ms = [None, 0, H // 2, H, 2 * H, 4 * H]
-    start, segments = pick([0, 0, 100, 300]), []
-    for _ in range(pick([0, 1, 2, 3, 3, 4, 5])):  # closed segments in offset order, mostly contiguous
-        start += pick([0, 0, 0, 50])
-        end = start + pick([50, 100, 100])
-        closed = T0 - pick([0, H // 2, H, H + 1, 2 * H, 2 * H + 1, 3 * H, 5 * H])
-        segments.append(Segment(start, end, closed - pick([0, 60_000, 2 * H]), pick([0, 1000, 2000, 1 << 20]), closed))
-        start = end
-    counted = pick([0, 1, 2, 2, 3])
-    zcard = pick([z for z in range(counted + 1)] + [counted] * 3)
-    lowest = pick([0, 50, 100, 150, 200, 250, 300, 400, 2000]) if zcard else None
-    known = counted > 0 and zcard == counted
-    view = PartitionView(
-        "orders", n, tuple(segments), cleaned_up_to=pick([None, None, 0, 100, 150, 200, 1000]),
-        log_start=pick([0, 0, 0, 50, 100, 200]), min_committed=lowest if known else None, counted_groups=counted,
-    )  # fmt: skip
-    consumed, forced = pick(ms), pick(ms)
-    if consumed is not None and forced is not None and forced < consumed:
-        consumed, forced = forced, consumed
-    lag = pick([None, 1, H, 3 * H])
-    layer = {"dry.run": pick([False, False, True])}
-    for key, value in (
-        ("max.compaction.lag.ms", lag),
-        ("consumed.retention.ms", consumed),
-        ("forced.retention.ms", forced),
-    ):
-        if value is not None:
-            layer[key] = value
-    records = []
-    if pick([True, True, False]):
-        retry_at = pick([None, None, T0 - 1, T0, T0 + 5000])
-        reason = pick(["consumed_retention", "consumed_retention", "forced_retention", "compacted"])
-        status = pick(["pending", "pending", "sent", "dry_run", "skipped", "failed"])
-        records.append(
-            ActionRecord(
-                "d", "delete_records", "orders", n, reason, pick([False, True]), T0 - pick([1000, 10 * H]), status,
-                before_offset=pick([0, 100, 200, 300]),
-                detail={} if retry_at is None else {"retry_at": retry_at, "try": 1, "error": "refused"},
-            )
-        )  # fmt: skip
-    if pick([True, False]):  # a compaction record changes no rank: it is here to show it
-        status = pick(["pending", "sent", "dry_run", "skipped"])
-        records.append(ActionRecord("c", "compact", "orders", n, "max_compaction_lag", False, T0 - 1000, status))
-    excluded = pick([EXCLUDED, None, None, None, None, None])
-    return Case(view, zcard, lowest, resolve({"global": layer}, "orders"), excluded, tuple(records))
-
-
-@st.composite
-def cases(draw: st.DrawFn, n: int) -> Case:
-    return make_case(lambda options: draw(st.sampled_from(options)), n)
-
-
-def numbers(cs: list[Case]) -> PartitionNumbers:
-    """What lua/explain_rank.lua returns for these partitions."""
-    i64 = np.int64
-    segs = [
-        [s.base_offset, s.end_offset, s.first_batch_max_ts, s.size_bytes, s.closed_at]
-        for c in cs
-        for s in c.view.segments
-    ]
-    return PartitionNumbers(
-        partitions=np.array([c.view.partition for c in cs], dtype=i64),
-        counted=np.array([c.view.counted_groups for c in cs], dtype=i64),
-        cleaned=np.array([-1 if c.view.cleaned_up_to is None else c.view.cleaned_up_to for c in cs], dtype=i64),
-        log_start=np.array([c.view.log_start for c in cs], dtype=i64),
-        zcard=np.array([c.zcard for c in cs], dtype=i64),
-        lowest=np.array([-1 if c.lowest is None else c.lowest for c in cs], dtype=i64),
-        nseg=np.array([len(c.view.segments) for c in cs], dtype=i64),
-        segments=np.array(segs, dtype=i64).reshape(-1, 5),
-    )  # fmt: skip
+from tests.support.partition_cases import T0, Case, H, cases, make_case, numbers
 
 
 def explained(c: Case, gate: dict[str, Any] | None) -> dict[str, Any]:

@@ -1,0 +1,185 @@
+"""A chunk of partitions evaluated at once, over numpy arrays: the common case, where nothing is due. Pure.
+
+At 100k partitions touched per micro-batch, planning each one in Python (`plan.plan_partition`, `forecast.
+partition_stats`) cost about 50 µs a partition, against a budget of 30 µs for the whole batch (issue 17). Most
+partitions of a batch only moved a group's offset: no rule is crossed, so their plan is a new deadline, a
+compaction-due time and new metrics. `quiet` says which rows are such, and computes those three for every row from
+the partition's numbers (`PartitionNumbers`); the controller runs the full pure plan only on the other rows.
+
+`quiet` restates, over arrays, what `plan_partition` and `partition_stats` give a partition without live action
+records: tests/unit/test_bulk_plan.py checks the two against each other on generated partitions, so a change to the
+rules shows up there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from compactd.model import PartitionNumbers
+from compactd.policy.forecast import PartitionStats
+from compactd.policy.thresholds import Thresholds
+
+I64 = np.int64
+NONE = -1  # "no such time" in the arrays below (every time compactd computes is a positive epoch ms)
+_MAX = np.iinfo(I64).max
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per partition, what the rules read of the thresholds: a value and whether the rule is on, dry.run, exclusion.
+    Built from the topic's thresholds, with the partitions that have a partition scope overriding theirs."""
+
+    lag: np.ndarray
+    lag_on: np.ndarray
+    consumed: np.ndarray
+    consumed_on: np.ndarray
+    forced: np.ndarray
+    forced_on: np.ndarray
+    dry_run: np.ndarray
+    excluded: np.ndarray
+
+    @classmethod
+    def of(cls, rows: int, topic: tuple[Thresholds, bool], scoped: Mapping[int, tuple[Thresholds, bool]]) -> Limits:
+        """`topic`: (thresholds, excluded) for every row; `scoped`: row -> its own (thresholds, excluded)."""
+        cols: dict[str, np.ndarray] = {}
+        for name, attr in (("lag", "max_compaction_lag_ms"), ("consumed", "consumed_retention_ms"),
+                           ("forced", "forced_retention_ms")):  # fmt: skip
+            value = getattr(topic[0], attr)
+            cols[name] = np.full(rows, value or 0, dtype=I64)
+            cols[f"{name}_on"] = np.full(rows, value is not None)
+            for row, (th, _) in scoped.items():
+                own = getattr(th, attr)
+                cols[name][row], cols[f"{name}_on"][row] = own or 0, own is not None
+        cols["dry_run"] = np.full(rows, bool(topic[0].dry_run))
+        cols["excluded"] = np.full(rows, topic[1])
+        for row, (th, excluded) in scoped.items():
+            cols["dry_run"][row], cols["excluded"][row] = bool(th.dry_run), excluded
+        return cls(**cols)
+
+
+def per_row(ufunc: np.ufunc, values: np.ndarray, starts: np.ndarray, counts: np.ndarray, empty: int) -> np.ndarray:
+    """`ufunc` over each partition's segments (rows without segments get `empty`)."""
+    out = np.full(len(counts), empty, dtype=values.dtype)
+    has = counts > 0
+    if values.size:
+        out[has] = ufunc.reduceat(values, starts[has])
+    return out
+
+
+def row_starts(nseg: np.ndarray) -> np.ndarray:
+    """Where each row's segments start in `PartitionNumbers.segments`."""
+    starts = np.zeros(len(nseg), dtype=I64)
+    if len(nseg):
+        np.cumsum(nseg[:-1], out=starts[1:])
+    return starts
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """Per row: whether nothing is due (`quiet`), and what a plan then consists of. Times are epoch ms, NONE where
+    there is none. `deadline` and `next_*` are meaningful on quiet rows only (elsewhere the full plan decides)."""
+
+    quiet: np.ndarray  # bool: no rule crossed (`decide` returns nothing)
+    deadline: np.ndarray  # `next_deadline` with no live records
+    compaction_due: np.ndarray  # `PartitionPlan.compaction_due`, every row
+    earliest: np.ndarray  # KIP-354 earliest uncompacted timestamp, every row
+    next_lag: np.ndarray  # `next_crossings`, by rule
+    next_consumed: np.ndarray
+    next_forced: np.ndarray
+    min_committed: np.ndarray  # NONE where unknown
+
+    def stats(self, row: int, nums: PartitionNumbers, limits: Limits) -> PartitionStats:
+        """`partition_stats` of a quiet row (nothing deletable now: that would be a decision)."""
+        return self.stats_rows([row], nums, limits)[0]
+
+    def stats_rows(self, rows: list[int], nums: PartitionNumbers, limits: Limits) -> list[PartitionStats]:
+        """`partition_stats` of quiet rows, built from lists (one object each: what the metrics keep)."""
+        ix = np.asarray(rows, dtype=I64)
+        earliest = self.earliest[ix].tolist()
+        lag_on, lag = limits.lag_on[ix].tolist(), limits.lag[ix].tolist()
+        low, ls = self.min_committed[ix].tolist(), nums.log_start[ix].tolist()
+        nl, nc, nf = self.next_lag[ix].tolist(), self.next_consumed[ix].tolist(), self.next_forced[ix].tolist()
+        out = []
+        for i in range(len(rows)):
+            nxt: list[tuple[str, int]] = []
+            if nl[i] != NONE:
+                nxt.append(("max_compaction_lag", nl[i]))
+            if nc[i] != NONE:
+                nxt.append(("consumed_retention", nc[i]))
+            if nf[i] != NONE:
+                nxt.append(("forced_retention", nf[i]))
+            out.append(
+                PartitionStats(
+                    earliest_ts=None if earliest[i] == NONE else earliest[i],
+                    lag_ms=lag[i] if lag_on[i] else None,
+                    min_committed=None if low[i] == NONE else low[i],
+                    log_start=ls[i],
+                    consumed_offsets=0,
+                    consumed_bytes=0,
+                    forced_offsets=0,
+                    forced_bytes=0,
+                    next_at=tuple(nxt),
+                )
+            )
+        return out
+
+
+def quiet(nums: PartitionNumbers, limits: Limits, now: int) -> Quiet:
+    """Which rows have nothing due at `now`, and their deadline, compaction-due time and crossings.
+
+    The rules, over arrays (policy/rules.py is the reference): a segment is live when it ends above the log start;
+    KIP-354's earliest is the smallest first-batch timestamp of live segments above the cleaned offset; compaction is
+    due when now - lag - earliest > 0; a delete is due when the first live segment qualifies under a retention
+    (`_deletable_end` stops at the first one that does not, so the prefix is empty exactly when the first fails).
+    """
+    rows, nseg = len(nums.partitions), nums.nseg
+    seg_row = np.repeat(np.arange(rows), nseg)
+    starts = row_starts(nseg)
+    seg = nums.segments
+    if seg.size and np.any((seg_row[1:] == seg_row[:-1]) & (seg[1:, 0] <= seg[:-1, 0])):
+        seg = seg[np.lexsort((*seg.T[::-1], seg_row))]  # `live_segments` order, should segments come unsorted
+    end, first_ts, closed = seg[:, 1], seg[:, 2], seg[:, 4]
+    live = end > nums.log_start[seg_row]
+    dirty = live & (end > nums.cleaned[seg_row])
+    earliest = per_row(np.minimum, np.where(dirty, first_ts, _MAX), starts, nseg, _MAX)
+    has_earliest = earliest != _MAX
+    earliest = np.where(has_earliest, earliest, NONE)
+    compaction_due = np.where(limits.lag_on & has_earliest, earliest + limits.lag, NONE)
+    compaction_busy = limits.lag_on & has_earliest & (now - limits.lag - earliest > 0)
+
+    known = (nums.counted > 0) & (nums.zcard == nums.counted) & (nums.lowest >= 0)
+    min_committed = np.where(known, nums.lowest, NONE)
+    # the first live segment of each row (rows without one get index len(seg), past the end)
+    idx = np.arange(len(seg))
+    first_live = per_row(np.minimum, np.where(live, idx, len(idx)), starts, nseg, len(idx))
+    has_live = first_live < len(idx)
+    at = np.minimum(first_live, max(len(idx) - 1, 0))
+    f_end = end[at] if len(idx) else np.zeros(rows, dtype=I64)
+    f_closed = closed[at] if len(idx) else np.zeros(rows, dtype=I64)
+    consumed_busy = limits.consumed_on & known & has_live & (f_end <= nums.lowest) & (now - f_closed > limits.consumed)
+    forced_busy = limits.forced_on & has_live & (now - f_closed > limits.forced)
+
+    def next_future(times: np.ndarray, where: np.ndarray) -> np.ndarray:
+        """The smallest of each row's `times` (per segment) above `now` where `where` holds; NONE if none."""
+        soonest = per_row(np.minimum, np.where(where & (times > now), times, _MAX), starts, nseg, _MAX)
+        return np.where(soonest == _MAX, NONE, soonest)
+
+    lag_at = earliest + limits.lag + 1
+    next_lag = np.where(limits.lag_on & has_earliest & (lag_at > now), lag_at, NONE)
+    counted_ok = live & known[seg_row] & (end <= nums.lowest[seg_row])
+    next_consumed = np.where(limits.consumed_on, next_future(closed + limits.consumed[seg_row] + 1, counted_ok), NONE)
+    next_forced = np.where(limits.forced_on, next_future(closed + limits.forced[seg_row] + 1, live), NONE)
+    soonest = np.minimum.reduce([np.where(t == NONE, _MAX, t) for t in (next_lag, next_consumed, next_forced)])
+    return Quiet(
+        quiet=~(compaction_busy | consumed_busy | forced_busy),
+        deadline=np.where(soonest == _MAX, NONE, soonest),
+        compaction_due=compaction_due,
+        earliest=earliest,
+        next_lag=next_lag,
+        next_consumed=next_consumed,
+        next_forced=next_forced,
+        min_committed=min_committed,
+    )
