@@ -245,7 +245,7 @@ class RedisState:
                 # state already has this batch; still report what it touched so deadlines get refreshed
                 touched[topic] = set(self._partitions_in(changes.topics.get(topic, empty)))
             else:
-                touched[topic] = {int(_s(n)) for n in res}
+                touched[topic] = {int(n) for n in _s(res).split()}
         pipe = self.r.pipeline(transaction=False)
         if topics:
             pipe.sadd(self.k_topics, *topics)
@@ -289,11 +289,12 @@ class RedisState:
     def _payload(
         topic: str, tc: TopicChanges, gdel: list[str], assign: list[list[Any]], counts: Callable[[str, str], bool]
     ) -> str:
+        counted = {g: int(counts(g, topic)) for g in {g for g, _, _ in tc.offsets}}  # once per group, not per offset
         return json.dumps(
             {
                 "gdel": gdel,
                 "assign": assign,
-                "offsets": [[g, p, -1 if o is None else o, int(counts(g, topic))] for g, p, o in tc.offsets],
+                "offsets": [[g, p, -1 if o is None else o, counted[g]] for g, p, o in tc.offsets],
                 "committs": [[g, ts] for g, ts in sorted(tc.commit_ts.items())],
                 "compacted": [list(c) for c in tc.compacted],
                 "logstart": [list(c) for c in tc.log_start],

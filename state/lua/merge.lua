@@ -11,7 +11,7 @@
 --   compacted [[partition, cleaned_up_to], ...]
 --   logstart  [[partition, log_start_offset], ...]
 --   segments  [[partition, base, end, first_batch_max_ts, size, closed_at], ...]
--- Returns the touched partitions, or -1 when this batch was already applied (replay).
+-- Returns the touched partitions (space-separated), or -1 when this batch was already applied (replay).
 local base = KEYS[1]
 local stream, batch = ARGV[1], tonumber(ARGV[2])
 local applied = redis.call('HGET', base .. ':applied', stream)
@@ -51,13 +51,71 @@ for _, a in ipairs(p.assign or {}) do
   end
 end
 
+-- Offsets: deleted ones first, one by one (rare: a group's offset tombstone); then the set ones in bulk, as one HSET
+-- per (group, bucket), one ZADD per partition and one SADD of partitions per thousand (issue 17: one call per offset
+-- and index was most of a 100k-partition batch). Entries are distinct (group, partition) pairs, so the order between
+-- them changes no offset; a group a delete leaves idle is forgotten first and gets a new id if it is set again.
+for _, o in ipairs(p.offsets or {}) do
+  if o[3] < 0 then del_offset(o[1], tostring(o[2])) end
+end
+local buckets, bucket_order, cz, cz_order, new_parts = {}, {}, {}, {}, {}
 for _, o in ipairs(p.offsets or {}) do
   local g, n, off, counted = o[1], tostring(o[2]), o[3], o[4]
-  if off < 0 then
-    del_offset(g, n)
-  else
-    set_offset(g, n, off, counted)
+  if off >= 0 then
+    local id = gid(g, true)
+    local b = bucket_of(n)
+    local key = base .. ':o:' .. id .. ':' .. b
+    local bk = buckets[key]
+    if not bk then
+      bk = {id = id, b = tonumber(b), fields = {}}
+      buckets[key] = bk
+      bucket_order[#bucket_order + 1] = key
+    end
+    bk.fields[#bk.fields + 1] = n
+    bk.fields[#bk.fields + 1] = int(off)
+    if not known.grouped[g] then
+      redis.call('SADD', base .. ':groups', g)
+      known.grouped[g] = true
+    end
+    if counted == 1 then
+      if not cz[n] then
+        cz[n] = {}
+        cz_order[#cz_order + 1] = n
+      end
+      cz[n][#cz[n] + 1] = int(off)
+      cz[n][#cz[n] + 1] = id
+      if not known.counted[g] then
+        if redis.call('SADD', base .. ':counted', g) == 1 then touch_all() end
+        known.counted[g] = true
+      end
+    end
+    touched[n] = true
+    if not known.parts[n] then
+      known.parts[n] = true
+      new_parts[#new_parts + 1] = n
+    end
   end
+end
+local highest = {}
+for _, key in ipairs(bucket_order) do
+  local bk = buckets[key]
+  local added = redis.call('HSET', key, unpack(bk.fields))  -- at most 128 partitions a bucket: 256 arguments
+  if added > 0 then
+    redis.call('HINCRBY', base .. ':oc', bk.id, added)
+    if bk.b > (highest[bk.id] or -1) then highest[bk.id] = bk.b end
+  end
+end
+for id, b in pairs(highest) do
+  if tonumber(redis.call('HGET', base .. ':ob', id) or '-1') < b then redis.call('HSET', base .. ':ob', id, b) end
+end
+for _, n in ipairs(cz_order) do
+  local entries = cz[n]
+  for i = 1, #entries, 1000 do
+    redis.call('ZADD', base .. ':cz:' .. n, unpack(entries, i, math.min(i + 999, #entries)))
+  end
+end
+for i = 1, #new_parts, 1000 do
+  redis.call('SADD', base .. ':parts', unpack(new_parts, i, math.min(i + 999, #new_parts)))
 end
 
 -- a group's latest commit time on the topic, by its id: an integer hash (listpack), one field per (group, topic)
@@ -108,5 +166,5 @@ end
 
 redis.call('HSET', base .. ':applied', stream, int(batch))
 local out = {}
-for n, _ in pairs(touched) do table.insert(out, n) end
-return out
+for n, _ in pairs(touched) do out[#out + 1] = n end
+return table.concat(out, ' ')  -- one string: a reply of 100k strings costs the client more to parse
