@@ -19,6 +19,7 @@ import redis
 from compactd.demo.embedded import redis_server
 from compactd.model import Segment
 from compactd.state.changes import BatchChanges
+from compactd.state.keys import REDIS_CONFIG
 from compactd.state.redis_store import RedisState
 
 
@@ -48,9 +49,13 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=10)
     ap.add_argument("--segments", type=int, default=5)
     ap.add_argument("--per-topic", type=int, default=1_000)
+    ap.add_argument(
+        "--redis-defaults", action="store_true", help="Redis' default encodings instead of compactd's REDIS_CONFIG"
+    )
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="compactd-footprint-"))
-    svc = redis_server(work / "redis")
+    defaults = ("--hash-max-listpack-value", "64", "--set-max-intset-entries", "512")
+    svc = redis_server(work / "redis", extra=defaults if args.redis_defaults else ())
     try:
         client = redis.Redis(port=svc.port)
         state = RedisState(client, prefix="cd:bench")
@@ -72,8 +77,9 @@ def main() -> None:
 
         def segments(tc: object, ps: range) -> int:
             for p in ps:
-                for s in range(args.segments):
-                    seg = Segment(s * 1000, (s + 1) * 1000, now - 3_600_000 + s, 1 << 20, now)
+                for s in range(args.segments):  # one segment rolled an hour, 1 MiB and 1,000 records each
+                    closed = now - (args.segments - s) * 3_600_000 + p
+                    seg = Segment(s * 1000, (s + 1) * 1000, closed - 3_599_000, 1 << 20, closed)
                     tc.segments.append((p, seg))  # type: ignore[attr-defined]
             return len(ps) * args.segments
 
@@ -98,6 +104,7 @@ def main() -> None:
                     "partitions": n,
                     "groups": args.groups,
                     "segments_per_partition": args.segments,
+                    "redis_config": "defaults" if args.redis_defaults else REDIS_CONFIG,
                     "keys": client.dbsize(),
                     "used_memory_bytes": after_offsets - base,
                     "bytes_per_partition_with_segments": round(per_partition),

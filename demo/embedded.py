@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from compactd.errors import CompactdError
+from compactd.state.keys import REDIS_CONFIG
 
 
 def free_port() -> int:
@@ -77,6 +78,7 @@ def redis_server(
         "--daemonize",
         "no",
         *(["--requirepass", password] if password else []),
+        *(arg for key, value in REDIS_CONFIG.items() for arg in (f"--{key}", value)),
         *extra,
     ]
     return Service("redis", argv, port, workdir / "redis.log")

@@ -23,6 +23,8 @@ from compactd.state.changes import BatchChanges, TopicChanges
 from compactd.state.keys import RedisKeys
 
 MAX_SAFE_INT = 2**53  # Lua and zset scores are doubles: integers above this lose digits
+# the scripts in lua/ (offsets.lua and part.lua are included by them, not run)
+SCRIPTS = ("merge", "recount", "explain", "explain_rank", "in_flight", "views", "live_records", "schedule", "layout")
 LOWEST = 4  # counted groups read per partition for `compactd explain` (the lowest first; ties beyond are rare)
 
 
@@ -59,6 +61,24 @@ def _safe_url(url: str) -> str:
     return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url) if url else "(client given)"
 
 
+def decode_partition_record(raw: bytes | None) -> tuple[list[tuple[str, int]], list[str]]:
+    """A partition's packed record (lua/part.lua) as the fields and segment members the layout before it held:
+    ([("cleaned", n)?, ("log_start", n)?], ["base:end:ts:size:closed", ...]). Decoded here independently of the
+    scripts, for the pipelined reference read."""
+    if raw is None:
+        return [], []
+    a = msgspec.msgpack.decode(raw)
+    fields = ([("cleaned", a[0])] if a[0] >= 0 else []) + [("log_start", a[1])]
+    segs, prev_end, prev_closed = [], 0, 0
+    for i in range(2, len(a), 5):
+        base = prev_end + a[i]
+        end = base + a[i + 1]
+        closed = prev_closed + a[i + 4]
+        segs.append(f"{base}:{end}:{closed - a[i + 2]}:{a[i + 3]}:{closed}")
+        prev_end, prev_closed = end, closed
+    return fields, segs
+
+
 def _partition_view(
     topic: str,
     n: int,
@@ -68,8 +88,8 @@ def _partition_view(
     zcard: int,
     counted: int,
 ) -> PartitionView:
-    """A partition's view from its reads: p:<n> fields, seg:<n> members, the lowest counted offset (the score of
-    cz:<n>'s first member), cz:<n>'s size, and the topic's number of counted groups."""
+    """A partition's view from its reads: its record's fields and segment members, the lowest counted offset (the
+    score of cz:<n>'s first member), cz:<n>'s size, and the topic's number of counted groups."""
     h = {_s(k): int(v) for k, v in fields}
     known = counted > 0 and zcard == counted
     return PartitionView(
@@ -98,20 +118,14 @@ class RedisState:
         self.cluster = cluster
         self.keys = RedisKeys(prefix)
         lua = resources.files(__package__ or "compactd.state").joinpath("lua")
-        shared = lua.joinpath("offsets.lua").read_text()
-        self._lua = {
-            name: lua.joinpath(f"{name}.lua").read_text().replace("--! include offsets.lua\n", shared)
-            for name in (
-                "merge",
-                "recount",
-                "explain",
-                "explain_rank",
-                "in_flight",
-                "views",
-                "live_records",
-                "schedule",
+
+        def source(name: str) -> str:
+            """A script with its `--! include <file>` lines replaced by the files (shared Lua functions)."""
+            return re.sub(
+                r"--! include (\S+)\n", lambda m: lua.joinpath(m.group(1)).read_text(), lua.joinpath(name).read_text()
             )
-        }
+
+        self._lua = {name: source(f"{name}.lua") for name in SCRIPTS}
         self._scripts: dict[str, Any] = {}
         self.k_deadlines = self.keys.deadlines
         self.k_compaction_due = self.keys.compaction_due
@@ -158,9 +172,11 @@ class RedisState:
         return cls(redis.Redis.from_url(url, **extra), prefix, url)
 
     def start(self) -> None:
-        """Connect and check the server answers: DependencyUnavailable names the setting to change."""
+        """Connect and check the server answers: DependencyUnavailable names the setting to change. Then move any
+        topic's state written by an earlier layout (`upgrade`)."""
         try:
             self.r.ping()
+            self.upgrade()
         except redis.exceptions.RedisClusterException as exc:
             raise DependencyUnavailable(
                 "Redis Cluster", _safe_url(self.url), "--redis-url / redis_url (and redis_cluster)", str(exc)[:200]
@@ -172,6 +188,12 @@ class RedisState:
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
             cause = str(exc).split(". ")[0] if str(exc) else type(exc).__name__
             raise DependencyUnavailable("Redis", _safe_url(self.url), "--redis-url / redis_url", cause) from None
+
+    def upgrade(self) -> int:
+        """Move partition state written before the packed layout (lua/layout.lua), topic by topic; a marker per topic
+        makes this one cheap call per topic once done. Returns how many partitions were moved."""
+        script = self._script("layout")
+        return sum(int(script(keys=[self.topic_base(t)])) for t in self.topics())
 
     def close(self) -> None:
         if self._client is not None:
@@ -372,8 +394,7 @@ class RedisState:
         for topic in topics:
             pipe.scard(k.counted_groups(topic))
         for topic, n in keys:
-            pipe.hgetall(k.partition_hash(topic, n))
-            pipe.zrange(k.segments(topic, n), 0, -1)
+            pipe.hget(k.partition_records(topic, n), str(n))
             pipe.zrange(k.counted_offsets(topic, n), 0, 0, withscores=True)
             pipe.zcard(k.counted_offsets(topic, n))
         res = pipe.execute()
@@ -381,9 +402,10 @@ class RedisState:
         res = res[len(topics) :]
         out = []
         for i, (topic, n) in enumerate(keys):
-            h, segs, lowest, zcard = res[4 * i : 4 * i + 4]
+            raw, lowest, zcard = res[3 * i : 3 * i + 3]
+            fields, segs = decode_partition_record(raw)
             out.append(
-                _partition_view(topic, n, h.items(), segs, lowest[0][1] if lowest else None, zcard, counted_in[topic])
+                _partition_view(topic, n, fields, segs, lowest[0][1] if lowest else None, zcard, counted_in[topic])
             )
         return out
 

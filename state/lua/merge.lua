@@ -21,6 +21,8 @@ end
 local p = cjson.decode(ARGV[3])
 local touched = {}
 --! include offsets.lua
+--! include part.lua
+migrate_parts()
 
 for _, g in ipairs(p.gdel or {}) do
   redis.call('SREM', base .. ':asg', g)
@@ -126,42 +128,74 @@ for _, c in ipairs(p.committs or {}) do
   end
 end
 
-for _, c in ipairs(p.compacted or {}) do
-  local key = base .. ':p:' .. c[1]
-  local old = tonumber(redis.call('HGET', key, 'cleaned') or '-1')
-  if c[2] > old then redis.call('HSET', key, 'cleaned', int(c[2])) end
-  touch(c[1])
+-- Partition records (part.lua): each read once, changed in memory, written once at the end.
+local records, changed = {}, {}
+local function record(n)
+  n = tostring(n)
+  local r = records[n]
+  if not r then
+    r = read_part(n)
+    r.n = n
+    records[n] = r
+  end
+  return r
 end
-
-local function prune(n, ls)
-  -- drop segments wholly below the log start: they are gone from disk
-  local zkey = base .. ':seg:' .. n
-  for _, member in ipairs(redis.call('ZRANGEBYSCORE', zkey, '-inf', '(' .. int(ls))) do
-    local _, e = string.match(member, '^(%d+):(%d+):')
-    if tonumber(e) <= ls then redis.call('ZREM', zkey, member) end
+local function mark(r)
+  if not r.changed then
+    r.changed = true
+    changed[#changed + 1] = r.n
   end
 end
 
+for _, c in ipairs(p.compacted or {}) do
+  local r = record(c[1])
+  if c[2] > r.cleaned then
+    r.cleaned = c[2]
+    mark(r)
+  end
+  touch(c[1])
+end
+
 for _, l in ipairs(p.logstart or {}) do
-  local key = base .. ':p:' .. l[1]
-  local old = tonumber(redis.call('HGET', key, 'log_start') or '0')
-  if l[2] > old then
-    redis.call('HSET', key, 'log_start', int(l[2]))
-    prune(tostring(l[1]), l[2])
+  local r = record(l[1])
+  if l[2] > r.log_start then
+    r.log_start = l[2]
+    -- drop segments wholly below the log start: they are gone from disk
+    local kept = {}
+    for _, s in ipairs(r.segs) do
+      if s[2] > l[2] then kept[#kept + 1] = s end
+    end
+    r.segs = kept
+    mark(r)
   end
   touch(l[1])
 end
 
 for _, s in ipairs(p.segments or {}) do
-  local n, b, e = tostring(s[1]), s[2], s[3]
-  local ls = tonumber(redis.call('HGET', base .. ':p:' .. n, 'log_start') or '0')
-  local zkey = base .. ':seg:' .. n
+  local r = record(s[1])
+  local b, e = s[2], s[3]
   -- idempotent by (partition, base_offset): a re-sent or corrected segment replaces the old entry
-  redis.call('ZREMRANGEBYSCORE', zkey, int(b), int(b))
-  if e > ls then
-    redis.call('ZADD', zkey, int(b), string.format('%d:%d:%d:%d:%d', b, e, s[4], s[5], s[6]))
+  local kept, at = {}, nil
+  for _, old in ipairs(r.segs) do
+    if old[1] ~= b then kept[#kept + 1] = old end
   end
-  touch(n)
+  if e > r.log_start then
+    at = #kept + 1
+    for i, old in ipairs(kept) do
+      if old[1] > b then
+        at = i
+        break
+      end
+    end
+    table.insert(kept, at, {b, e, s[4], s[5], s[6]})
+  end
+  r.segs = kept
+  mark(r)
+  touch(s[1])
+end
+
+for _, n in ipairs(changed) do
+  redis.call('HSET', part_key(n), n, encode_part(records[n]))
 end
 
 redis.call('HSET', base .. ':applied', stream, int(batch))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import redis
 
-from compactd.model import ActionRecord, Segment
+from compactd.model import ActionRecord, PartitionView, Segment
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
 from tests.support.fixtures import dump_redis
@@ -191,3 +191,37 @@ def test_state_of_the_previous_layout_is_moved_on_the_first_merge(rclient: redis
     assert not rclient.exists(f"{base}:off", f"{base}:gp:a", f"{base}:gp:b")
     st.recount(everyone)  # b counts from now on
     assert [st.view("orders", n).min_committed for n in (0, 1, 300)] == [5, None, None]
+
+
+def test_partition_state_of_the_layout_before_packing_is_moved_at_start_and_on_merge(rclient: redis.Redis) -> None:
+    """Partitions written as a p:<n> hash and a seg:<n> zset (before the packed records of lua/part.lua) read the same
+    after the move, whether `start` moves them or the first merge of the topic does; the old keys are gone."""
+    st = RedisState(rclient)
+    want = {}
+    for topic in ("orders", "payments"):
+        base = st.keys.topic_base(topic)
+        rclient.sadd(f"{base}:parts", 0, 1, 300)
+        rclient.hset(f"{base}:p:0", mapping={"cleaned": 150, "log_start": 100})
+        rclient.zadd(
+            f"{base}:seg:0", {"100:200:1700000000000:4096:1700000360000": 100, "200:350:-1:10:1700000720000": 200}
+        )
+        rclient.hset(f"{base}:p:1", mapping={"log_start": 0})
+        rclient.zadd(f"{base}:seg:300", {f"{2**52}:{2**52 + 9}:1700000000000:1:1700000000001": 2**52})
+        rclient.zadd(f"{base}:cz:0", {"1": 120})
+        rclient.sadd(f"{base}:counted", "a")
+        rclient.sadd("cd:topics", topic)
+        want[topic] = [
+            PartitionView(topic, 0, (Segment(100, 200, 1700000000000, 4096, 1700000360000),
+                                     Segment(200, 350, -1, 10, 1700000720000)), 150, 100, 120, 1),
+            PartitionView(topic, 1, (), None, 0, None, 1),
+            PartitionView(topic, 300, (Segment(2**52, 2**52 + 9, 1700000000000, 1, 1700000000001),), None, 0, None, 1),
+        ]  # fmt: skip
+    st.merge("s", 0, commits(("a", "orders", 5, 1)), everyone)  # moves "orders" on its first merge
+    assert not rclient.exists(*(f"cd:{{orders}}:{k}:{n}" for k in ("p", "seg") for n in (0, 1, 300)))
+    assert rclient.exists("cd:{payments}:seg:0")
+    assert st.upgrade() == 3  # "payments": its three partitions; "orders" is marked done
+    assert not rclient.exists(*(f"cd:{{payments}}:{k}:{n}" for k in ("p", "seg") for n in (0, 1, 300)))
+    for topic in ("orders", "payments"):
+        keys = [(topic, n) for n in (0, 1, 300)]
+        assert st.views_pipelined(keys) == st.views(keys) == want[topic]
+    assert st.upgrade() == 0

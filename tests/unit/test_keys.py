@@ -30,8 +30,8 @@ def test_malformed_keys_are_config_errors(bad: str) -> None:
 def test_every_per_topic_key_shares_the_topic_hash_tag() -> None:
     k = RedisKeys("cd")
     per_topic = [
-        k.partition_hash("t", 1),
-        k.segments("t", 1),
+        k.partition_records("t", 1),
+        k.layout("t"),
         k.counted_offsets("t", 1),
         k.counted_groups("t"),
         k.groups("t"),

@@ -1,0 +1,70 @@
+-- A partition's own state, packed (issue 17: the p:<n> hash and seg:<n> zset cost 400 B a partition at 5 segments,
+-- most of it per-key overhead). Included where a script says so; the script defines `base`.
+-- <base>:ps:<bucket> hashes hold 128 partitions each (listpack, like the offsets); field <n> = MessagePack array
+--   [cleaned up to (-1: never), log start, then 5 integers per closed segment, by base offset, delta-encoded:
+--    base - previous end (the first: base), end - base, closed at - first batch max timestamp, size,
+--    closed at - previous closed at (the first: closed at)]
+-- MessagePack keeps small integers in 1-5 bytes; integers are exact up to 2^53 (Lua numbers are doubles).
+local PART_BUCKET = 128
+
+local function part_key(n) return base .. ':ps:' .. math.floor(tonumber(n) / PART_BUCKET) end
+
+-- {cleaned = -1 | offset, log_start = offset, segs = {{base, end, first batch max ts, size, closed at}, ...},
+--  found = whether the partition has a record}
+local function decode_part(raw)
+  if not raw then return {cleaned = -1, log_start = 0, segs = {}, found = false} end
+  local a = cmsgpack.unpack(raw)
+  local segs, prev_end, prev_closed = {}, 0, 0
+  for i = 3, #a, 5 do
+    local b = prev_end + a[i]
+    local e = b + a[i + 1]
+    local closed = prev_closed + a[i + 4]
+    segs[#segs + 1] = {b, e, closed - a[i + 2], a[i + 3], closed}
+    prev_end, prev_closed = e, closed
+  end
+  return {cleaned = a[1], log_start = a[2], segs = segs, found = true}
+end
+
+local function read_part(n) return decode_part(redis.call('HGET', part_key(n), tostring(n))) end
+
+local function encode_part(p)
+  local a = {p.cleaned, p.log_start}
+  local prev_end, prev_closed = 0, 0
+  for _, s in ipairs(p.segs) do
+    a[#a + 1] = s[1] - prev_end
+    a[#a + 1] = s[2] - s[1]
+    a[#a + 1] = s[5] - s[3]
+    a[#a + 1] = s[4]
+    a[#a + 1] = s[5] - prev_closed
+    prev_end, prev_closed = s[2], s[5]
+  end
+  return cmsgpack.pack(a)
+end
+
+local function seg_string(s) return string.format('%d:%d:%d:%d:%d', s[1], s[2], s[3], s[4], s[5]) end
+
+-- State written before this layout (p:<n> hash, seg:<n> zset of "base:end:ts:size:closed" by base offset): moved
+-- once per topic, marked in <base>:layout.
+local function migrate_parts()
+  if redis.call('HGET', base .. ':layout', 'parts') == '2' then return 0 end
+  local moved = 0
+  for _, n in ipairs(redis.call('SMEMBERS', base .. ':parts')) do
+    local h = redis.call('HGETALL', base .. ':p:' .. n)
+    local members = redis.call('ZRANGE', base .. ':seg:' .. n, 0, -1)
+    if #h > 0 or #members > 0 then
+      local p = {cleaned = -1, log_start = 0, segs = {}}
+      for j = 1, #h, 2 do
+        if h[j] == 'cleaned' then p.cleaned = tonumber(h[j + 1]) elseif h[j] == 'log_start' then p.log_start = tonumber(h[j + 1]) end
+      end
+      for _, m in ipairs(members) do
+        local b, e, ts, size, closed = string.match(m, '^(%-?%d+):(%-?%d+):(%-?%d+):(%-?%d+):(%-?%d+)$')
+        p.segs[#p.segs + 1] = {tonumber(b), tonumber(e), tonumber(ts), tonumber(size), tonumber(closed)}
+      end
+      redis.call('HSET', part_key(n), n, encode_part(p))
+      redis.call('DEL', base .. ':p:' .. n, base .. ':seg:' .. n)
+      moved = moved + 1
+    end
+  end
+  redis.call('HSET', base .. ':layout', 'parts', 2)
+  return moved
+end
