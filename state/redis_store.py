@@ -311,12 +311,14 @@ class RedisState:
     def _payload(
         topic: str, tc: TopicChanges, gdel: list[str], assign: list[list[Any]], counts: Callable[[str, str], bool]
     ) -> str:
-        counted = {g: int(counts(g, topic)) for g in {g for g, _, _ in tc.offsets}}  # once per group, not per offset
+        by_group: dict[str, list[int]] = {}
+        for g, p, o in tc.offsets:
+            by_group.setdefault(g, []).extend((p, -1 if o is None else o))
         return json.dumps(
             {
                 "gdel": gdel,
                 "assign": assign,
-                "offsets": [[g, p, -1 if o is None else o, counted[g]] for g, p, o in tc.offsets],
+                "offsets": [[g, int(counts(g, topic)), flat] for g, flat in by_group.items()],
                 "committs": [[g, ts] for g, ts in sorted(tc.commit_ts.items())],
                 "compacted": [list(c) for c in tc.compacted],
                 "logstart": [list(c) for c in tc.log_start],
@@ -477,10 +479,10 @@ class RedisState:
         return out
 
     def partition_numbers(self, topic: str, partitions: list[int]) -> PartitionNumbers:
-        """What `compactd explain TOPIC` ranks a chunk of partitions by: one read-only script call returning one string
-        of integers (lua/explain_rank.lua), parsed by numpy."""
+        """A chunk of one topic's partitions as numbers (what `compactd explain TOPIC` ranks by and the controller
+        evaluates in bulk): one read-only script call returning one MessagePack array (lua/explain_rank.lua)."""
         raw = self._script("explain_rank")(keys=[self.topic_base(topic)], args=[" ".join(map(str, partitions))])
-        nums = np.fromstring(raw, dtype=np.int64, sep=" ")  # bytes or str; stops at anything not an integer
+        nums = np.asarray(msgspec.msgpack.decode(raw), dtype=np.int64)
         p = len(partitions)
         head, segments = nums[1 : 1 + 5 * p], nums[1 + 5 * p :]
         if head.size != 5 * p or segments.size != 5 * int(head[4::5].sum()):

@@ -1,30 +1,33 @@
--- Read-only: the numbers `compactd explain TOPIC` ranks a chunk of ONE topic's partitions by, as one string of
--- integers. numpy parses it in C (state/redis_store.py `partition_numbers`); the same numbers as JSON or as Redis
--- replies cost Python seconds per 100k partitions to parse, which is what kept `explain TOPIC` slow.
+-- Read-only: the numbers a chunk of ONE topic's partitions is ranked by (`compactd explain TOPIC`) and evaluated in
+-- bulk by (the controller, policy/bulk.py), as one MessagePack array of integers (state/redis_store.py
+-- `partition_numbers`); the same numbers as Redis replies cost Python seconds per 100k partitions to parse.
 -- KEYS[1] = "<prefix>:{<topic>}" (every key below shares its hash tag: one Cluster slot)
 -- ARGV[1] = the partitions, space-separated (one argument: packing 2,000 arguments costs the client more than this)
--- Returns "<counted groups>", then 5 numbers per partition in ARGV[1]'s order: cleaned up to (-1: never cleaned),
+-- Returns [counted groups, then 5 numbers per partition in ARGV[1]'s order: cleaned up to (-1: never cleaned),
 -- log start, counted groups with an offset here (cz's size), the lowest of their offsets (-1: none), closed segments;
 -- then those segments, partition after partition, by base offset, 5 numbers each: base, end, first batch max
--- timestamp, size, closed at (the partition's record, part.lua; written with %d: digits only).
--- Three reads per partition are most of the time this takes; the rest builds the string.
+-- timestamp, size, closed at (the partition's record, part.lua)]. Integers are exact up to 2^53.
+-- The records are read with one HMGET per bucket; the two reads of cz:<n> per partition are most of the rest.
 local base = KEYS[1]
 --! include part.lua
 local head, segs, k, m = {redis.call('SCARD', base .. ':counted')}, {}, 1, 0
-local fmt = string.format
-for n in string.gmatch(ARGV[1], '%d+') do
-  local r = read_part(n)
+local ns = {}
+for n in string.gmatch(ARGV[1], '%d+') do ns[#ns + 1] = n end
+local records = read_parts(ns)
+for _, n in ipairs(ns) do
+  local r = records[n]
   local cz = base .. ':cz:' .. n
   local low = redis.call('ZRANGE', cz, 0, 0, 'WITHSCORES')
-  head[k + 1] = fmt('%d', r.cleaned)
-  head[k + 2] = fmt('%d', r.log_start)
+  head[k + 1] = r.cleaned
+  head[k + 2] = r.log_start
   head[k + 3] = redis.call('ZCARD', cz)
-  head[k + 4] = low[2] or '-1'  -- a score: Redis prints integral doubles below 2^53 with every digit
+  head[k + 4] = tonumber(low[2] or '-1')  -- integral scores below 2^53 are exact
   head[k + 5] = #r.segs
   k = k + 5
   for _, s in ipairs(r.segs) do
-    m = m + 1
-    segs[m] = fmt('%d %d %d %d %d', s[1], s[2], s[3], s[4], s[5])
+    segs[m + 1], segs[m + 2], segs[m + 3], segs[m + 4], segs[m + 5] = s[1], s[2], s[3], s[4], s[5]
+    m = m + 5
   end
 end
-return table.concat(head, ' ') .. ' ' .. table.concat(segs, ' ')
+for i = 1, m do head[k + i] = segs[i] end
+return cmsgpack.pack(head)

@@ -6,7 +6,8 @@
 -- ARGV[3] = JSON payload:
 --   gdel     [group, ...]                      groups deleted (all their offsets on this topic go)
 --   assign   [[group, assigned(0/1), counted(0/1)], ...]  members assigned to this topic, from group metadata
---   offsets  [[group, partition, offset|-1, counted(0/1)], ...]   -1 = offset deleted
+--   offsets  [[group, counted(0/1), [partition, offset|-1, partition, offset|-1, ...]], ...]   -1 = offset deleted
+--            (one flat list per group: decoding 100k small lists was most of the script's time)
 --   committs [[group, latest commit ts], ...]  per group on this topic (the ct hash, for `compactd explain`)
 --   compacted [[partition, cleaned_up_to], ...]
 --   logstart  [[partition, log_start_offset], ...]
@@ -57,44 +58,50 @@ end
 -- per (group, bucket), one ZADD per partition and one SADD of partitions per thousand (issue 17: one call per offset
 -- and index was most of a 100k-partition batch). Entries are distinct (group, partition) pairs, so the order between
 -- them changes no offset; a group a delete leaves idle is forgotten first and gets a new id if it is set again.
-for _, o in ipairs(p.offsets or {}) do
-  if o[3] < 0 then del_offset(o[1], tostring(o[2])) end
+for _, grp in ipairs(p.offsets or {}) do
+  local g, flat = grp[1], grp[3]
+  for i = 1, #flat, 2 do
+    if flat[i + 1] < 0 then del_offset(g, tostring(flat[i])) end
+  end
 end
 local buckets, bucket_order, cz, cz_order, new_parts = {}, {}, {}, {}, {}
-for _, o in ipairs(p.offsets or {}) do
-  local g, n, off, counted = o[1], tostring(o[2]), o[3], o[4]
-  if off >= 0 then
-    local id = gid(g, true)
-    local b = bucket_of(n)
-    local key = base .. ':o:' .. id .. ':' .. b
-    local bk = buckets[key]
-    if not bk then
-      bk = {id = id, b = tonumber(b), fields = {}}
-      buckets[key] = bk
-      bucket_order[#bucket_order + 1] = key
-    end
-    bk.fields[#bk.fields + 1] = n
-    bk.fields[#bk.fields + 1] = int(off)
-    if not known.grouped[g] then
-      redis.call('SADD', base .. ':groups', g)
-      known.grouped[g] = true
-    end
-    if counted == 1 then
-      if not cz[n] then
-        cz[n] = {}
-        cz_order[#cz_order + 1] = n
+for _, grp in ipairs(p.offsets or {}) do
+  local g, counted, flat = grp[1], grp[2], grp[3]
+  for i = 1, #flat, 2 do
+    local n, off = tostring(flat[i]), flat[i + 1]
+    if off >= 0 then
+      local id = gid(g, true)
+      local b = bucket_of(n)
+      local key = base .. ':o:' .. id .. ':' .. b
+      local bk = buckets[key]
+      if not bk then
+        bk = {id = id, b = tonumber(b), fields = {}}
+        buckets[key] = bk
+        bucket_order[#bucket_order + 1] = key
       end
-      cz[n][#cz[n] + 1] = int(off)
-      cz[n][#cz[n] + 1] = id
-      if not known.counted[g] then
-        if redis.call('SADD', base .. ':counted', g) == 1 then touch_all() end
-        known.counted[g] = true
+      bk.fields[#bk.fields + 1] = n
+      bk.fields[#bk.fields + 1] = int(off)
+      if not known.grouped[g] then
+        redis.call('SADD', base .. ':groups', g)
+        known.grouped[g] = true
       end
-    end
-    touched[n] = true
-    if not known.parts[n] then
-      known.parts[n] = true
-      new_parts[#new_parts + 1] = n
+      if counted == 1 then
+        if not cz[n] then
+          cz[n] = {}
+          cz_order[#cz_order + 1] = n
+        end
+        cz[n][#cz[n] + 1] = int(off)
+        cz[n][#cz[n] + 1] = id
+        if not known.counted[g] then
+          if redis.call('SADD', base .. ':counted', g) == 1 then touch_all() end
+          known.counted[g] = true
+        end
+      end
+      touched[n] = true
+      if not known.parts[n] then
+        known.parts[n] = true
+        new_parts[#new_parts + 1] = n
+      end
     end
   end
 end

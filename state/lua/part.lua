@@ -27,6 +27,29 @@ end
 
 local function read_part(n) return decode_part(redis.call('HGET', part_key(n), tostring(n))) end
 
+-- The records of many partitions (a list of numbers as strings), read with one HMGET per bucket: n -> record.
+local function read_parts(ns)
+  local by_bucket, order, out = {}, {}, {}
+  for _, n in ipairs(ns) do
+    local k = part_key(n)
+    if not by_bucket[k] then
+      by_bucket[k] = {}
+      order[#order + 1] = k
+    end
+    local fields = by_bucket[k]
+    fields[#fields + 1] = n
+  end
+  for _, k in ipairs(order) do
+    local fields = by_bucket[k]
+    for i = 1, #fields, 1000 do
+      local last = math.min(i + 999, #fields)
+      local raws = redis.call('HMGET', k, unpack(fields, i, last))
+      for j = i, last do out[fields[j]] = decode_part(raws[j - i + 1] or nil) end
+    end
+  end
+  return out
+end
+
 local function encode_part(p)
   local a = {p.cleaned, p.log_start}
   local prev_end, prev_closed = 0, 0
