@@ -18,17 +18,16 @@ from typing import Any
 import numpy as np
 
 from compactd.clock import now_ms
+from compactd.control.share import Layers, TopicChunk, evaluate_share, plan_chunk, split
 from compactd.errors import DeliveryTimeout, DependencyUnavailable
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord
-from compactd.policy import bulk
-from compactd.policy.bulk import NONE, Limits
+from compactd.policy.bulk import NONE
 from compactd.policy.forecast import partition_stats
 from compactd.policy.plan import NOT_CAUGHT_UP, PartitionPlan, cluster_check, plan_partition, send_check
 from compactd.policy.thresholds import (
     Thresholds,
     group_counts,
-    partition_scopes,
     resolve,
     resolve_global,
     topic_excluded,
@@ -70,16 +69,17 @@ class Controller:
         own_topics: frozenset[str] = frozenset(),
         cluster_offsets: Callable[[str], Mapping[str, Mapping[int, int]]] | None = None,
         view_cap: ViewCap | None = None,
+        shares: int = 0,
     ) -> None:
         """`cluster_offsets(topic)`: group -> partition -> committed offset as the cluster has it, read right before
         each consumed-retention delete (None: no such check, for tests without a cluster). `view_cap(topic,
         partition, thresholds, now, fresh)`: the compacted view's horizon no delete may pass (None: no view)."""
         self.state = state
         self.layers = dict(layers)
-        self._partition_scopes = partition_scopes(self.layers)  # topic -> partitions with a layer of their own
         self.own_topics = own_topics
         self.cluster_offsets = cluster_offsets
         self.view_cap = view_cap
+        self.shares = shares  # 0: merge and plan here; N: in N shares of topics (control/share.py)
         self.sink = sink
         self.dry = DryRunSink()
         self.audit = audit
@@ -106,7 +106,6 @@ class Controller:
         """New effective threshold layers (a config event was applied); the next evaluation uses them."""
         with self.lock:
             self.layers = {scope: dict(values) for scope, values in layers.items()}
-            self._partition_scopes = partition_scopes(self.layers)
             self.bucket.rate = resolve_global(self.layers).actions_per_second
 
     def recount_groups(self, topics: Iterable[str] | None = None) -> list[tuple[str, int]]:
@@ -125,6 +124,8 @@ class Controller:
 
     def on_batch(self, stream_id: str, batch_id: int, changes: BatchChanges) -> int:
         """Merge one micro-batch, evaluate the partitions it touched, act. Returns how many were touched."""
+        if self.shares:
+            return self._on_batch_shared(stream_id, batch_id, changes)
         with self.lock:
             started = time.monotonic()
             per_topic: dict[str, Thresholds] = {}  # resolve each topic's thresholds once per batch
@@ -145,6 +146,38 @@ class Controller:
             self._dispatch()
             self.metrics.batch_seconds.observe(time.monotonic() - started)
             return len(keys)
+
+    def _on_batch_shared(self, stream_id: str, batch_id: int, changes: BatchChanges) -> int:
+        """`on_batch` with the per-topic work in `self.shares` shares (control/share.py), each merged and planned on
+        its own; the driver keeps group-level changes, the full plans, the metrics and the outbox. Same state and
+        same decisions as evaluating here (tests/integration/test_shares.py)."""
+        with self.lock:
+            started = time.monotonic()
+            now = self.clock()
+            layers = self._layers()
+            full: list[tuple[str, int]] = []
+            if changes.group_deletes or changes.assignments:
+                # first, as each topic's merge would: a group's deletion and membership reach all its topics
+                groups = BatchChanges(group_deletes=changes.group_deletes, assignments=changes.assignments)
+                touched_g, _ = self.state.merge(f"{stream_id}#groups", batch_id, groups, layers.counts)
+                full.extend((t, p) for t, parts in touched_g.items() for p in sorted(parts))
+            results = [
+                evaluate_share(self.state, layers, stream_id, batch_id, part, now)
+                for part in split(changes, self.shares)
+            ]
+            self.probe("after_merge", batch_id)
+            replayed = any(r.replayed for r in results)
+            self.metrics.batches.labels("replayed" if replayed else "merged").inc()
+            for i, r in enumerate(results):
+                log.debug("share %d/%d: %d touched, %d to plan here", i, self.shares, r.touched, len(r.full))
+                self.metrics.partitions.update_many(r.stats)
+                self.metrics.evaluations.labels("batch").inc(len(r.stats))
+                full.extend(r.full)
+            self._evaluate(full, "batch")
+            self.probe("after_enqueue", batch_id)
+            self._dispatch()
+            self.metrics.batch_seconds.observe(time.monotonic() - started)
+            return sum(r.touched for r in results)
 
     def tick(self) -> None:
         """Evaluate the partitions whose deadline has passed, and drain the outbox."""
@@ -212,43 +245,32 @@ class Controller:
         compaction-due time and metrics), with the full pure plan (`plan_partition`) wherever a rule is crossed, a
         live record waits, or the topic is excluded. Both give the same plan on the rows they share (tests/unit/
         test_bulk_plan.py)."""
-        nums = self.state.partition_numbers(topic, parts)
-        records = self.state.live_records(topic, parts)
-        th = self.thresholds(topic)
-        excluded = topic_excluded(topic, th, self.own_topics)
-        own = self._partition_scopes.get(topic, frozenset())
-        scoped: dict[int, tuple[Thresholds, bool]] = {}
-        for row, n in enumerate(parts):
-            if n in own:
-                th_n = self.thresholds(topic, n)
-                scoped[row] = (th_n, topic_excluded(topic, th_n, self.own_topics) is not None)
-        limits = Limits.of(len(parts), (th, excluded is not None), scoped)
-        q = bulk.quiet(nums, limits, now)
-        full = ~q.quiet | limits.excluded
-        if records:
-            full[[row for row, n in enumerate(parts) if n in records]] = True
-        deadlines, due = q.deadline.copy(), q.compaction_due.copy()
-        for row in np.flatnonzero(full).tolist():
-            n = parts[row]
-            view = nums.view(topic, row)
-            th_n = scoped[row][0] if row in scoped else th
-            why = topic_excluded(topic, th_n, self.own_topics)
-            cap = None if self.view_cap is None else self.view_cap(topic, n, th_n, now, False)
-            plan = plan_partition(view, th_n, records.get(n, []), now, allowed, why, cap)
-            if why:
-                self.metrics.partitions.forget((topic, n))
-            else:  # what operators see per partition comes from this evaluation, not from a scan at scrape time
-                self.metrics.partitions.update((topic, n), partition_stats(view, th_n, now))
+        chunk = plan_chunk(self.state, self._layers(), topic, parts, now)
+        deadlines, due = chunk.q.deadline.copy(), chunk.q.compaction_due.copy()
+        for row in np.flatnonzero(chunk.full).tolist():
+            plan = self._plan_full(chunk, row, now, allowed)
             self._apply(plan, now, queued)
             deadlines[row] = NONE if plan.deadline is None else plan.deadline
             due[row] = NONE if plan.compaction_due is None else plan.compaction_due
-        calm = np.flatnonzero(~full).tolist()
-        if calm:
-            stats = q.stats_rows(calm, nums, limits)
-            self.metrics.partitions.update_many(
-                [((topic, parts[row]), st) for row, st in zip(calm, stats, strict=True)]
-            )
+        self.metrics.partitions.update_many(chunk.calm_stats())
         self.state.schedule(topic, parts, deadlines.tolist(), due.tolist())
+
+    def _plan_full(self, chunk: TopicChunk, row: int, now: int, allowed: bool) -> PartitionPlan:
+        """The full pure plan of one row of a chunk, and its metrics (forgotten on an excluded topic)."""
+        topic, n = chunk.topic, chunk.parts[row]
+        view = chunk.nums.view(topic, row)
+        th = chunk.scoped[row] if row in chunk.scoped else self.thresholds(topic)
+        why = topic_excluded(topic, th, self.own_topics)
+        cap = None if self.view_cap is None else self.view_cap(topic, n, th, now, False)
+        plan = plan_partition(view, th, chunk.records.get(n, []), now, allowed, why, cap)
+        if why:
+            self.metrics.partitions.forget((topic, n))
+        else:  # what operators see per partition comes from this evaluation, not from a scan at scrape time
+            self.metrics.partitions.update((topic, n), partition_stats(view, th, now))
+        return plan
+
+    def _layers(self) -> Layers:
+        return Layers(self.layers, self.own_topics)
 
     def _apply(self, plan: PartitionPlan, now: int, queued: list[ActionRecord]) -> None:
         """Carry out one partition's plan; its new decisions join `queued` (enqueued per chunk, in one round trip)."""
