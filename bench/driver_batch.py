@@ -3,7 +3,7 @@
 A real redis-server, the real controller and state, no Spark: a first batch writes one closed segment and two groups'
 offsets per partition, the second moves both offsets (every partition touched, nothing due: retention and lag far
 away). Reports the second batch's seconds, µs per partition, and how much of it reading the state and the merge took.
-Prints one JSON object. Usage: python bench/driver_batch.py [--partitions 100000]
+Prints one JSON object. Usage: python bench/driver_batch.py [--partitions 100000] [--shares N]
 """
 
 from __future__ import annotations
@@ -43,13 +43,14 @@ def batch(partitions: int, i: int, now: int) -> BatchChanges:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=100_000)
+    ap.add_argument("--shares", type=int, default=0, help="merge and plan in N shares of topics (control/share.py)")
     args = ap.parse_args()
     svc = redis_server(Path(tempfile.mkdtemp(prefix="compactd-bench-")))
     try:
         state = RedisState.from_url(f"redis://127.0.0.1:{svc.port}/0", "cd:default")
         state.start()
         layers = {"global": {"consumed.retention.ms": 10**9, "max.compaction.lag.ms": 10**9}}
-        ctl = Controller(state, layers, RecordingSink(), None, Metrics(CollectorRegistry()))
+        ctl = Controller(state, layers, RecordingSink(), None, Metrics(CollectorRegistry()), shares=args.shares)
         now = int(time.time() * 1000)
         ctl.on_batch("bench", 0, batch(args.partitions, 0, now))
         spent = {"read_state": 0.0, "merge": 0.0}
@@ -74,6 +75,7 @@ def main() -> None:
             "benchmark": "driver_batch",
             "partitions": args.partitions,
             "groups": 2,
+            "shares": args.shares,
             "seconds": round(seconds, 2),
             "us_per_partition": round(seconds / args.partitions * 1e6, 1),
             "read_state_seconds": round(spent["read_state"], 2),

@@ -113,15 +113,15 @@ class Quiet:
                 nxt.append(("forced_retention", nf[i]))
             out.append(
                 PartitionStats(
-                    earliest_ts=None if earliest[i] == NONE else earliest[i],
-                    lag_ms=lag[i] if lag_on[i] else None,
-                    min_committed=None if low[i] == NONE else low[i],
-                    log_start=ls[i],
-                    consumed_offsets=0,
-                    consumed_bytes=0,
-                    forced_offsets=0,
-                    forced_bytes=0,
-                    next_at=tuple(nxt),
+                    None if earliest[i] == NONE else earliest[i],
+                    lag[i] if lag_on[i] else None,
+                    None if low[i] == NONE else low[i],
+                    ls[i],
+                    0,  # nothing is deletable on a quiet row: that would be a decision
+                    0,
+                    0,
+                    0,
+                    tuple(nxt),
                 )
             )
         return out
