@@ -18,12 +18,14 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 import compactd
+from compactd.app import share_task
 from compactd.app.settings import Settings
 from compactd.clock import now_ms
 from compactd.compaction.service import Compactor
 from compactd.control.compaction_trigger import POOL, CompactionTrigger
-from compactd.control.controller import Controller, Probe, _no_probe
+from compactd.control.controller import Controller, Probe, RunShares, _no_probe
 from compactd.control.runtime_config import ConfigOutcome, RuntimeConfig
+from compactd.control.share import Layers, ShareResult
 from compactd.control.state_guard import REBUILDING, StateGuard
 from compactd.errors import ConfigError, DependencyUnavailable, ForcedStop, QueryFailed, StopTimeout
 from compactd.kafka.admin import admin_client, check_reachable, ensure_topics, high_watermarks, list_end_offsets
@@ -316,6 +318,7 @@ class Application:
             starting_offsets=starting_offsets or s.starting_offsets,
             source_format=s.spark_source,
             name=f"compactd-{self.stream_id[:8]}",
+            shares=s.evaluation_shares,
         )
         self.job = StreamingJob(spec, self.spark, self.on_batch)
         self.job.start(once)
@@ -364,7 +367,9 @@ class Application:
             return None
         # config first: the batch's own partitions are decided under the thresholds it brings
         config = self.config.apply(batch.collected.config)
-        touched = self.controller.on_batch(self.stream_id, batch.batch_id, batch.collected.changes)
+        touched = self.controller.on_batch(
+            self.stream_id, batch.batch_id, batch.collected.changes, self._shares_of(batch)
+        )
         self.guard.merged_batch(self.stream_id, batch.batch_id)
         if opened:  # deletes held back while catching up are decided now, everywhere
             log.info("sources caught up at batch %d (%s): gate open", batch.batch_id, self.readiness.why)
@@ -374,6 +379,29 @@ class Application:
         elif config.evaluate:
             touched += self.controller.evaluate(config.evaluate, "config")
         return config, touched
+
+    def _shares_of(self, batch: Batch) -> RunShares | None:
+        """With `evaluation_shares`, the batch's per-topic work as Spark tasks (app/share_task.py), one per share."""
+        if batch.per_topic is None:
+            return None
+        per_topic = batch.per_topic
+
+        def run(layers: Layers, now: int) -> list[ShareResult]:
+            fn = share_task.task(
+                self.settings, layers.layers, layers.own_topics, self.stream_id, batch.batch_id, now,
+                batch.collected.deleted,
+            )  # fmt: skip
+            shares, workers = share_task.results(per_topic(fn, share_task.SHARE_DDL))
+            if shares:
+                log.info(
+                    "batch %d: per-topic work in %d tasks: %s",
+                    batch.batch_id,
+                    len(shares),
+                    ", ".join(f"{w} merged {s.touched}" for w, s in zip(workers, shares, strict=True)),
+                )
+            return shares
+
+        return run
 
     def _log_batch(self, batch: Batch, records: int, rejected: int, touched: int, actions: int, act_s: float) -> None:
         """One line per batch that did something; an idle stream says so once a minute."""

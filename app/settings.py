@@ -71,6 +71,10 @@ class Settings(BaseSettings):
     # redis_url names any node of a Redis Cluster; the client finds the others (redis-py's RedisCluster)
     redis_cluster: bool = False
     max_rows_per_trigger: int = Field(500_000, gt=0)
+    # Where a batch's per-topic work runs (merge into Redis, the bulk plan of quiet partitions): 0 = on the driver;
+    # N = in N Spark tasks, each owning a share of the topics (control/share.py). The driver keeps group-level
+    # changes, the full plans, the outbox and the metrics either way.
+    evaluation_shares: int = Field(0, ge=0, le=4096)
     max_event_bytes: int = Field(64 * 1024, gt=0)
     metrics_port: int = Field(0, ge=0, description="Prometheus /metrics port on the driver; 0 = off")
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from compactd.clock import now_ms
-from compactd.control.share import Layers, TopicChunk, evaluate_share, plan_chunk, split
+from compactd.control.share import Layers, ShareResult, TopicChunk, evaluate_share, plan_chunk, split
 from compactd.errors import DeliveryTimeout, DependencyUnavailable
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord
@@ -47,6 +47,8 @@ EVAL_CHUNK = 2000
 Probe = Callable[[str, int], None]
 
 
+# (layers, now) -> the shares' results: a batch's per-topic work run elsewhere (Spark tasks; control/share.py)
+RunShares = Callable[[Layers, int], list[ShareResult]]
 # (topic, partition, thresholds, now, fresh) -> the highest offset a delete may reach (compaction service), or None
 ViewCap = Callable[[str, int, Thresholds, int, bool], "int | None"]
 
@@ -122,10 +124,15 @@ class Controller:
 
     # ---- entry points ----
 
-    def on_batch(self, stream_id: str, batch_id: int, changes: BatchChanges) -> int:
-        """Merge one micro-batch, evaluate the partitions it touched, act. Returns how many were touched."""
-        if self.shares:
-            return self._on_batch_shared(stream_id, batch_id, changes)
+    def on_batch(
+        self, stream_id: str, batch_id: int, changes: BatchChanges, run_shares: RunShares | None = None
+    ) -> int:
+        """Merge one micro-batch, evaluate the partitions it touched, act. Returns how many were touched.
+
+        `run_shares(layers, now)`: the batch's per-topic work, run elsewhere (Spark tasks) in shares; `changes` then
+        holds only its group-level changes."""
+        if self.shares or run_shares is not None:
+            return self._on_batch_shared(stream_id, batch_id, changes, run_shares)
         with self.lock:
             started = time.monotonic()
             per_topic: dict[str, Thresholds] = {}  # resolve each topic's thresholds once per batch
@@ -147,7 +154,9 @@ class Controller:
             self.metrics.batch_seconds.observe(time.monotonic() - started)
             return len(keys)
 
-    def _on_batch_shared(self, stream_id: str, batch_id: int, changes: BatchChanges) -> int:
+    def _on_batch_shared(
+        self, stream_id: str, batch_id: int, changes: BatchChanges, run_shares: RunShares | None = None
+    ) -> int:
         """`on_batch` with the per-topic work in `self.shares` shares (control/share.py), each merged and planned on
         its own; the driver keeps group-level changes, the full plans, the metrics and the outbox. Same state and
         same decisions as evaluating here (tests/integration/test_shares.py)."""
@@ -161,10 +170,13 @@ class Controller:
                 groups = BatchChanges(group_deletes=changes.group_deletes, assignments=changes.assignments)
                 touched_g, _ = self.state.merge(f"{stream_id}#groups", batch_id, groups, layers.counts)
                 full.extend((t, p) for t, parts in touched_g.items() for p in sorted(parts))
-            results = [
-                evaluate_share(self.state, layers, stream_id, batch_id, part, now)
-                for part in split(changes, self.shares)
-            ]
+            if run_shares is not None:
+                results = run_shares(layers, now)
+            else:
+                results = [
+                    evaluate_share(self.state, layers, stream_id, batch_id, part, now)
+                    for part in split(changes, self.shares)
+                ]
             self.probe("after_merge", batch_id)
             replayed = any(r.replayed for r in results)
             self.metrics.batches.labels("replayed" if replayed else "merged").inc()

@@ -49,6 +49,7 @@ class _Parser(argparse.ArgumentParser):
 def parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="deploy/submit",
+        allow_abbrev=False,  # `--conf k=v` is spark-submit's, not an abbreviation of --config
         usage="deploy/submit --master URL --config FILE [options] [spark-submit options] [-- compactd run options]",
         description="Run compactd as a continuous Spark job on a cluster. Options this script does not know go to "
         "spark-submit (e.g. --conf k=v, --executor-memory 2g); options after `--` go to `compactd run` (e.g. --once).",

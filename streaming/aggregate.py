@@ -81,13 +81,21 @@ class Collected:
     rejected: list[dict[str, Any]] = field(default_factory=list)
     config: list[dict[str, Any]] = field(default_factory=list)  # config topic records, in log order
     counts: Counter = field(default_factory=Counter)  # (stream, kind) -> input records
+    deleted: dict[str, tuple[int, int]] = field(default_factory=dict)  # group -> log position of its deletion
 
 
-def collect_changes(rows: Iterable[dict[str, Any]]) -> Collected:
-    """Driver side: aggregated rows (flat dicts) → typed changes, DLQ rows, and input counts."""
+# the kinds of aggregated rows that belong to one topic: with evaluation shares, they stay in the executors
+PER_TOPIC_KINDS = ("segment_rolled", "compacted", "log_start", "offset")
+
+
+def collect_changes(
+    rows: Iterable[dict[str, Any]], deleted_elsewhere: dict[str, tuple[int, int]] | None = None
+) -> Collected:
+    """Aggregated rows (flat dicts) → typed changes, DLQ rows, and input counts. `deleted_elsewhere`: group deletions
+    of the same batch held by another share of its rows (they void this share's older offset events)."""
     out = Collected()
     offsets: list[tuple[str, str, int, int | None, tuple[int, int], int | None]] = []
-    group_deleted: dict[str, tuple[int, int]] = {}
+    group_deleted: dict[str, tuple[int, int]] = dict(deleted_elsewhere or {})
     memberships: dict[str, tuple[tuple[int, int], str]] = {}
     for row in rows:
         k, r, n = row["k"], row, row["n"]
@@ -119,10 +127,11 @@ def collect_changes(rows: Iterable[dict[str, Any]]) -> Collected:
         tc.offsets.append((group, partition, value))
         if ts is not None:  # the commit's own time (event `ts`, or __consumer_offsets' commit timestamp)
             tc.commit_ts[group] = max(ts, tc.commit_ts.get(group, ts))
-    out.changes.group_deletes = sorted(group_deleted)
+    out.changes.group_deletes = sorted(g for g in group_deleted if not deleted_elsewhere or g not in deleted_elsewhere)
     for group, (order, assigned) in sorted(memberships.items()):
         if group in group_deleted and order < group_deleted[group]:
             continue  # the group was deleted after this membership
         out.changes.assignments[group] = json.loads(assigned)
     out.config.sort(key=lambda r: (r["src_partition"], r["src_offset"]))
+    out.deleted = group_deleted
     return out

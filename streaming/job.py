@@ -8,18 +8,31 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from compactd.kafka.admin import Offsets
 from compactd.kafka.config import KafkaConnection
-from compactd.streaming.aggregate import Collected, aggregate, collect_changes, collect_rows, reduce_on_driver
+from compactd.streaming.aggregate import (
+    PER_TOPIC_KINDS,
+    Collected,
+    aggregate,
+    collect_changes,
+    collect_rows,
+    reduce_on_driver,
+)
 from compactd.streaming.checkpoint import batch_end_offsets
 from compactd.streaming.decode import DECODED_DDL, Decoder
+
+# Runs a mapInArrow function over the batch's per-topic rows, hash-partitioned by topic into the configured number of
+# tasks, and returns what the tasks yield: (function, its output DDL) -> Arrow table.
+PerTopic = Callable[[Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], str], pa.Table]
 
 
 @dataclass
@@ -30,6 +43,8 @@ class Batch:
     collected: Collected
     spark_seconds: float
     checkpoint: Path
+    # with evaluation shares: the per-topic rows, left in the executors (`collected` holds the rest)
+    per_topic: PerTopic | None = None
 
     def end_offsets(self) -> Offsets:
         """Source offsets this batch ends at (Spark's offset log; read only when needed)."""
@@ -52,6 +67,7 @@ class StreamSpec:
     starting_offsets: str = "earliest"
     source_format: str = "compactd-kafka"
     name: str = "compactd"
+    shares: int = 0  # > 0: per-topic rows stay in the executors, in this many tasks (Batch.per_topic)
     decode_in_source: bool = True  # False: compactd's source hands raw records to mapInArrow (the reference path)
 
 
@@ -85,6 +101,9 @@ class StreamingJob:
         return self.spec.source_format == "compactd-kafka" and self.spec.decode_in_source
 
     def process_batch(self, df: DataFrame, batch_id: int) -> None:
+        if self.spec.shares:
+            self._process_in_shares(df, batch_id)
+            return
         started = time.monotonic()
         if self.decodes_in_source:
             collected = collect_changes(reduce_on_driver(df))
@@ -95,6 +114,33 @@ class StreamingJob:
         except BaseException as exc:
             self.batch_error = exc  # reported as it is, not through Spark's wrapping of it
             raise
+
+    def _process_in_shares(self, df: DataFrame, batch_id: int) -> None:
+        """Reduce in Spark and bring to the driver only the rows that are not per topic (rejected records, config
+        events, group deletions and memberships) and the per-topic rows' counts; the per-topic rows stay in the
+        executors for the handler's `per_topic` tasks (reduced once: the aggregate is persisted for the batch)."""
+        started = time.monotonic()
+        source = df if self.decodes_in_source else df.mapInArrow(self.spec.decoder, DECODED_DDL)
+        agg = aggregate(source).persist()
+        try:
+            per_topic = F.col("k").isin(*PER_TOPIC_KINDS)
+            collected = collect_changes(collect_rows(agg.filter(~per_topic)))
+            counted = agg.filter(per_topic).groupBy("stream", "kind").agg(F.sum("n").alias("n")).toArrow()
+            for row in counted.to_pylist():
+                collected.counts[(row["stream"], row["kind"])] += row["n"]
+            shares = self.spec.shares
+
+            def run(fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], ddl: str) -> pa.Table:
+                return agg.filter(per_topic).repartition(shares, "topic").mapInArrow(fn, ddl).toArrow()
+
+            batch = Batch(batch_id, collected, time.monotonic() - started, self.spec.checkpoint, per_topic=run)
+            try:
+                self.handler(batch)
+            except BaseException as exc:
+                self.batch_error = exc
+                raise
+        finally:
+            agg.unpersist()
 
     def start(self, once: bool = False) -> StreamingQuery:
         writer = (

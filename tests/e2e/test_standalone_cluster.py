@@ -48,6 +48,7 @@ def test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster(cluster, j
             f"topic:{orders}": {"consumed.retention.ms": HOUR},
             f"topic:{ctopic}": {"max.compaction.lag.ms": HOUR},
         },
+        evaluation_shares=2,  # merge and plan in two Spark tasks, on the cluster's two executors
     )
     cluster.send(
         settings.topics.segments,
@@ -82,7 +83,10 @@ def test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster(cluster, j
         started = time.monotonic()
         # the continuous job, as deployed; in a session of its own, like a service: the test is not in its group
         proc = subprocess.Popen(
-            [str(ROOT / "deploy" / "submit"), "--master", spark.master_url, "--config", str(config)],
+            [
+                *(str(ROOT / "deploy" / "submit"), "--master", spark.master_url, "--config", str(config)),
+                *("--conf", "spark.executor.cores=1"),  # two executors on the worker's two cores
+            ],
             stdout=subprocess.DEVNULL,
             stderr=log.open("wb"),
             env=env,
@@ -111,6 +115,10 @@ def test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster(cluster, j
     shipped = [line for line in stderr.splitlines() if "executors import compactd" in line]
     assert shipped and f"{spark.work_dir}/app-" in shipped[0] and "/environment/" in shipped[0], stderr[-3000:]
     assert "Traceback" not in executor_logs
+    # each of the two tasks merged and planned its share of the topics, and the driver logged what each did
+    shares = [line for line in stderr.splitlines() if "per-topic work in 2 tasks" in line]
+    assert shares and all(line.count(" merged ") == 2 for line in shares), stderr[-3000:]
+    print(shares[0])
 
     actions = {a["action"]: a for a in cluster.read_all(settings.topics.actions)}
     delete = actions["delete_records"]

@@ -129,3 +129,12 @@ def test_job_moves_log_level_before_the_subcommand() -> None:
     job = load("job")
     assert job.compactd_argv(["--once", "--log-level", "DEBUG"]) == ["--log-level", "DEBUG", "run", "--once"]
     assert job.compactd_argv(["--config", "c.yaml"]) == ["run", "--config", "c.yaml"]
+
+
+def test_spark_submit_conf_options_pass_through_after_config(config: Path) -> None:
+    """`--conf k=v` is spark-submit's: it must not be taken for an abbreviation of `--config`."""
+    ns, spark_opts, job_args = load("submit").split_args(
+        ["--master", "spark://h:7077", "--config", str(config), "--conf", "spark.executor.cores=1", "--", "--once"]
+    )
+    assert ns.config == config.resolve()
+    assert spark_opts == ["--conf", "spark.executor.cores=1"] and job_args == ["--once"]

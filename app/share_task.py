@@ -1,0 +1,110 @@
+"""The Spark task side of evaluation shares: a share of a batch's per-topic rows merged and planned in an executor.
+
+`task(...)` builds the `mapInArrow` function the streaming job runs over the per-topic rows, hash-partitioned by topic
+(one task per share): it turns its rows into changes, connects to Redis, runs `evaluate_share` (control/share.py) and
+yields, as rows, the partitions left for the driver's full plan and the quiet partitions' metrics. `results` reads
+them back on the driver. What the driver keeps, and why, is in control/share.py.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from compactd.app.settings import Settings
+from compactd.control.share import Layers, ShareResult, evaluate_share
+from compactd.policy.bulk import NONE
+from compactd.policy.forecast import PartitionStats
+from compactd.streaming.aggregate import collect_changes
+
+# what: "full" (plan on the driver), "stats" (a quiet partition's metrics), "share" (the task: touched, replayed)
+SHARE_DDL = (
+    "what string, topic string, partition bigint, touched bigint, replayed boolean, worker string, "
+    "earliest bigint, lag bigint, min_committed bigint, log_start bigint, "
+    "next_lag bigint, next_consumed bigint, next_forced bigint"
+)
+_RULES = ("max_compaction_lag", "consumed_retention", "forced_retention")
+NEXT = ("lag", "consumed", "forced")
+
+
+def task(
+    settings: Settings,
+    layers: Mapping[str, Mapping[str, Any]],
+    own_topics: frozenset[str],
+    stream_id: str,
+    batch_id: int,
+    now: int,
+    deleted: dict[str, tuple[int, int]],
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The function one share runs. `deleted`: the batch's group deletions (on the driver), which void older offset
+    events of the share's rows."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows = [row for b in batches for row in b.to_pylist()]
+        worker = f"{socket.gethostname()}:{os.getpid()}"
+        result = ShareResult()
+        if rows:  # a share without rows still reports (merged 0), so the driver's line names every task
+            changes = collect_changes(rows, deleted_elsewhere=deleted).changes
+            state = settings.redis_state()
+            try:
+                result = evaluate_share(state, Layers(layers, own_topics), stream_id, batch_id, changes, now)
+            finally:
+                state.close()
+        out: list[dict[str, Any]] = [
+            {"what": "share", "touched": result.touched, "replayed": result.replayed, "worker": worker}
+        ]
+        out.extend({"what": "full", "topic": t, "partition": p} for t, p in result.full)
+        for (t, p), st in result.stats:
+            nxt = dict(st.next_at)
+            out.append(
+                {
+                    "what": "stats", "topic": t, "partition": p, "earliest": st.earliest_ts, "lag": st.lag_ms,
+                    "min_committed": st.min_committed, "log_start": st.log_start,
+                    **{f"next_{k}": nxt.get(rule) for k, rule in zip(NEXT, _RULES, strict=True)},
+                }
+            )  # fmt: skip
+        yield pa.RecordBatch.from_pylist(out, schema=_schema())
+
+    return run
+
+
+def _schema() -> pa.Schema:
+    types = {"string": pa.string(), "bigint": pa.int64(), "boolean": pa.bool_()}
+    return pa.schema([(name, types[kind]) for name, kind in (f.split() for f in SHARE_DDL.split(", "))])
+
+
+def results(table: pa.Table) -> tuple[list[ShareResult], list[str]]:
+    """The tasks' rows as one `ShareResult` per task, and each task's worker ("host:pid")."""
+    shares: list[ShareResult] = []
+    workers: list[str] = []
+    full: list[tuple[str, int]] = []
+    stats: list[tuple[tuple[str, int], PartitionStats]] = []
+    for row in table.to_pylist():
+        if row["what"] == "share":
+            shares.append(ShareResult(touched=row["touched"], replayed=row["replayed"]))
+            workers.append(row["worker"])
+        elif row["what"] == "full":
+            full.append((row["topic"], row["partition"]))
+        else:
+            nxt = tuple(
+                (rule, row[f"next_{k}"])
+                for k, rule in zip(NEXT, _RULES, strict=True)
+                if row[f"next_{k}"] is not None and row[f"next_{k}"] != NONE
+            )
+            stats.append(
+                (
+                    (row["topic"], row["partition"]),
+                    PartitionStats(
+                        row["earliest"], row["lag"], row["min_committed"], row["log_start"], 0, 0, 0, 0, nxt
+                    ),
+                )
+            )
+    if not shares:
+        return [], []
+    # rows of one task are not kept apart in the table: the driver needs the totals, not who planned what
+    shares[0].full, shares[0].stats = full, stats
+    return shares, workers
