@@ -39,6 +39,7 @@ test: deps
 soak: deps
 	COMPACTD_PROPERTY_EXAMPLES=$${EXAMPLES:-5000} $(BIN)/pytest -q tests/integration/test_safety_property.py --hypothesis-show-statistics
 	COMPACTD_FUZZ_SCALE=$${FUZZ_SCALE:-10} $(BIN)/pytest -q tests/unit
+	COMPACTD_STANDALONE_SHARES=2 $(BIN)/pytest -q -s tests/e2e/test_standalone_cluster.py -k core_scenario
 
 lint: deps
 	$(BIN)/ruff check .

@@ -21,6 +21,9 @@ from tests.support.spark_standalone import standalone_cluster
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
 HOUR = 3_600_000
+# `make soak` runs the core scenario with evaluation_shares=2 on two executors (`make test` does not: a second
+# executor's JVM at the suite's busiest moment made other tests' local Spark fail to start Python workers)
+SHARES = int(os.environ.get("COMPACTD_STANDALONE_SHARES", "0"))
 
 
 def segment(topic: str, base: int, end: int, first_ts: int, ts: int) -> dict:
@@ -48,9 +51,7 @@ def test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster(cluster, j
             f"topic:{orders}": {"consumed.retention.ms": HOUR},
             f"topic:{ctopic}": {"max.compaction.lag.ms": HOUR},
         },
-        # merge and plan in two Spark tasks (one executor with the worker's two cores: a second executor's JVM, with
-        # `--conf spark.executor.cores=1`, passes too but adds load at the suite's busiest moment)
-        evaluation_shares=2,
+        evaluation_shares=SHARES,
     )
     cluster.send(
         settings.topics.segments,
@@ -85,7 +86,10 @@ def test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster(cluster, j
         started = time.monotonic()
         # the continuous job, as deployed; in a session of its own, like a service: the test is not in its group
         proc = subprocess.Popen(
-            [str(ROOT / "deploy" / "submit"), "--master", spark.master_url, "--config", str(config)],
+            [
+                *(str(ROOT / "deploy" / "submit"), "--master", spark.master_url, "--config", str(config)),
+                *(("--conf", "spark.executor.cores=1") if SHARES else ()),  # two executors on the worker's two cores
+            ],
             stdout=subprocess.DEVNULL,
             stderr=log.open("wb"),
             env=env,
@@ -114,9 +118,10 @@ def test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster(cluster, j
     shipped = [line for line in stderr.splitlines() if "executors import compactd" in line]
     assert shipped and f"{spark.work_dir}/app-" in shipped[0] and "/environment/" in shipped[0], stderr[-3000:]
     assert "Traceback" not in executor_logs
-    # each of the two tasks merged and planned its share of the topics, and the driver logged what each did
-    shares = [line for line in stderr.splitlines() if "per-topic work in 2 tasks" in line]
-    assert shares and all(line.count(" merged ") == 2 for line in shares), stderr[-3000:]
+    if SHARES:  # each task merged and planned its share of the topics, and the driver logged what each did
+        shares = [line for line in stderr.splitlines() if f"per-topic work in {SHARES} tasks" in line]
+        assert shares and all(line.count(" merged ") == SHARES for line in shares), stderr[-3000:]
+        print(shares[0])
 
     actions = {a["action"]: a for a in cluster.read_all(settings.topics.actions)}
     delete = actions["delete_records"]
