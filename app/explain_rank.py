@@ -21,7 +21,7 @@ import numpy as np
 
 from compactd.model import ActionRecord, PartitionNumbers
 from compactd.policy import bulk
-from compactd.policy.bulk import Limits, row_starts
+from compactd.policy.bulk import Limits
 
 I64 = np.int64
 # a live delete record's reason
@@ -65,12 +65,8 @@ def worst_figures(
     nums: PartitionNumbers, limits: Limits, deletes: Deletes, gate_closed: bool, now: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(overdue_ms, blocked_bytes, blocked_offsets) per partition: `explain_partition(...)["worst"]`, for all rows."""
-    rows, nseg = len(nums.partitions), nums.nseg
-    seg_row = np.repeat(np.arange(rows), nseg)
-    starts = row_starts(nseg)
-    seg = nums.segments
-    if seg.size and np.any((seg_row[1:] == seg_row[:-1]) & (seg[1:, 0] <= seg[:-1, 0])):
-        seg = seg[np.lexsort((*seg.T[::-1], seg_row))]  # `Segment` order, should segments come unsorted
+    nseg = nums.nseg
+    seg_row, starts, seg = bulk.segment_rows(nums)
     end, first, size, closed = seg[:, 1], seg[:, 2], seg[:, 3], seg[:, 4]
     ls = nums.log_start
     live = end > ls[seg_row]  # `live_segments`: not wholly below the log start

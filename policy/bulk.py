@@ -69,6 +69,15 @@ def per_row(ufunc: np.ufunc, values: np.ndarray, starts: np.ndarray, counts: np.
     return out
 
 
+def segment_rows(nums: PartitionNumbers) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row of each segment, where each row's segments start, the segments in `live_segments` order)."""
+    seg_row = np.repeat(np.arange(len(nums.partitions)), nums.nseg)
+    seg = nums.segments
+    if seg.size and np.any((seg_row[1:] == seg_row[:-1]) & (seg[1:, 0] <= seg[:-1, 0])):
+        seg = seg[np.lexsort((*seg.T[::-1], seg_row))]  # should segments come unsorted
+    return seg_row, row_starts(nums.nseg), seg
+
+
 def row_starts(nseg: np.ndarray) -> np.ndarray:
     """Where each row's segments start in `PartitionNumbers.segments`."""
     starts = np.zeros(len(nseg), dtype=I64)
@@ -90,10 +99,6 @@ class Quiet:
     next_consumed: np.ndarray
     next_forced: np.ndarray
     min_committed: np.ndarray  # NONE where unknown
-
-    def stats(self, row: int, nums: PartitionNumbers, limits: Limits) -> PartitionStats:
-        """`partition_stats` of a quiet row (nothing deletable now: that would be a decision)."""
-        return self.stats_rows([row], nums, limits)[0]
 
     def stats_rows(self, rows: list[int], nums: PartitionNumbers, limits: Limits) -> list[PartitionStats]:
         """`partition_stats` of quiet rows, built from lists (one object each: what the metrics keep)."""
@@ -136,11 +141,7 @@ def quiet(nums: PartitionNumbers, limits: Limits, now: int) -> Quiet:
     (`_deletable_end` stops at the first one that does not, so the prefix is empty exactly when the first fails).
     """
     rows, nseg = len(nums.partitions), nums.nseg
-    seg_row = np.repeat(np.arange(rows), nseg)
-    starts = row_starts(nseg)
-    seg = nums.segments
-    if seg.size and np.any((seg_row[1:] == seg_row[:-1]) & (seg[1:, 0] <= seg[:-1, 0])):
-        seg = seg[np.lexsort((*seg.T[::-1], seg_row))]  # `live_segments` order, should segments come unsorted
+    seg_row, starts, seg = segment_rows(nums)
     end, first_ts, closed = seg[:, 1], seg[:, 2], seg[:, 4]
     live = end > nums.log_start[seg_row]
     dirty = live & (end > nums.cleaned[seg_row])

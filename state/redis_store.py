@@ -551,6 +551,8 @@ class RedisState:
         body = " ".join(f"{n} {d} {c}" for n, d, c in zip(partitions, deadlines, due, strict=True))
         self._script("schedule")(keys=[self.k_deadlines, self.k_compaction_due], args=[topic, body])
 
+    # set_deadlines, set_compaction_due and records: the per-partition commands `schedule` and `live_records`
+    # replace in the controller, kept as the reference they are tested against (and for explain and tests)
     def set_deadlines(self, deadlines: dict[tuple[str, int], int | None]) -> None:
         self._zput(self.k_deadlines, deadlines)
 

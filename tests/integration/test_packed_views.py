@@ -44,25 +44,7 @@ change = st.one_of(
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 @given(batches=st.lists(st.lists(change, min_size=4, max_size=30), min_size=1, max_size=4))
 def test_packed_views_equal_the_pipelined_read(redis_url: str, batches: list) -> None:
-    import redis
-
-    redis.Redis.from_url(redis_url).flushall()
-    state = RedisState.from_url(redis_url, "cd:test")
-    for i, batch in enumerate(batches):
-        ch = BatchChanges()
-        for kind, topic, p, x, y in batch:
-            tc = ch.topic(topic)
-            if kind == "segment":
-                tc.segments.append((p, Segment(x, x + y, 1_000 + x, y * 10, 2_000 + x)))
-            elif kind == "offset":
-                tc.offsets.append((x, p, y))
-            elif kind == "log_start":
-                tc.log_start.append((p, x))
-            elif kind == "compacted":
-                tc.compacted.append((p, x))
-            else:
-                tc.group_deletes.append(x)
-        state.merge("s", i, ch, lambda group, topic: group != "g3")  # g3 never counts
+    state = merged(redis_url, batches)
     keys = [(t, p) for t in TOPICS for p in range(4)]  # partition 3: never written
     assert state.views(keys) == state.views_pipelined(keys)
     assert state.views(keys[::-1]) == state.views_pipelined(keys[::-1])
