@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from compactd.control.share import share_of
 from tests.support import processes
 from tests.support.spark_standalone import standalone_cluster
 
@@ -42,6 +44,9 @@ def segment(topic: str, base: int, end: int, first_ts: int, ts: int) -> dict:
 def test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster(cluster, job_settings, tmp_path: Path) -> None:
     now = int(time.time() * 1000)
     orders, ctopic = cluster.name("orders"), cluster.name("ctopic")
+    if SHARES:  # the two topics in different shares, so that each executor's task has a partition to merge
+        names = (cluster.name(f"ctopic{i}") for i in range(100))
+        ctopic = next(t for t in names if share_of(t, SHARES) != share_of(orders, SHARES))
     cluster.create(orders, 1, {"cleanup.policy": "delete"})
     cluster.create(ctopic, 1, {"cleanup.policy": "compact"})
     cluster.fill(orders, 3000)
@@ -121,6 +126,9 @@ def test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster(cluster, j
     if SHARES:  # each task merged and planned its share of the topics, and the driver logged what each did
         shares = [line for line in stderr.splitlines() if f"per-topic work in {SHARES} tasks" in line]
         assert shares and all(line.count(" merged ") == SHARES for line in shares), stderr[-3000:]
+        # the first batch has both topics' segments: each task merged a partition, in a Python worker of its own
+        tasks = re.findall(r"(\S+) merged (\d+)", shares[0].split(" tasks: ", 1)[1])
+        assert [int(n) for _, n in tasks] == [1, 1] and len({w for w, _ in tasks}) == 2, shares[0]
         print(shares[0])
 
     actions = {a["action"]: a for a in cluster.read_all(settings.topics.actions)}

@@ -26,6 +26,8 @@ SLOW: dict[str, float] = {
     "test_graceful_stop.py::test_second_signal_exits_1_at_once[sigterm-driver]": 43,
     "test_graceful_stop.py::test_second_signal_exits_1_at_once[sigint-group]": 35,
     "test_prometheus_dashboards.py::test_every_panel_query_returns_series_from_a_real_prometheus": 25,
+    "test_slow_python_worker.py::test_a_python_worker_too_slow_to_connect_back_restarts_the_query[continuous]": 30,
+    "test_slow_python_worker.py::test_a_python_worker_too_slow_to_connect_back_restarts_the_query[run-once]": 25,
 }
 
 
