@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
@@ -78,6 +78,7 @@ class StreamingJob:
         self.handler = handler
         self.query: StreamingQuery | None = None
         self.batch_error: BaseException | None = None
+        self._share_keys: list[int] | None = None
 
     def _read(self) -> DataFrame:
         s = self.spec
@@ -131,7 +132,7 @@ class StreamingJob:
             shares = self.spec.shares
 
             def run(fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], ddl: str) -> pa.Table:
-                return agg.filter(per_topic).repartition(shares, "topic").mapInArrow(fn, ddl).toArrow()
+                return agg.filter(per_topic).repartition(shares, self._share_key()).mapInArrow(fn, ddl).toArrow()
 
             batch = Batch(batch_id, collected, time.monotonic() - started, self.spec.checkpoint, per_topic=run)
             try:
@@ -141,6 +142,20 @@ class StreamingJob:
                 raise
         finally:
             agg.unpersist()
+
+    def _share_key(self) -> Column:
+        """A column Spark's hash partitioning sends to task `share_of(topic)` (control/share.py), so a topic's share is
+        the same in Spark tasks as on the driver, and topics spread over the tasks as crc32 spreads them rather than
+        as Spark's hash of a few names happens to."""
+        shares = self.spec.shares
+        if self._share_keys is None:  # for each share s, the smallest int Spark's repartition sends to task s
+            ids = self.spark.range(0, 64 * shares).select(
+                F.col("id").cast("int").alias("k"), F.pmod(F.hash(F.col("id").cast("int")), F.lit(shares)).alias("s")
+            )
+            first = {row["s"]: row["k"] for row in ids.groupBy("s").agg(F.min("k").alias("k")).collect()}
+            self._share_keys = [first[s] for s in range(shares)]
+        share = F.pmod(F.crc32(F.col("topic").cast("binary")), F.lit(shares))  # = zlib.crc32(topic) % shares
+        return F.element_at(F.array(*(F.lit(k) for k in self._share_keys)), (share + 1).cast("int"))
 
     def start(self, once: bool = False) -> StreamingQuery:
         writer = (

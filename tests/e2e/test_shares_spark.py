@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from compactd.app.application import Application
 from compactd.control.controller import Controller
+from compactd.control.share import share_of
 from compactd.metrics import Metrics
 from compactd.sinks.recording import RecordingSink
 from compactd.streaming.decode import Decoder
@@ -98,4 +100,22 @@ def test_shares_in_spark_tasks_decide_what_the_driver_decides(
     # each task merged and planned its share, and said so
     lines = [r.getMessage() for r in caplog.records if "per-topic work in" in r.getMessage()]
     assert lines and "in 3 tasks" in lines[0], lines
+    # task i merged the partitions of the topics in share i, as `share_of` assigns them on the driver
+    merged = [int(n) for n in re.findall(r" merged (\d+)", lines[0])]
+    assert merged == [sum(share_of(t, 3) == i for t, _ in keys) for i in range(3)], (lines[0], keys)
     print(lines[0], len(here_sink.executed), len(keys))
+
+
+def test_spark_tasks_own_the_topics_share_of_assigns(spark, job_settings, tmp_path: Path) -> None:
+    """The job's repartition sends topic t to task `share_of(t, n)`: the driver's split and Spark's agree."""
+    from pyspark.sql import functions as F
+
+    settings = job_settings()
+    names = [f"topic-{i}.{'x' * (i % 7)}" for i in range(300)]
+    for shares in (2, 3, 5):
+        decoder = Decoder(settings.topics.segments, settings.topics.commits)
+        spec = StreamSpec(settings.kafka_connection(), [], decoder, tmp_path, shares=shares)
+        job = StreamingJob(spec, spark, lambda batch: None)
+        df = spark.createDataFrame([(n,) for n in names], "topic string")
+        got = df.repartition(shares, job._share_key()).select("topic", F.spark_partition_id().alias("task")).collect()
+        assert {r["topic"]: r["task"] for r in got} == {n: share_of(n, shares) for n in names}
