@@ -6,9 +6,10 @@
                                 its segments; lua/part.lua), layout hash (which layouts are migrated),
                                 gid hash (group -> per-topic id), o:<id>:<bucket> hashes (partition -> offset,
                                 128 partitions each), oc / ob hashes (id -> partitions with an offset / highest
-                                bucket), cz:<n> zset (counted groups' ids by offset), ct hash (id -> the group's
-                                latest commit time on the topic), groups / counted / asg (assigned) / parts sets,
-                                applied hash (stream id -> last merged batch); lua/offsets.lua has the rules
+                                bucket), ct hash (id -> the group's latest commit time on the topic), groups /
+                                counted / asg (assigned) / parts sets, applied hash (stream id -> last merged
+                                batch); lua/offsets.lua has the rules, lua/counted.lua how a partition's minimum
+                                over the counted groups is read from the o: buckets
 <prefix>:{sched}:deadlines      zset "<topic>/<partition>" -> next evaluation time (ms)
 <prefix>:{sched}:compaction-due zset "<topic>/<partition>" -> when its oldest dirty record becomes overdue
 <prefix>:{act}:rec / outbox / last / nudge   the action records and their bookkeeping (one slot)
@@ -21,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PART_BUCKET = 128  # partitions per ps:<bucket> hash (lua/part.lua)
+OFFSET_BUCKET = 128  # partitions per o:<id>:<bucket> hash (lua/offsets.lua, lua/counted.lua)
 
 # The Redis settings compactd's state is sized for (README, "Redis"): a partition's packed record (lua/part.lua) is
 # about 90 B with 5 segments, over the default 64 B that keeps a hash in its compact listpack encoding, and a topic's
@@ -42,9 +44,6 @@ class RedisKeys:
 
     def layout(self, topic: str) -> str:
         return f"{self.topic_base(topic)}:layout"
-
-    def counted_offsets(self, topic: str, partition: int) -> str:
-        return f"{self.topic_base(topic)}:cz:{partition}"
 
     def counted_groups(self, topic: str) -> str:
         return f"{self.topic_base(topic)}:counted"

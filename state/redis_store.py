@@ -20,10 +20,10 @@ from compactd.errors import DependencyUnavailable
 from compactd.keys import parse_partition_key, partition_key
 from compactd.model import ActionRecord, PartitionNumbers, PartitionView, Segment
 from compactd.state.changes import BatchChanges, TopicChanges
-from compactd.state.keys import RedisKeys
+from compactd.state.keys import OFFSET_BUCKET, RedisKeys
 
 MAX_SAFE_INT = 2**53  # Lua and zset scores are doubles: integers above this lose digits
-# the scripts in lua/ (offsets.lua and part.lua are included by them, not run)
+# the scripts in lua/ (offsets.lua, part.lua and counted.lua are included by them, not run)
 SCRIPTS = ("merge", "recount", "explain", "explain_rank", "in_flight", "views", "live_records", "schedule", "layout")
 LOWEST = 4  # counted groups read per partition for `compactd explain` (the lowest first; ties beyond are rare)
 
@@ -88,8 +88,8 @@ def _partition_view(
     zcard: int,
     counted: int,
 ) -> PartitionView:
-    """A partition's view from its reads: its record's fields and segment members, the lowest counted offset (the
-    score of cz:<n>'s first member), cz:<n>'s size, and the topic's number of counted groups."""
+    """A partition's view from its reads: its record's fields and segment members, the lowest offset of the counted
+    groups, how many counted groups have an offset on it (`zcard`), and the topic's number of counted groups."""
     h = {_s(k): int(v) for k, v in fields}
     known = counted > 0 and zcard == counted
     return PartitionView(
@@ -388,27 +388,35 @@ class RedisState:
         return [read[k] for k in keys]
 
     def views_pipelined(self, keys: Iterable[tuple[str, int]]) -> list[PartitionView]:
-        """The same read as `views`, one pipelined command per key: the reference `views` is tested against."""
+        """The same read as `views`, in plain commands (each topic's counted groups and ids, then per key its record
+        and each counted group's offset), with the minimum computed here: the reference `views` is tested against."""
         keys = list(keys)
-        pipe = self.r.pipeline(transaction=False)
         k = self.keys
         topics = sorted({t for t, _ in keys})
+        pipe = self.r.pipeline(transaction=False)
         for topic in topics:
-            pipe.scard(k.counted_groups(topic))
+            pipe.smembers(k.counted_groups(topic))
+            pipe.hgetall(k.group_ids(topic))
+        res = pipe.execute()
+        counted_in: dict[str, int] = {}
+        ids_in: dict[str, list[str]] = {}
+        for i, topic in enumerate(topics):
+            names, ids = res[2 * i], {_s(g): _s(v) for g, v in res[2 * i + 1].items()}
+            counted_in[topic] = len(names)
+            ids_in[topic] = [ids[_s(g)] for g in names if _s(g) in ids]
+        pipe = self.r.pipeline(transaction=False)
         for topic, n in keys:
             pipe.hget(k.partition_records(topic, n), str(n))
-            pipe.zrange(k.counted_offsets(topic, n), 0, 0, withscores=True)
-            pipe.zcard(k.counted_offsets(topic, n))
+            for gid in ids_in[topic]:
+                pipe.hget(k.offset_bucket(topic, gid, n // OFFSET_BUCKET), str(n))
         res = pipe.execute()
-        counted_in = dict(zip(topics, res[: len(topics)], strict=True))
-        res = res[len(topics) :]
-        out = []
-        for i, (topic, n) in enumerate(keys):
-            raw, lowest, zcard = res[3 * i : 3 * i + 3]
+        out, at = [], 0
+        for topic, n in keys:
+            raw, offsets = res[at], [int(o) for o in res[at + 1 : at + 1 + len(ids_in[topic])] if o is not None]
+            at += 1 + len(ids_in[topic])
             fields, segs = decode_partition_record(raw)
-            out.append(
-                _partition_view(topic, n, fields, segs, lowest[0][1] if lowest else None, zcard, counted_in[topic])
-            )
+            lowest = min(offsets) if offsets else None
+            out.append(_partition_view(topic, n, fields, segs, lowest, len(offsets), counted_in[topic]))
         return out
 
     def view(self, topic: str, partition: int) -> PartitionView:

@@ -4,24 +4,25 @@
 -- KEYS[1] = "<prefix>:{<topic>}" (every key below shares its hash tag: one Cluster slot)
 -- ARGV[1] = the partitions, space-separated (one argument: packing 2,000 arguments costs the client more than this)
 -- Returns [counted groups, then 5 numbers per partition in ARGV[1]'s order: cleaned up to (-1: never cleaned),
--- log start, counted groups with an offset here (cz's size), the lowest of their offsets (-1: none), closed segments;
+-- log start, counted groups with an offset here, the lowest of their offsets (-1: none), closed segments;
 -- then those segments, partition after partition, by base offset, 5 numbers each: base, end, first batch max
 -- timestamp, size, closed at (the partition's record, part.lua)]. Integers are exact up to 2^53.
--- The records are read with one HMGET per bucket; the two reads of cz:<n> per partition are most of the rest.
+-- The records are read with one HMGET per bucket, the counted offsets with one per (counted group, bucket).
 local base = KEYS[1]
 --! include part.lua
-local head, segs, k, m = {redis.call('SCARD', base .. ':counted')}, {}, 1, 0
+--! include counted.lua
+local counted, ids = counted_ids()
+local head, segs, k, m = {counted}, {}, 1, 0
 local ns = {}
 for n in string.gmatch(ARGV[1], '%d+') do ns[#ns + 1] = n end
 local records = read_parts(ns)
+local count, lowest = counted_lowest(ids, ns)
 for _, n in ipairs(ns) do
   local r = records[n]
-  local cz = base .. ':cz:' .. n
-  local low = redis.call('ZRANGE', cz, 0, 0, 'WITHSCORES')
   head[k + 1] = r.cleaned
   head[k + 2] = r.log_start
-  head[k + 3] = redis.call('ZCARD', cz)
-  head[k + 4] = tonumber(low[2] or '-1')  -- integral scores below 2^53 are exact
+  head[k + 3] = count[n] or 0
+  head[k + 4] = lowest[n] or -1
   head[k + 5] = #r.segs
   k = k + 5
   for _, s in ipairs(r.segs) do

@@ -31,10 +31,7 @@ for _, g in ipairs(p.gdel or {}) do
   if id then
     for b = 0, tonumber(redis.call('HGET', base .. ':ob', id) or '-1') do
       local key = base .. ':o:' .. id .. ':' .. b
-      for _, n in ipairs(redis.call('HKEYS', key)) do
-        redis.call('ZREM', base .. ':cz:' .. n, id)
-        touched[n] = true
-      end
+      for _, n in ipairs(redis.call('HKEYS', key)) do touched[n] = true end
       redis.call('DEL', key)
     end
     redis.call('HSET', base .. ':oc', id, 0)
@@ -55,7 +52,7 @@ for _, a in ipairs(p.assign or {}) do
 end
 
 -- Offsets: deleted ones first, one by one (rare: a group's offset tombstone); then the set ones in bulk, as one HSET
--- per (group, bucket), one ZADD per partition and one SADD of partitions per thousand (issue 17: one call per offset
+-- per (group, bucket) and one SADD of partitions per thousand (issue 17: one call per offset
 -- and index was most of a 100k-partition batch). Entries are distinct (group, partition) pairs, so the order between
 -- them changes no offset; a group a delete leaves idle is forgotten first and gets a new id if it is set again.
 for _, grp in ipairs(p.offsets or {}) do
@@ -64,7 +61,7 @@ for _, grp in ipairs(p.offsets or {}) do
     if flat[i + 1] < 0 then del_offset(g, tostring(flat[i])) end
   end
 end
-local buckets, bucket_order, cz, cz_order, new_parts = {}, {}, {}, {}, {}
+local buckets, bucket_order, new_parts = {}, {}, {}
 for _, grp in ipairs(p.offsets or {}) do
   local g, counted, flat = grp[1], grp[2], grp[3]
   for i = 1, #flat, 2 do
@@ -86,12 +83,6 @@ for _, grp in ipairs(p.offsets or {}) do
         known.grouped[g] = true
       end
       if counted == 1 then
-        if not cz[n] then
-          cz[n] = {}
-          cz_order[#cz_order + 1] = n
-        end
-        cz[n][#cz[n] + 1] = int(off)
-        cz[n][#cz[n] + 1] = id
         if not known.counted[g] then
           if redis.call('SADD', base .. ':counted', g) == 1 then touch_all() end
           known.counted[g] = true
@@ -116,12 +107,6 @@ for _, key in ipairs(bucket_order) do
 end
 for id, b in pairs(highest) do
   if tonumber(redis.call('HGET', base .. ':ob', id) or '-1') < b then redis.call('HSET', base .. ':ob', id, b) end
-end
-for _, n in ipairs(cz_order) do
-  local entries = cz[n]
-  for i = 1, #entries, 1000 do
-    redis.call('ZADD', base .. ':cz:' .. n, unpack(entries, i, math.min(i + 999, #entries)))
-  end
 end
 for i = 1, #new_parts, 1000 do
   redis.call('SADD', base .. ':parts', unpack(new_parts, i, math.min(i + 999, #new_parts)))

@@ -22,8 +22,8 @@ end
 
 -- Offsets are kept small (docs/benchmarks.md, state footprint): each group gets a per-topic integer id (gid hash),
 -- its offsets live in hashes of BUCKET partitions each (o:<id>:<bucket>, integer fields and values: Redis' compact
--- listpack encoding), oc counts a group's partitions with an offset and ob remembers its highest bucket, and the
--- counted groups' offsets of a partition are a zset of ids (cz:<n>), read for the minimum.
+-- listpack encoding), oc counts a group's partitions with an offset and ob remembers its highest bucket. A
+-- partition's minimum over the counted groups is read from these buckets (counted.lua).
 local BUCKET = 128
 
 local function gid(g, create)
@@ -68,7 +68,6 @@ local function del_offset(g, n)
     if redis.call('HDEL', base .. ':o:' .. id .. ':' .. bucket_of(n), n) == 1 then
       redis.call('HINCRBY', base .. ':oc', id, -1)
     end
-    redis.call('ZREM', base .. ':cz:' .. n, id)
   end
   forget_if_idle(g)
   touched[n] = true
@@ -88,7 +87,6 @@ local function set_offset(g, n, off, counted)
     known.grouped[g] = true
   end
   if counted == 1 then
-    redis.call('ZADD', base .. ':cz:' .. n, int(off), id)
     if not known.counted[g] then
       if redis.call('SADD', base .. ':counted', g) == 1 then touch_all() end
       known.counted[g] = true
@@ -97,13 +95,12 @@ local function set_offset(g, n, off, counted)
   touch(n)
 end
 
--- State written before offsets were bucketed (one `off` hash of "<n>|<group>" fields, gp:<group> sets, group names
--- in cz): moved once, on the topic's first merge with this version.
+-- State written before offsets were bucketed (one `off` hash of "<n>|<group>" fields, gp:<group> sets): moved once,
+-- on the topic's first merge with this version or at start (layout.lua).
 local function migrate()
   local counted_before = {}
   for _, g in ipairs(redis.call('SMEMBERS', base .. ':counted')) do counted_before[g] = 1 end
   local old = redis.call('HGETALL', base .. ':off')
-  for _, n in ipairs(redis.call('SMEMBERS', base .. ':parts')) do redis.call('DEL', base .. ':cz:' .. n) end
   for i = 1, #old, 2 do
     local n, g = string.match(old[i], '^(%d+)|(.*)$')
     set_offset(g, n, tonumber(old[i + 1]), counted_before[g] or 0)

@@ -66,28 +66,42 @@ end
 
 local function seg_string(s) return string.format('%d:%d:%d:%d:%d', s[1], s[2], s[3], s[4], s[5]) end
 
--- State written before this layout (p:<n> hash, seg:<n> zset of "base:end:ts:size:closed" by base offset): moved
--- once per topic, marked in <base>:layout.
+-- State written by earlier layouts, moved once per topic and marked in <base>:layout: partitions as a p:<n> hash and a
+-- seg:<n> zset of "base:end:ts:size:closed" by base offset ('parts'), and a cz:<n> zset per partition of the counted
+-- groups' offsets, now derived from the offset buckets (counted.lua) and deleted ('counted'). Returns how many
+-- partitions were moved to the packed record.
 local function migrate_parts()
-  if redis.call('HGET', base .. ':layout', 'parts') == '2' then return 0 end
+  local done = redis.call('HMGET', base .. ':layout', 'parts', 'counted')
+  if done[1] == '2' and done[2] == '1' then return 0 end
   local moved = 0
-  for _, n in ipairs(redis.call('SMEMBERS', base .. ':parts')) do
-    local h = redis.call('HGETALL', base .. ':p:' .. n)
-    local members = redis.call('ZRANGE', base .. ':seg:' .. n, 0, -1)
-    if #h > 0 or #members > 0 then
-      local p = {cleaned = -1, log_start = 0, segs = {}}
-      for j = 1, #h, 2 do
-        if h[j] == 'cleaned' then p.cleaned = tonumber(h[j + 1]) elseif h[j] == 'log_start' then p.log_start = tonumber(h[j + 1]) end
+  local parts = redis.call('SMEMBERS', base .. ':parts')
+  if done[1] ~= '2' then
+    for _, n in ipairs(parts) do
+      local h = redis.call('HGETALL', base .. ':p:' .. n)
+      local members = redis.call('ZRANGE', base .. ':seg:' .. n, 0, -1)
+      if #h > 0 or #members > 0 then
+        local p = {cleaned = -1, log_start = 0, segs = {}}
+        for j = 1, #h, 2 do
+          if h[j] == 'cleaned' then p.cleaned = tonumber(h[j + 1]) elseif h[j] == 'log_start' then p.log_start = tonumber(h[j + 1]) end
+        end
+        for _, m in ipairs(members) do
+          local b, e, ts, size, closed = string.match(m, '^(%-?%d+):(%-?%d+):(%-?%d+):(%-?%d+):(%-?%d+)$')
+          p.segs[#p.segs + 1] = {tonumber(b), tonumber(e), tonumber(ts), tonumber(size), tonumber(closed)}
+        end
+        redis.call('HSET', part_key(n), n, encode_part(p))
+        redis.call('DEL', base .. ':p:' .. n, base .. ':seg:' .. n)
+        moved = moved + 1
       end
-      for _, m in ipairs(members) do
-        local b, e, ts, size, closed = string.match(m, '^(%-?%d+):(%-?%d+):(%-?%d+):(%-?%d+):(%-?%d+)$')
-        p.segs[#p.segs + 1] = {tonumber(b), tonumber(e), tonumber(ts), tonumber(size), tonumber(closed)}
-      end
-      redis.call('HSET', part_key(n), n, encode_part(p))
-      redis.call('DEL', base .. ':p:' .. n, base .. ':seg:' .. n)
-      moved = moved + 1
     end
+    redis.call('HSET', base .. ':layout', 'parts', 2)
   end
-  redis.call('HSET', base .. ':layout', 'parts', 2)
+  if done[2] ~= '1' then
+    for i = 1, #parts, 1000 do
+      local keys = {}
+      for j = i, math.min(i + 999, #parts) do keys[#keys + 1] = base .. ':cz:' .. parts[j] end
+      redis.call('DEL', unpack(keys))
+    end
+    redis.call('HSET', base .. ':layout', 'counted', 1)
+  end
   return moved
 end

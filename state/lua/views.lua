@@ -1,21 +1,20 @@
 -- Read the views of many partitions of one topic in one call, packed (issue 17: the per-partition commands of a
 -- pipeline cost more to pack and parse in the client than Redis spends serving them).
 -- KEYS[1] = the topic's base key (<prefix>:{<topic>}); ARGV = partition numbers.
--- Returns one MessagePack blob: [counted groups, [[n, cleaned, log_start, lowest, zcard, "base:end:ts:size:closed" ...],
--- ...]] in the order of ARGV; cleaned, log_start and lowest are false where there is none.
+-- Returns one MessagePack blob: [counted groups, [[n, cleaned, log_start, lowest counted offset, counted groups with
+-- an offset here, "base:end:ts:size:closed" ...], ...]] in the order of ARGV; cleaned, log_start and lowest are false
+-- where there is none.
 local base = KEYS[1]
 --! include part.lua
-local counted = redis.call('SCARD', base .. ':counted')
+--! include counted.lua
+local counted, ids = counted_ids()
+local count, lowest = counted_lowest(ids, ARGV)
 local out = {}
 for i, n in ipairs(ARGV) do
-  local row = {tonumber(n), false, false, false, 0}
+  local row = {tonumber(n), false, false, lowest[n] or false, count[n] or 0}
   local r = read_part(n)
   if r.cleaned >= 0 then row[2] = r.cleaned end
   if r.found then row[3] = r.log_start end
-  local cz = base .. ':cz:' .. n
-  local lowest = redis.call('ZRANGE', cz, 0, 0, 'WITHSCORES')
-  if #lowest > 0 then row[4] = tonumber(lowest[2]) end
-  row[5] = redis.call('ZCARD', cz)
   for _, s in ipairs(r.segs) do row[#row + 1] = seg_string(s) end
   out[i] = row
 end

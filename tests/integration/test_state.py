@@ -182,10 +182,11 @@ def test_state_of_the_previous_layout_is_moved_on_the_first_merge(rclient: redis
     rclient.sadd(f"{base}:groups", "a", "b")
     rclient.sadd(f"{base}:counted", "a")  # b is excluded by groups.exclude
     rclient.sadd(f"{base}:parts", 0, 1, 300)
-    rclient.zadd(f"{base}:cz:0", {"a": 5})
+    rclient.zadd(f"{base}:cz:0", {"a": 5})  # that layout's per-partition minimum
     rclient.zadd(f"{base}:cz:1", {"a": 7})
-    assert st.view("orders", 0).min_committed == 5  # readable before the move
+    assert st.view("orders", 0).min_committed is None  # unknown before the move: nothing deleted on it
     st.merge("s", 0, commits(("a", "orders", 1, 8)), lambda g, _t: g == "a")
+    assert not rclient.exists(f"{base}:cz:0", f"{base}:cz:1")
     assert st.group_offsets("orders") == {("a", 0): 5, ("b", 0): 9, ("a", 1): 8, ("b", 300): 2}
     assert [st.view("orders", n).min_committed for n in (0, 1, 300)] == [5, 8, None]
     assert not rclient.exists(f"{base}:off", f"{base}:gp:a", f"{base}:gp:b")
@@ -194,8 +195,9 @@ def test_state_of_the_previous_layout_is_moved_on_the_first_merge(rclient: redis
 
 
 def test_partition_state_of_the_layout_before_packing_is_moved_at_start_and_on_merge(rclient: redis.Redis) -> None:
-    """Partitions written as a p:<n> hash and a seg:<n> zset (before the packed records of lua/part.lua) read the same
-    after the move, whether `start` moves them or the first merge of the topic does; the old keys are gone."""
+    """Partitions written as a p:<n> hash and a seg:<n> zset (before the packed records of lua/part.lua), with a
+    cz:<n> zset of counted offsets (before lua/counted.lua), read the same after the move, whether `start` moves them
+    or the first merge of the topic does; the old keys are gone."""
     st = RedisState(rclient)
     want = {}
     for topic in ("orders", "payments"):
@@ -207,7 +209,9 @@ def test_partition_state_of_the_layout_before_packing_is_moved_at_start_and_on_m
         )
         rclient.hset(f"{base}:p:1", mapping={"log_start": 0})
         rclient.zadd(f"{base}:seg:300", {f"{2**52}:{2**52 + 9}:1700000000000:1:1700000000001": 2**52})
-        rclient.zadd(f"{base}:cz:0", {"1": 120})
+        rclient.zadd(f"{base}:cz:0", {"1": 120})  # the counted minimum before it was derived from the offsets
+        rclient.hset(f"{base}:gid", "a", 1)
+        rclient.hset(f"{base}:o:1:0", 0, 120)
         rclient.sadd(f"{base}:counted", "a")
         rclient.sadd("cd:topics", topic)
         want[topic] = [
@@ -217,10 +221,10 @@ def test_partition_state_of_the_layout_before_packing_is_moved_at_start_and_on_m
             PartitionView(topic, 300, (Segment(2**52, 2**52 + 9, 1700000000000, 1, 1700000000001),), None, 0, None, 1),
         ]  # fmt: skip
     st.merge("s", 0, commits(("a", "orders", 5, 1)), everyone)  # moves "orders" on its first merge
-    assert not rclient.exists(*(f"cd:{{orders}}:{k}:{n}" for k in ("p", "seg") for n in (0, 1, 300)))
-    assert rclient.exists("cd:{payments}:seg:0")
+    assert not rclient.exists(*(f"cd:{{orders}}:{k}:{n}" for k in ("p", "seg", "cz") for n in (0, 1, 300)))
+    assert rclient.exists("cd:{payments}:seg:0", "cd:{payments}:cz:0") == 2
     assert st.upgrade() == 3  # "payments": its three partitions; "orders" is marked done
-    assert not rclient.exists(*(f"cd:{{payments}}:{k}:{n}" for k in ("p", "seg") for n in (0, 1, 300)))
+    assert not rclient.exists(*(f"cd:{{payments}}:{k}:{n}" for k in ("p", "seg", "cz") for n in (0, 1, 300)))
     for topic in ("orders", "payments"):
         keys = [(topic, n) for n in (0, 1, 300)]
         assert st.views_pipelined(keys) == st.views(keys) == want[topic]

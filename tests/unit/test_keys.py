@@ -32,7 +32,6 @@ def test_every_per_topic_key_shares_the_topic_hash_tag() -> None:
     per_topic = [
         k.partition_records("t", 1),
         k.layout("t"),
-        k.counted_offsets("t", 1),
         k.counted_groups("t"),
         k.groups("t"),
         k.partitions("t"),

@@ -1,0 +1,75 @@
+-- The counted groups' offsets of a topic's partitions, read from the offset buckets (offsets.lua: o:<id>:<bucket>
+-- hashes) with one HMGET per (counted group, bucket) of partitions asked. Included by the reads; needs `base`.
+-- A partition's minimum is known when every counted group has an offset on it. It used to be kept in a zset per
+-- partition (cz:<n>): a third of the state at 1M partitions, a ZADD per partition in each merge and two calls per
+-- partition in each read (issue 17); derived here it costs a table lookup per (group, partition) read.
+local COUNTED_BUCKET = 128  -- offsets.lua's BUCKET
+
+-- How many groups count on the topic, and the ids of those with offsets (a counted group without an id is assigned
+-- to the topic and never committed on it: it makes every partition's minimum unknown).
+local function counted_ids()
+  local names = redis.call('SMEMBERS', base .. ':counted')
+  local ids = {}
+  for i = 1, #names, 1000 do
+    for _, id in ipairs(redis.call('HMGET', base .. ':gid', unpack(names, i, math.min(i + 999, #names)))) do
+      if id then ids[#ids + 1] = id end
+    end
+  end
+  return #names, ids
+end
+
+-- The partitions `ns` (strings of partition numbers) by offset bucket: bucket -> its partitions, and the buckets.
+local function by_bucket(ns)
+  local parts, order, seen = {}, {}, {}
+  for _, n in ipairs(ns) do
+    if not seen[n] then  -- a partition asked twice is read once: its groups are counted once
+      seen[n] = true
+      local b = math.floor(tonumber(n) / COUNTED_BUCKET)
+      local l = parts[b]
+      if not l then
+        l = {}
+        parts[b] = l
+        order[#order + 1] = b
+      end
+      l[#l + 1] = n
+    end
+  end
+  return parts, order
+end
+
+-- visit(n, id, offset) for each counted group's offset on the partitions `ns` (offsets below 2^53 are exact).
+local function each_counted_offset(ids, ns, visit)
+  local parts, order = by_bucket(ns)
+  for _, b in ipairs(order) do
+    local l = parts[b]
+    for _, id in ipairs(ids) do
+      local vals = redis.call('HMGET', base .. ':o:' .. id .. ':' .. b, unpack(l))
+      for i = 1, #l do
+        if vals[i] then visit(l[i], id, tonumber(vals[i])) end
+      end
+    end
+  end
+end
+
+-- For the partitions `ns`: how many counted groups have an offset on each, and the lowest of those offsets (the
+-- loop of each_counted_offset without a call per offset: this is the bulk evaluation's read).
+local function counted_lowest(ids, ns)
+  local count, lowest = {}, {}
+  local parts, order = by_bucket(ns)
+  for _, b in ipairs(order) do
+    local l = parts[b]
+    for _, id in ipairs(ids) do
+      local vals = redis.call('HMGET', base .. ':o:' .. id .. ':' .. b, unpack(l))
+      for i = 1, #l do
+        local v = vals[i]
+        if v then
+          local n, off = l[i], tonumber(v)
+          count[n] = (count[n] or 0) + 1
+          local low = lowest[n]
+          if not low or off < low then lowest[n] = off end
+        end
+      end
+    end
+  end
+  return count, lowest
+end
