@@ -1,6 +1,7 @@
 """Spark gives the Python process behind compactd's streaming source 10 s to connect back. On a machine busy enough
 to miss that, the query fails before reading anything: compactd starts it again from its checkpoint, says so on one
-line, and the run's result is the same as on an idle machine."""
+line, and the run's result is the same as on an idle machine. (`run --once` meets the same fault in
+tests/e2e/test_crash.py, on its restart after the kills.)"""
 
 from __future__ import annotations
 
@@ -31,10 +32,7 @@ def slow_first_source_runner(tmp_path: Path) -> Path:
     return wrapper
 
 
-@pytest.mark.parametrize("once", [True, False], ids=["run-once", "continuous"])
-def test_a_python_worker_too_slow_to_connect_back_restarts_the_query(
-    cluster, job_settings, tmp_path: Path, once: bool
-) -> None:
+def test_a_python_worker_too_slow_to_connect_back_restarts_the_query(cluster, job_settings, tmp_path: Path) -> None:
     topic = cluster.name("gdpr")
     settings = job_settings(thresholds={f"topic:{topic}": {"max.compaction.lag.ms": HOUR}})
     overdue_segment(cluster, settings, topic)
@@ -43,15 +41,14 @@ def test_a_python_worker_too_slow_to_connect_back_restarts_the_query(
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
     env["PYSPARK_PYTHON"] = str(slow_first_source_runner(tmp_path))
     log = tmp_path / "job.log"
-    cmd = [sys.executable, "-m", "compactd", "run", *(["--once"] if once else []), "--config", str(config)]
+    cmd = [sys.executable, "-m", "compactd", "run", "--config", str(config)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"), start_new_session=True)
-    try:
-        if not once:  # the continuous job: stopped as a supervisor does once its first decision is out
-            until = time.monotonic() + 180
-            while not cluster.read_all(settings.topics.actions):
-                assert proc.poll() is None and time.monotonic() < until, log.read_text()[-3000:]
-                time.sleep(0.5)
-            os.killpg(proc.pid, signal.SIGTERM)
+    try:  # the continuous job, stopped as a supervisor does once its first decision is out
+        until = time.monotonic() + 180
+        while not cluster.read_all(settings.topics.actions):
+            assert proc.poll() is None and time.monotonic() < until, log.read_text()[-3000:]
+            time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGTERM)
         rc = proc.wait(180)
     finally:
         proc.kill()
