@@ -1,9 +1,10 @@
 """The driver's share of one micro-batch that touches every partition with nothing due (issue 17's measurement).
 
 A real redis-server, the real controller and state, no Spark: a first batch writes one closed segment and two groups'
-offsets per partition, the second moves both offsets (every partition touched, nothing due: retention and lag far
-away). Reports the second batch's seconds, µs per partition, and how much of it reading the state and the merge took.
-Prints one JSON object. Usage: python bench/driver_batch.py [--partitions 100000] [--shares N]
+offsets per partition (`--groups`: that many), the second moves every offset (every partition touched, nothing due:
+retention and lag far away). Reports the second batch's seconds, µs per partition, and how much of it reading the
+state and the merge took.
+Prints one JSON object. Usage: python bench/driver_batch.py [--partitions 100000] [--groups 2] [--shares N]
 """
 
 from __future__ import annotations
@@ -28,14 +29,14 @@ from compactd.state.redis_store import RedisState
 PER_TOPIC = 1000
 
 
-def batch(partitions: int, i: int, now: int) -> BatchChanges:
+def batch(partitions: int, i: int, now: int, groups: int = 2) -> BatchChanges:
     changes = BatchChanges()
     for t in range(max(1, partitions // PER_TOPIC)):
         tc = changes.topic(f"topic{t}")
         for p in range(min(partitions, PER_TOPIC)):
             if i == 0:
                 tc.segments.append((p, Segment(0, 100, now - 1000, 1000, now - 500)))
-            for group in ("g1", "g2"):
+            for group in (f"g{g + 1}" for g in range(groups)):
                 tc.offsets.append((group, p, 10 + i))
     return changes
 
@@ -43,6 +44,7 @@ def batch(partitions: int, i: int, now: int) -> BatchChanges:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=100_000)
+    ap.add_argument("--groups", type=int, default=2, help="groups committing on every partition in each batch")
     ap.add_argument("--shares", type=int, default=0, help="merge and plan in N shares of topics (control/share.py)")
     args = ap.parse_args()
     svc = redis_server(Path(tempfile.mkdtemp(prefix="compactd-bench-")))
@@ -52,7 +54,7 @@ def main() -> None:
         layers = {"global": {"consumed.retention.ms": 10**9, "max.compaction.lag.ms": 10**9}}
         ctl = Controller(state, layers, RecordingSink(), None, Metrics(CollectorRegistry()), shares=args.shares)
         now = int(time.time() * 1000)
-        ctl.on_batch("bench", 0, batch(args.partitions, 0, now))
+        ctl.on_batch("bench", 0, batch(args.partitions, 0, now, args.groups))
         spent = {"read_state": 0.0, "merge": 0.0}
         views, merge = state.partition_numbers, state.merge
 
@@ -67,14 +69,14 @@ def main() -> None:
             return run
 
         state.partition_numbers, state.merge = timed("read_state", views), timed("merge", merge)  # type: ignore[method-assign]
-        changes = batch(args.partitions, 1, now)
+        changes = batch(args.partitions, 1, now, args.groups)
         t0 = time.monotonic()
         ctl.on_batch("bench", 1, changes)
         seconds = time.monotonic() - t0
         out = {
             "benchmark": "driver_batch",
             "partitions": args.partitions,
-            "groups": 2,
+            "groups": args.groups,
             "shares": args.shares,
             "seconds": round(seconds, 2),
             "us_per_partition": round(seconds / args.partitions * 1e6, 1),
