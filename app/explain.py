@@ -103,9 +103,9 @@ def threshold_sources(
 
 @dataclass(frozen=True, slots=True)
 class _Facts:
-    """What the rule functions say of one partition, asked once each (every call sorts the segments again)."""
+    """What the rule functions say of one partition, asked once each."""
 
-    segments: list[Segment]  # closed segments still on disk, in offset order
+    segments: tuple[Segment, ...]  # closed segments still on disk, in offset order
     earliest: int | None  # KIP-354 earliest uncompacted timestamp
     consumed_end: int | None  # consumed retention's delete offset now
     forced_end: int | None  # forced retention's delete offset now

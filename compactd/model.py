@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from typing import Any, Literal
 
+import msgspec
 import numpy as np
 
 from compactd.keys import partition_key
@@ -52,6 +53,18 @@ class PartitionView:
     def key(self) -> str:
         return partition_key(self.topic, self.partition)
 
+    @cached_property
+    def live_segments(self) -> tuple[Segment, ...]:
+        """Closed segments still on disk (not wholly below the log start), in offset order. Computed once a view:
+        one plan asks the rules about ten times (policy/rules.py)."""
+        return tuple(sorted(s for s in self.segments if s.end_offset > self.log_start))
+
+    @cached_property
+    def earliest_uncompacted_ts(self) -> int | None:
+        """KIP-354 `earliest`: the smallest first-batch max timestamp over dirty, non-active segments."""
+        cleaned = self.cleaned_up_to if self.cleaned_up_to is not None else -1
+        return min((s.first_batch_max_ts for s in self.live_segments if s.end_offset > cleaned), default=None)
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -91,11 +104,13 @@ class ActionRecord:
         return f"{partition_key(self.topic, self.partition)}/{self.action}"
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        """Compact JSON with sorted keys. Built field by field: `dataclasses.asdict` deep-copies, 120 µs a record,
+        most of the time a batch of 100k decisions spent on them (issue 17)."""
+        return _RECORD_JSON.encode({name: getattr(self, name) for name in _RECORD_FIELDS}).decode()
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> ActionRecord:
-        return cls(**json.loads(raw))
+        return cls(**msgspec.json.decode(raw))
 
     def audit(self) -> dict[str, Any]:
         """The public action record: contract fields plus `attempts`; internal fields stay internal."""
@@ -119,6 +134,10 @@ class ActionRecord:
 
     def with_status(self, status: Status, **detail: Any) -> ActionRecord:
         return replace(self, status=status, detail={**self.detail, **detail})
+
+
+_RECORD_FIELDS = tuple(f.name for f in fields(ActionRecord))
+_RECORD_JSON = msgspec.json.Encoder(order="sorted")
 
 
 def action_id(decision: Decision, attempts: int) -> str:

@@ -10,16 +10,14 @@ from compactd.model import ActionRecord, Decision, PartitionView, Segment
 from compactd.policy.thresholds import Thresholds
 
 
-def live_segments(view: PartitionView) -> list[Segment]:
-    """Closed segments still on disk (not wholly below the log start), in offset order."""
-    return sorted(s for s in view.segments if s.end_offset > view.log_start)
+def live_segments(view: PartitionView) -> tuple[Segment, ...]:
+    """Closed segments still on disk (not wholly below the log start), in offset order (kept on the view)."""
+    return view.live_segments
 
 
 def earliest_uncompacted_ts(view: PartitionView) -> int | None:
-    """KIP-354 `earliest`: smallest first-batch max timestamp over dirty, non-active segments."""
-    cleaned = view.cleaned_up_to if view.cleaned_up_to is not None else -1
-    dirty = [s.first_batch_max_ts for s in live_segments(view) if s.end_offset > cleaned]
-    return min(dirty) if dirty else None
+    """KIP-354 `earliest`: smallest first-batch max timestamp over dirty, non-active segments (kept on the view)."""
+    return view.earliest_uncompacted_ts
 
 
 def compaction_delay_ms(view: PartitionView, max_lag_ms: int, now: int) -> int | None:

@@ -639,15 +639,19 @@ class RedisState:
     def outbox_depth(self) -> int:
         return int(self.r.zcard(self.k_outbox))
 
-    def complete(self, rec: ActionRecord) -> None:
-        """Leave the outbox with the final status; the record stays until the cluster answers it."""
+    def complete(self, *recs: ActionRecord) -> None:
+        """Leave the outbox with the final status, in one transaction; a record stays until the cluster answers it."""
+        if not recs:
+            return
         pipe = self.r.pipeline(transaction=True)
-        if rec.action == "restore_config":
-            pipe.hdel(self.k_rec, rec.slot)
-        else:
-            pipe.hset(self.k_rec, rec.slot, rec.to_json())
-        pipe.zrem(self.k_outbox, rec.slot)
-        pipe.hset(self.k_last, partition_key(rec.topic, rec.partition), rec.to_json())
+        for rec in recs:
+            raw = rec.to_json()
+            if rec.action == "restore_config":
+                pipe.hdel(self.k_rec, rec.slot)
+            else:
+                pipe.hset(self.k_rec, rec.slot, raw)
+            pipe.zrem(self.k_outbox, rec.slot)
+            pipe.hset(self.k_last, partition_key(rec.topic, rec.partition), raw)
         pipe.execute()
 
     def answer(self, rec: ActionRecord, now: int) -> None:
