@@ -176,10 +176,16 @@ class PartitionNumbers:
             cat("nseg"), segments,
         )  # fmt: skip
 
+    @cached_property
+    def _starts(self) -> list[int]:
+        """Where each row's segments start in `segments` (summed once, not once a row: a chunk's views were
+        quadratic in its rows)."""
+        return [0, *np.cumsum(self.nseg).tolist()]
+
     def view(self, topic: str, row: int) -> PartitionView:
         """Row `row` as the `PartitionView` `RedisState.views` reads (the same state, the same rules)."""
-        start = int(self.nseg[:row].sum())
-        segs = self.segments[start : start + int(self.nseg[row])].tolist()
+        start, end = self._starts[row], self._starts[row + 1]
+        segs = self.segments[start:end].tolist()
         counted, zcard, lowest = int(self.counted[row]), int(self.zcard[row]), int(self.lowest[row])
         return PartitionView(
             topic=topic,

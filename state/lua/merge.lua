@@ -163,27 +163,43 @@ for _, l in ipairs(p.logstart or {}) do
   touch(l[1])
 end
 
+-- Segments, idempotent by (partition, base_offset): a re-sent or corrected segment replaces the stored one, a later
+-- event of the batch an earlier one, and one that ends at or below the log start only removes it. Per partition the
+-- batch's segments are merged with the record's at once (one at a time was quadratic in the segments a partition
+-- got in one batch); the common case, one segment after the last one kept, is an append.
+local incoming, seg_order = {}, {}
 for _, s in ipairs(p.segments or {}) do
-  local r = record(s[1])
-  local b, e = s[2], s[3]
-  -- idempotent by (partition, base_offset): a re-sent or corrected segment replaces the old entry
-  local kept, at = {}, nil
-  for _, old in ipairs(r.segs) do
-    if old[1] ~= b then kept[#kept + 1] = old end
+  local n = tostring(s[1])
+  local by_base = incoming[n]
+  if not by_base then
+    by_base = {count = 0, last = nil, segs = {}}
+    incoming[n] = by_base
+    seg_order[#seg_order + 1] = n
   end
-  if e > r.log_start then
-    at = #kept + 1
-    for i, old in ipairs(kept) do
-      if old[1] > b then
-        at = i
-        break
-      end
-    end
-    table.insert(kept, at, {b, e, s[4], s[5], s[6]})
-  end
-  r.segs = kept
-  mark(r)
+  if not by_base.segs[s[2]] then by_base.count = by_base.count + 1 end
+  by_base.segs[s[2]] = s
+  by_base.last = s
   touch(s[1])
+end
+for _, n in ipairs(seg_order) do
+  local r = record(n)
+  local new = incoming[n]
+  local tail = r.segs[#r.segs]
+  local s = new.last
+  if new.count == 1 and (tail == nil or s[2] > tail[1]) then
+    if s[3] > r.log_start then r.segs[#r.segs + 1] = {s[2], s[3], s[4], s[5], s[6]} end
+  else
+    local kept = {}
+    for _, old in ipairs(r.segs) do
+      if not new.segs[old[1]] then kept[#kept + 1] = old end
+    end
+    for b, e in pairs(new.segs) do
+      if e[3] > r.log_start then kept[#kept + 1] = {b, e[3], e[4], e[5], e[6]} end
+    end
+    table.sort(kept, function(x, y) return x[1] < y[1] end)
+    r.segs = kept
+  end
+  mark(r)
 end
 
 for _, n in ipairs(changed) do

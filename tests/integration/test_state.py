@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from compactd.model import ActionRecord, PartitionView, Segment
 from compactd.state.changes import BatchChanges
@@ -229,3 +231,59 @@ def test_partition_state_of_the_layout_before_packing_is_moved_at_start_and_on_m
         keys = [(topic, n) for n in (0, 1, 300)]
         assert st.views_pipelined(keys) == st.views(keys) == want[topic]
     assert st.upgrade() == 0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    batches=st.lists(
+        st.lists(
+            st.one_of(
+                st.tuples(st.just("segment"), st.integers(0, 2), st.sampled_from([0, 100, 200, 300, 400]),
+                          st.sampled_from([50, 100]), st.integers(0, 3)),
+                st.tuples(st.just("log_start"), st.integers(0, 2), st.sampled_from([0, 120, 200, 350])),
+                st.tuples(st.just("compacted"), st.integers(0, 2), st.sampled_from([0, 150, 300])),
+            ),
+            max_size=12,
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)  # fmt: skip
+def test_segment_merges_follow_the_rules_batch_after_batch(rclient: redis.Redis, batches: list) -> None:
+    """Any mix of segment, log-start and cleaner events, in batches, leaves what the rules say: within a batch the
+    cleaner's and log-start events first, then segments by (partition, base), a later one replacing an earlier one and
+    one ending at or below the log start only removing it; segments wholly below a new log start dropped."""
+    rclient.flushdb()
+    st_ = RedisState(rclient)
+    model: dict[int, dict] = {n: {"segs": {}, "log_start": 0, "cleaned": None} for n in range(3)}
+    for i, events in enumerate(batches):
+        c = BatchChanges()
+        tc = c.topic("t")
+        for ev in events:
+            n = ev[1]
+            if ev[0] == "segment":
+                tc.segments.append((n, Segment(ev[2], ev[2] + ev[3], 1000 + ev[4], ev[4], 2000 + ev[4])))
+            elif ev[0] == "log_start":
+                tc.log_start.append((n, ev[2]))
+            else:
+                tc.compacted.append((n, ev[2]))
+        for ev in events:  # the model, in the order the rules give
+            if ev[0] == "compacted":
+                m = model[ev[1]]
+                m["cleaned"] = ev[2] if m["cleaned"] is None else max(m["cleaned"], ev[2])
+        for ev in events:
+            if ev[0] == "log_start" and ev[2] > model[ev[1]]["log_start"]:
+                m = model[ev[1]]
+                m["log_start"] = ev[2]
+                m["segs"] = {b: s for b, s in m["segs"].items() if s.end_offset > ev[2]}
+        for ev in events:
+            if ev[0] == "segment":
+                m, seg = model[ev[1]], Segment(ev[2], ev[2] + ev[3], 1000 + ev[4], ev[4], 2000 + ev[4])
+                m["segs"].pop(ev[2], None)
+                if seg.end_offset > m["log_start"]:
+                    m["segs"][ev[2]] = seg
+        st_.merge("s", i, c, everyone)
+        touched = sorted({ev[1] for ev in events})
+        views = st_.views([("t", n) for n in touched])
+        want = [(tuple(sorted(model[n]["segs"].values())), model[n]["log_start"], model[n]["cleaned"]) for n in touched]
+        assert [(v.segments, v.log_start, v.cleaned_up_to) for v in views] == want
