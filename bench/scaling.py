@@ -1,9 +1,11 @@
-"""Scaling curve: the throughput benchmark at 1k, 10k and 100k data partitions (mixed segment and commit events).
+"""Scaling curve: the throughput benchmark at 1k, 10k, 100k and 1M data partitions (mixed segment and commit events).
 
 Each size runs `bench/throughput.py` in its own process (own Redis, broker and Spark session), two rounds; reported per
 size: events/s of the warm round, its micro-batch time in Spark, then the merge and the decisions with their actions
-(what a batch's decisions wait for after the Spark part), and the partitions tracked. Prints one JSON object.
-Usage: python bench/scaling.py [--sizes 1000,10000,100000] [--events N]
+(what a batch's decisions wait for after the Spark part), and the partitions tracked. By default every partition a
+segment event names is overdue for compaction (a decision each: the storm after an outage); `--nothing-due` puts the
+thresholds far away (the data path alone). Prints one JSON object.
+Usage: python bench/scaling.py [--sizes 1000,10000,100000,1000000] [--events N] [--nothing-due]
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from pathlib import Path
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--sizes", default="1000,10000,100000,1000000")
     ap.add_argument("--events", type=int, default=300_000)
+    ap.add_argument("--nothing-due", action="store_true", help="thresholds far away: no decisions")
     args = ap.parse_args()
     here = Path(__file__).parent
     curve = []
@@ -26,7 +29,8 @@ def main() -> None:
         topics = max(1, size // 1000)
         out = subprocess.run(
             [sys.executable, str(here / "throughput.py"), "--events", str(args.events), "--topics", str(topics),
-             "--partitions", str(size // topics), "--segment-share", "0.3"],
+             "--partitions", str(size // topics), "--segment-share", "0.3",
+             *(["--nothing-due"] if args.nothing_due else [])],
             check=True, capture_output=True, text=True,
         ).stdout  # fmt: skip
         run = json.loads(out.strip().splitlines()[-1])
@@ -44,7 +48,11 @@ def main() -> None:
             }
         )
         print(json.dumps(curve[-1]), file=sys.stderr, flush=True)
-    print(json.dumps({"benchmark": "scaling_curve", "events": args.events, "curve": curve}))
+    first = curve[0]["events_per_second"]
+    for row in curve:
+        row["ratio_to_smallest"] = round(first / row["events_per_second"], 2)
+    name = "scaling_curve_nothing_due" if args.nothing_due else "scaling_curve"
+    print(json.dumps({"benchmark": name, "events": args.events, "curve": curve, "target_ratio": 2}))
 
 
 if __name__ == "__main__":

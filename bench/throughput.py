@@ -6,6 +6,7 @@ round in one Spark session (the first pays the cold start). Beside it, in the sa
 a bare Python consumer reading the same records with `consume()` and `json.loads` (or `struct` for binary), and the
 stages timed apart (one core: read only, read + decode + reduce; the job: Spark's batch time, merge, decide+act).
 Prints one JSON object. Usage: python bench/throughput.py [--events N] [--format json|binary] [--segment-share S]
+[--nothing-due]
 """
 
 from __future__ import annotations
@@ -181,6 +182,9 @@ def main() -> None:
     ap.add_argument("--max-rows-per-trigger", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=2, help="fill + run --once again in the same Spark session")
     ap.add_argument("--segment-share", type=float, default=0.0, help="share of segment events; the rest are commits")
+    ap.add_argument(
+        "--nothing-due", action="store_true", help="thresholds far away: no partition has a decision (the data path)"
+    )
     args = ap.parse_args()
     binary = args.format == "binary"
     work = Path(tempfile.mkdtemp(prefix="compactd-bench-"))
@@ -197,7 +201,10 @@ def main() -> None:
             max_rows_per_trigger=args.max_rows_per_trigger,
             offsets_source="consumer_offsets" if binary else "commits",
             topics={"consumer_offsets": MIRROR},
-            thresholds={
+            thresholds={"global": {"max.compaction.lag.ms": 30 * 86_400_000, "consumed.retention.ms": 30 * 86_400_000}}
+            if args.nothing_due
+            else {
+                # every segment event's partition overdue for compaction, most past consumed retention: a decision each
                 "global": {"max.compaction.lag.ms": 3_600_000, "consumed.retention.ms": 600_000},
                 f"topic:{'data-0'}": {"forced.retention.ms": 1_800_000},
             },
@@ -247,6 +254,7 @@ def main() -> None:
                     "data_partitions": tracked,
                     "source_partitions": args.source_partitions,
                     "segment_share": args.segment_share,
+                    "nothing_due": args.nothing_due,
                     "spark_start_seconds": round(spark_start_s, 2),
                     "events_per_second": best,
                     "bare_consumer": bare,
