@@ -199,6 +199,8 @@ class Application:
             )
 
     def start(self, once: bool = False) -> None:
+        if once:  # the run ends by evaluating what its batches did not (`Controller.evaluate_rest`)
+            self.controller.track_evaluated()
         try:
             self.check_dependencies()
             self._closers.append(self.state.close)
@@ -464,7 +466,7 @@ class Application:
                     break
                 rebuilds += 1
                 query = self._rebuild_stream(once=True)  # lost during this run: read everything again
-            self.summary.partitions += self.controller.evaluate_all()
+            self.summary.partitions += self.controller.evaluate_rest()
             self._compact_once()
             self._drain(time.monotonic() + ONCE_DRAIN_S)
             return self.summary.line(self.controller.outcomes)
@@ -541,6 +543,8 @@ class Application:
         """Stop the query between batches, rebuild the state from the sources' start, run a new query."""
         assert self.job is not None and self.lost is not None
         self.job.stop(timeout_s=self.settings.stop_timeout_ms / 1000)
+        if once:  # what was evaluated before the loss was evaluated on the lost state
+            self.controller.track_evaluated()
         self.outage.retry(
             lambda: self._begin_rebuild(self.lost or ""), "the rebuild waits", give_up=lambda: self.forced
         )

@@ -2,8 +2,8 @@
 
 A real redis-server, the real controller and state, no Spark: a first batch writes one closed segment and two groups'
 offsets per partition (`--groups`: that many), the second moves every offset (every partition touched, nothing due:
-retention and lag far away). Reports the second batch's seconds, µs per partition, and how much of it reading the
-state and the merge took.
+retention and lag far away). Reports the second batch's seconds, µs per partition, how much of it reading the state
+and the merge took, and the Redis server's own CPU time in it (`INFO cpu`) beside the rest (Python, mostly).
 Prints one JSON object. Usage: python bench/driver_batch.py [--partitions 100000] [--groups 2] [--shares N]
 """
 
@@ -41,6 +41,12 @@ def batch(partitions: int, i: int, now: int, groups: int = 2) -> BatchChanges:
     return changes
 
 
+def redis_cpu(state: RedisState) -> float:
+    """Seconds of CPU the Redis server has used (user + system)."""
+    info = state.r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=100_000)
@@ -70,9 +76,11 @@ def main() -> None:
 
         state.partition_numbers, state.merge = timed("read_state", views), timed("merge", merge)  # type: ignore[method-assign]
         changes = batch(args.partitions, 1, now, args.groups)
+        cpu0 = redis_cpu(state)
         t0 = time.monotonic()
         ctl.on_batch("bench", 1, changes)
         seconds = time.monotonic() - t0
+        redis_s = redis_cpu(state) - cpu0
         out = {
             "benchmark": "driver_batch",
             "partitions": args.partitions,
@@ -83,6 +91,9 @@ def main() -> None:
             "read_state_seconds": round(spent["read_state"], 2),
             "merge_seconds": round(spent["merge"], 2),
             "rest_seconds": round(seconds - spent["read_state"] - spent["merge"], 2),
+            # what Redis itself spent (INFO cpu): the per-partition cost a Redis shard carries, for sizing
+            "redis_cpu_us_per_partition": round(redis_s / args.partitions * 1e6, 1),
+            "python_us_per_partition": round((seconds - redis_s) / args.partitions * 1e6, 1),
             "target_us_per_partition": 30,
         }
         print(json.dumps(out), flush=True)

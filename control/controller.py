@@ -98,6 +98,8 @@ class Controller:
         self.held_back = 0
         # what this process carried out, by final status: the `run --once` summary line reads it
         self.outcomes: Counter[str] = Counter()
+        # `run --once`: the partitions this run has evaluated, by topic (`track_evaluated`, `evaluate_rest`)
+        self._evaluated: dict[str, set[int]] | None = None
 
     # ---- configuration ----
 
@@ -184,6 +186,7 @@ class Controller:
                 log.debug("share %d/%d: %d touched, %d to plan here", i, self.shares, r.touched, len(r.full))
                 self.metrics.partitions.update_many(r.stats)
                 self.metrics.evaluations.labels("batch").inc(len(r.stats))
+                self._mark_evaluated(key for key, _ in r.stats)
                 full.extend(r.full)
             self._evaluate(full, "batch")
             self.probe("after_enqueue", batch_id)
@@ -221,6 +224,28 @@ class Controller:
                         self.metrics.partitions.update(key, partition_stats(view, th, now))
             return len(self._unwarmed)
 
+    def track_evaluated(self) -> None:
+        """Remember which partitions this process evaluates, for `evaluate_rest` (`run --once`)."""
+        self._evaluated = {}
+
+    def _mark_evaluated(self, keys: Iterable[tuple[str, int]]) -> None:
+        if self._evaluated is not None:
+            for topic, n in keys:
+                self._evaluated.setdefault(topic, set()).add(n)
+
+    def evaluate_rest(self) -> int:
+        """`run --once` at its end: every partition this run has not evaluated yet, and those whose deadline has
+        passed since. A partition a batch of this run evaluated seconds ago would plan the same again: only time or a
+        change makes a plan differ, and a change goes through a batch or a config event, which evaluate what they
+        touch. Returns how many were evaluated."""
+        with self.lock:
+            done = self._evaluated or {}
+            keys = [(t, n) for t, n in self.state.all_partitions() if n not in done.get(t, ())]
+            keys = list(dict.fromkeys(keys + self.state.due(self.clock())))
+            self._evaluate(keys, "full")
+            self._dispatch()
+            return len(keys)
+
     def evaluate_all(self) -> int:
         """Evaluate every known partition (`run --once`, and start-up after a long pause); returns how many."""
         with self.lock:
@@ -234,6 +259,7 @@ class Controller:
     def _evaluate(self, keys: Iterable[tuple[str, int]], trigger: str) -> None:
         """Evaluate in chunks: Redis round trips stay bounded however many partitions are due."""
         keys = list(dict.fromkeys(keys))
+        self._mark_evaluated(keys)
         for start in range(0, len(keys), EVAL_CHUNK):
             self._evaluate_chunk(keys[start : start + EVAL_CHUNK], trigger)
 

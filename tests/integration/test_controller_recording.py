@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
@@ -49,3 +50,35 @@ def test_a_restarted_controller_fills_metrics_without_deciding(rclient: redis.Re
     assert sink.executed == [] and RedisState(rclient).outbox() == []  # warming never decides
     second.tick()  # the deadlines stored by the first process still fire
     assert len(sink.executed) == 5
+
+
+@pytest.mark.parametrize("shares", [0, 2], ids=["evaluated-here", "in-shares"])
+def test_run_once_ends_with_the_partitions_its_batches_did_not_evaluate_and_those_due_since(
+    rclient: redis.Redis, shares: int
+) -> None:
+    """`run --once` evaluates each partition once: what its batches touched is not planned again at its end, unless
+    its deadline passed meanwhile; everything else is, with the thresholds of this run."""
+    sink, clock = RecordingSink(), [T0]
+    earlier = BatchChanges()  # merged by an earlier run, with thresholds under which nothing was due
+    for p in range(4):
+        earlier.topic("t").segments.append((p, Segment(0, 10, T0 - 2 * H, 1, T0 - 2 * H)))
+    Controller(RedisState(rclient), {}, sink, None, Metrics(CollectorRegistry()), clock=lambda: clock[0]).on_batch(
+        "s", 0, earlier
+    )
+    layers = {
+        "global": {"dry.run": False, "max.compaction.lag.ms": H, "action.retry.ms": 4 * H},
+        "partition:t/1": {"max.compaction.lag.ms": 3 * H},
+    }
+    metrics = Metrics(CollectorRegistry())
+    ctl = Controller(RedisState(rclient), layers, sink, None, metrics, clock=lambda: clock[0], shares=shares)
+    ctl.track_evaluated()
+    batch = BatchChanges()
+    batch.topic("t").segments.append((0, Segment(10, 20, T0 - 2 * H, 1, T0 - 2 * H)))
+    batch.topic("t").segments.append((1, Segment(10, 20, T0 - 2 * H, 1, T0 - 2 * H)))
+    assert ctl.on_batch("s", 1, batch) == 2  # partition 0 overdue and sent; partition 1 due in an hour
+    assert [(r.partition, r.action) for r in sink.executed] == [(0, "compact")]
+    clock[0] += H + 1  # partition 1's deadline passes before the run ends
+    assert ctl.evaluate_rest() == 3  # 2 and 3, never evaluated by this run, and 1, due since; not 0
+    assert sorted(r.partition for r in sink.executed) == [0, 1, 2, 3]
+    evaluations = metrics.registry.get_sample_value("compactd_partition_evaluations_total", {"trigger": "full"})
+    assert evaluations == 3
