@@ -404,7 +404,7 @@ class Application:
                     "batch %d: per-topic work in %d tasks: %s",
                     batch.batch_id,
                     len(shares),
-                    ", ".join(f"{w} merged {s.touched}" for w, s in zip(workers, shares, strict=True)),
+                    ", ".join(f"{w} merged {s.touched} in {t:.2f}s" for (w, t), s in zip(workers, shares, strict=True)),
                 )
             return shares
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -23,7 +24,7 @@ from compactd.streaming.aggregate import collect_changes
 
 # what: "full" (plan on the driver), "stats" (a quiet partition's metrics), "share" (the task: touched, replayed)
 SHARE_DDL = (
-    "what string, topic string, partition bigint, touched bigint, replayed boolean, worker string, "
+    "what string, topic string, partition bigint, touched bigint, replayed boolean, worker string, seconds double, "
     "earliest bigint, lag bigint, min_committed bigint, log_start bigint, "
     "next_lag bigint, next_consumed bigint, next_forced bigint"
 )
@@ -44,6 +45,7 @@ def task(
     events of the share's rows."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        started = time.monotonic()
         rows = [row for b in batches for row in b.to_pylist()]
         worker = f"{socket.gethostname()}:{os.getpid()}"
         result = ShareResult()
@@ -55,8 +57,9 @@ def task(
             finally:
                 state.close()
         out: list[dict[str, Any]] = [
-            {"what": "share", "touched": result.touched, "replayed": result.replayed, "worker": worker}
-        ]
+            {"what": "share", "touched": result.touched, "replayed": result.replayed, "worker": worker,
+             "seconds": time.monotonic() - started}
+        ]  # fmt: skip
         out.extend({"what": "full", "topic": t, "partition": p} for t, p in result.full)
         for (t, p), st in result.stats:
             nxt = dict(st.next_at)
@@ -73,20 +76,20 @@ def task(
 
 
 def _schema() -> pa.Schema:
-    types = {"string": pa.string(), "bigint": pa.int64(), "boolean": pa.bool_()}
+    types = {"string": pa.string(), "bigint": pa.int64(), "boolean": pa.bool_(), "double": pa.float64()}
     return pa.schema([(name, types[kind]) for name, kind in (f.split() for f in SHARE_DDL.split(", "))])
 
 
-def results(table: pa.Table) -> tuple[list[ShareResult], list[str]]:
-    """The tasks' rows as one `ShareResult` per task, and each task's worker ("host:pid")."""
+def results(table: pa.Table) -> tuple[list[ShareResult], list[tuple[str, float]]]:
+    """The tasks' rows as one `ShareResult` per task, and each task's worker ("host:pid") and seconds."""
     shares: list[ShareResult] = []
-    workers: list[str] = []
+    workers: list[tuple[str, float]] = []
     full: list[tuple[str, int]] = []
     stats: list[tuple[tuple[str, int], PartitionStats]] = []
     for row in table.to_pylist():
         if row["what"] == "share":
             shares.append(ShareResult(touched=row["touched"], replayed=row["replayed"]))
-            workers.append(row["worker"])
+            workers.append((row["worker"], row["seconds"]))
         elif row["what"] == "full":
             full.append((row["topic"], row["partition"]))
         else:

@@ -6,7 +6,7 @@ round in one Spark session (the first pays the cold start). Beside it, in the sa
 a bare Python consumer reading the same records with `consume()` and `json.loads` (or `struct` for binary), and the
 stages timed apart (one core: read only, read + decode + reduce; the job: Spark's batch time, merge, decide+act).
 Prints one JSON object. Usage: python bench/throughput.py [--events N] [--format json|binary] [--segment-share S]
-[--nothing-due]
+[--nothing-due] [--shares N]
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 import json
 import logging
 import random
+import re
 import struct
 import sys
 import tempfile
@@ -166,6 +167,21 @@ def one_core_stages(bootstrap: str, topics: list[str], decoder: Decoder) -> dict
     }
 
 
+class ShareTasks(logging.Handler):
+    """The driver's "per-topic work in N tasks" lines, as rows: worker, partitions merged, seconds."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.rows: list[dict] = []
+        self.warm_from = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "per-topic work in" in message:
+            for worker, merged, seconds in re.findall(r"(\S+) merged (\d+) in ([\d.]+)s", message):
+                self.rows.append({"worker": worker, "merged": int(merged), "seconds": float(seconds)})
+
+
 def histogram_sum(metric: Histogram) -> float:
     return next(s.value for m in metric.collect() for s in m.samples if s.name.endswith("_sum"))
 
@@ -182,6 +198,7 @@ def main() -> None:
     ap.add_argument("--max-rows-per-trigger", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=2, help="fill + run --once again in the same Spark session")
     ap.add_argument("--segment-share", type=float, default=0.0, help="share of segment events; the rest are commits")
+    ap.add_argument("--shares", type=int, default=0, help="evaluation_shares: merge and plan in N Spark tasks")
     ap.add_argument(
         "--nothing-due", action="store_true", help="thresholds far away: no partition has a decision (the data path)"
     )
@@ -209,10 +226,14 @@ def main() -> None:
                 f"topic:{'data-0'}": {"forced.retention.ms": 1_800_000},
             },
             kafka={"receive.message.max.bytes": "1000000000"},
+            evaluation_shares=args.shares,
         )
+        tasks = ShareTasks()
+        logging.getLogger("compactd").addHandler(tasks)
         source_topics = ["compactd.segments", MIRROR if binary else "compactd.commits"]
         rounds = []
         for _ in range(args.rounds):
+            tasks.warm_from = len(tasks.rows)
             t0 = time.monotonic()
             shape = (args.topics, args.partitions, args.source_partitions, args.segment_share, binary)
             fill(bootstrap, args.events, *shape)
@@ -255,6 +276,9 @@ def main() -> None:
                     "source_partitions": args.source_partitions,
                     "segment_share": args.segment_share,
                     "nothing_due": args.nothing_due,
+                    "shares": args.shares,
+                    # with --shares: each Spark task of the warm round's batches, its partitions and seconds
+                    "share_tasks": tasks.rows[tasks.warm_from :],
                     "spark_start_seconds": round(spark_start_s, 2),
                     "events_per_second": best,
                     "bare_consumer": bare,
