@@ -12,7 +12,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,23 @@ ViewCap = Callable[[str, int, Thresholds, int, bool], "int | None"]
 
 def _no_probe(point: str, batch_id: int) -> None:
     pass
+
+
+@dataclass
+class _ChunkWrites:
+    """What evaluating a chunk writes, sent together at its end: answered records leave the live set before new
+    decisions for the same slot enter it (one transaction each made a batch answering 60k records spend most of its
+    time in round trips)."""
+
+    answered: list[ActionRecord] = field(default_factory=list)
+    queued: list[ActionRecord] = field(default_factory=list)
+    restore_checks: dict[str, None] = field(default_factory=dict)  # topics, in order
+
+    def flush(self, state: ControllerState, now: int) -> None:
+        state.answer(now, *self.answered)
+        state.enqueue(*self.queued)
+        self.answered.clear()
+        self.queued.clear()
 
 
 class Controller:
@@ -270,15 +287,15 @@ class Controller:
         by_topic: dict[str, list[int]] = {}
         for topic, n in keys:
             by_topic.setdefault(topic, []).append(n)
-        queued: list[ActionRecord] = []
+        writes = _ChunkWrites()
         for topic, parts in by_topic.items():
-            self._evaluate_topic(topic, parts, now, allowed, queued)
-        self.state.enqueue(*queued)
+            self._evaluate_topic(topic, parts, now, allowed, writes)
+        writes.flush(self.state, now)
+        for topic in writes.restore_checks:  # after the flush: the check reads the records it wrote
+            self._maybe_restore(topic, now)
         self.metrics.evaluations.labels(trigger).inc(len(keys))
 
-    def _evaluate_topic(
-        self, topic: str, parts: list[int], now: int, allowed: bool, queued: list[ActionRecord]
-    ) -> None:
+    def _evaluate_topic(self, topic: str, parts: list[int], now: int, allowed: bool, writes: _ChunkWrites) -> None:
         """Plan a chunk of one topic's partitions: over arrays where nothing is due (`bulk.quiet`: a deadline, a
         compaction-due time and metrics), with the full pure plan (`plan_partition`) wherever a rule is crossed, a
         live record waits, or the topic is excluded. Both give the same plan on the rows they share (tests/unit/
@@ -288,7 +305,7 @@ class Controller:
         topic_th = self.thresholds(topic)  # resolved once: a pydantic validation per partition was 10 µs
         for row in np.flatnonzero(chunk.full).tolist():
             plan = self._plan_full(chunk, row, now, allowed, topic_th)
-            self._apply(plan, now, queued)
+            self._apply(plan, writes)
             deadlines[row] = NONE if plan.deadline is None else plan.deadline
             due[row] = NONE if plan.compaction_due is None else plan.compaction_due
         self.metrics.partitions.update_many(chunk.calm_stats())
@@ -312,18 +329,15 @@ class Controller:
     def _layers(self) -> Layers:
         return Layers(self.layers, self.own_topics)
 
-    def _apply(self, plan: PartitionPlan, now: int, queued: list[ActionRecord]) -> None:
-        """Carry out one partition's plan; its new decisions join `queued` (enqueued per chunk, in one round trip)."""
-        for rec in plan.answered:
-            self.state.answer(rec, now)
+    def _apply(self, plan: PartitionPlan, writes: _ChunkWrites) -> None:
+        """Carry out one partition's plan: its answered records and new decisions join the chunk's writes (one
+        transaction per chunk); a topic with an answered compaction is checked for a config to restore after it."""
+        writes.answered.extend(plan.answered)
         if plan.compactions_answered:
-            # the restore check reads the outbox: what this chunk decided so far must be in it
-            self.state.enqueue(*queued)
-            queued.clear()
-            self._maybe_restore(plan.topic, now)
+            writes.restore_checks[plan.topic] = None
         for why in plan.dropped:
             log.error("dropped unsafe decision: %s", why)
-        queued.extend(plan.enqueue)
+        writes.queued.extend(plan.enqueue)
 
     def _maybe_restore(self, topic: str, now: int) -> None:
         """Put a nudged topic config back once no partition of the topic has a compaction pending."""

@@ -654,14 +654,17 @@ class RedisState:
             pipe.hset(self.k_last, partition_key(rec.topic, rec.partition), raw)
         pipe.execute()
 
-    def answer(self, rec: ActionRecord, now: int) -> None:
-        """The cluster did what was asked: the record leaves the live set."""
+    def answer(self, now: int, *recs: ActionRecord) -> None:
+        """The cluster did what was asked: the records leave the live set, in one transaction (one each made a
+        batch answering 60k compactions spend most of its time in round trips)."""
+        if not recs:
+            return
         pipe = self.r.pipeline(transaction=True)
-        pipe.hdel(self.k_rec, rec.slot)
-        pipe.zrem(self.k_outbox, rec.slot)
-        pipe.hset(
-            self.k_last, partition_key(rec.topic, rec.partition), rec.with_status(rec.status, answered_at=now).to_json()
-        )
+        for rec in recs:
+            pipe.hdel(self.k_rec, rec.slot)
+            pipe.zrem(self.k_outbox, rec.slot)
+            done = rec.with_status(rec.status, answered_at=now)
+            pipe.hset(self.k_last, partition_key(rec.topic, rec.partition), done.to_json())
         pipe.execute()
 
     def last_actions(self) -> dict[str, ActionRecord]:

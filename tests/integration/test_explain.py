@@ -326,7 +326,7 @@ def test_in_flight_count_is_the_sent_compactions_of_every_topic(rclient: redis.R
     )
     st.enqueue(*recs)
     assert st.compactions_in_flight() == 375
-    st.answer(recs[0], T0)
+    st.answer(T0, recs[0])
     assert st.compactions_in_flight() == 374
 
 

@@ -115,7 +115,7 @@ def test_outbox_lifecycle(rclient: redis.Redis) -> None:
     assert [o.id for o in st.outbox()] == ["x1"] and st.outbox_depth() == 1
     st.complete(r.with_status("sent"))
     assert st.outbox() == [] and st.records([("t", 0)])[("t", 0)][0].status == "sent"
-    st.answer(r, 5)
+    st.answer(5, r)
     assert st.records([("t", 0)])[("t", 0)] == [] and st.last_actions()["t/0"].detail["answered_at"] == 5
 
 
