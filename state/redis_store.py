@@ -643,15 +643,16 @@ class RedisState:
         """Leave the outbox with the final status, in one transaction; a record stays until the cluster answers it."""
         if not recs:
             return
-        pipe = self.r.pipeline(transaction=True)
-        for rec in recs:
-            raw = rec.to_json()
-            if rec.action == "restore_config":
-                pipe.hdel(self.k_rec, rec.slot)
-            else:
-                pipe.hset(self.k_rec, rec.slot, raw)
-            pipe.zrem(self.k_outbox, rec.slot)
-            pipe.hset(self.k_last, partition_key(rec.topic, rec.partition), raw)
+        raw = {rec.slot: rec.to_json() for rec in recs}
+        kept = {r.slot: raw[r.slot] for r in recs if r.action != "restore_config"}
+        restored = [r.slot for r in recs if r.action == "restore_config"]
+        pipe = self.r.pipeline(transaction=True)  # a few commands, however many records
+        if kept:
+            pipe.hset(self.k_rec, mapping=kept)
+        if restored:
+            pipe.hdel(self.k_rec, *restored)
+        pipe.zrem(self.k_outbox, *raw)
+        pipe.hset(self.k_last, mapping={partition_key(r.topic, r.partition): raw[r.slot] for r in recs})
         pipe.execute()
 
     def answer(self, now: int, *recs: ActionRecord) -> None:
@@ -659,12 +660,12 @@ class RedisState:
         batch answering 60k compactions spend most of its time in round trips)."""
         if not recs:
             return
-        pipe = self.r.pipeline(transaction=True)
-        for rec in recs:
-            pipe.hdel(self.k_rec, rec.slot)
-            pipe.zrem(self.k_outbox, rec.slot)
-            done = rec.with_status(rec.status, answered_at=now)
-            pipe.hset(self.k_last, partition_key(rec.topic, rec.partition), done.to_json())
+        slots = [rec.slot for rec in recs]
+        last = {partition_key(r.topic, r.partition): r.with_status(r.status, answered_at=now).to_json() for r in recs}
+        pipe = self.r.pipeline(transaction=True)  # three commands, however many records (a reply each is slow)
+        pipe.hdel(self.k_rec, *slots)
+        pipe.zrem(self.k_outbox, *slots)
+        pipe.hset(self.k_last, mapping=last)
         pipe.execute()
 
     def last_actions(self) -> dict[str, ActionRecord]:
