@@ -3,7 +3,6 @@ connect back in time, once): same state, no duplicated or unsafe action."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -14,8 +13,8 @@ import redis
 import yaml
 
 from compactd.app.application import Application
-from tests.e2e.test_slow_python_worker import slow_first_source_runner
 from tests.support.fixtures import dump_redis
+from tests.support.spark_faults import restarted_once, slow_first_source_runner
 
 pytestmark = pytest.mark.spark
 HOUR = 3_600_000
@@ -114,12 +113,8 @@ def test_kill_9_mid_batch_then_restart_matches_crash_free_run(spark, cluster, jo
     assert run_cli(config, log, fault="after_merge:1") == -9, log.read_text()[-3000:]
     assert run_cli(config, log, fault="after_enqueue:2") == -9, log.read_text()[-3000:]
     # the restart on a machine busy enough that Spark's Python worker misses its 10 s to connect back, once
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
-    env["PYSPARK_PYTHON"] = str(slow_first_source_runner(tmp_path))
-    assert run_cli(config, log, env=env) == 0, log.read_text()[-3000:]
-    assert (tmp_path / "delayed-once").exists()
-    restarted = [line for line in log.read_text().splitlines() if "did not connect back" in line]
-    assert len(restarted) == 1 and "query started again from its checkpoint (1 of 3)" in restarted[0]
+    assert run_cli(config, log, env=slow_first_source_runner(tmp_path)) == 0, log.read_text()[-3000:]
+    assert restarted_once(log.read_text(), tmp_path), log.read_text()[-3000:]
 
     merged = merge_state(rclient, crash.key_prefix)
     assert merged and merged == merge_state(rclient, ref.key_prefix)
