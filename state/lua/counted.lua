@@ -37,39 +37,29 @@ local function by_bucket(ns)
   return parts, order
 end
 
--- visit(n, id, offset) for each counted group's offset on the partitions `ns` (offsets below 2^53 are exact).
-local function each_counted_offset(ids, ns, visit)
+-- fn(partitions, values, id) for each counted group and each bucket of the partitions `ns`, one HMGET each:
+-- values[i] is the group's offset on partitions[i] (a string; offsets below 2^53 are exact as numbers), or false.
+local function each_counted_bucket(ids, ns, fn)
   local parts, order = by_bucket(ns)
   for _, b in ipairs(order) do
     local l = parts[b]
-    for _, id in ipairs(ids) do
-      local vals = redis.call('HMGET', base .. ':o:' .. id .. ':' .. b, unpack(l))
-      for i = 1, #l do
-        if vals[i] then visit(l[i], id, tonumber(vals[i])) end
-      end
-    end
+    for _, id in ipairs(ids) do fn(l, redis.call('HMGET', base .. ':o:' .. id .. ':' .. b, unpack(l)), id) end
   end
 end
 
--- For the partitions `ns`: how many counted groups have an offset on each, and the lowest of those offsets (the
--- loop of each_counted_offset without a call per offset: this is the bulk evaluation's read).
+-- For the partitions `ns`: how many counted groups have an offset on each, and the lowest of those offsets.
 local function counted_lowest(ids, ns)
   local count, lowest = {}, {}
-  local parts, order = by_bucket(ns)
-  for _, b in ipairs(order) do
-    local l = parts[b]
-    for _, id in ipairs(ids) do
-      local vals = redis.call('HMGET', base .. ':o:' .. id .. ':' .. b, unpack(l))
-      for i = 1, #l do
-        local v = vals[i]
-        if v then
-          local n, off = l[i], tonumber(v)
-          count[n] = (count[n] or 0) + 1
-          local low = lowest[n]
-          if not low or off < low then lowest[n] = off end
-        end
+  each_counted_bucket(ids, ns, function(l, vals)
+    for i = 1, #l do
+      local v = vals[i]
+      if v then
+        local n, off = l[i], tonumber(v)
+        count[n] = (count[n] or 0) + 1
+        local low = lowest[n]
+        if not low or off < low then lowest[n] = off end
       end
     end
-  end
+  end)
   return count, lowest
 end

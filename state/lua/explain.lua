@@ -15,7 +15,11 @@ for i = 2, #ARGV do
   ns[#ns + 1] = ARGV[i]
   offsets[ARGV[i]] = {}
 end
-each_counted_offset(ids, ns, function(n, id, off) table.insert(offsets[n], {off, id}) end)
+each_counted_bucket(ids, ns, function(l, vals, id)
+  for i = 1, #l do
+    if vals[i] then table.insert(offsets[l[i]], {tonumber(vals[i]), id}) end
+  end
+end)
 local out = {}
 for _, n in ipairs(ns) do
   local have = offsets[n]
