@@ -1,6 +1,6 @@
 """How many examples the fuzz and property tests of the unit suite generate.
 
-`make test` runs each at a third of its nominal count (COMPACTD_FUZZ_SCALE=0.35 by default: the suite must stay within
+`make test` runs each at a quarter of its nominal count (COMPACTD_FUZZ_SCALE=0.25 by default: the suite must stay within
 minutes on 2 cores); `make soak` runs them at many times it.
 """
 
@@ -10,4 +10,4 @@ import os
 
 
 def examples(nominal: int) -> int:
-    return max(10, round(nominal * float(os.environ.get("COMPACTD_FUZZ_SCALE", "0.35"))))
+    return max(10, round(nominal * float(os.environ.get("COMPACTD_FUZZ_SCALE", "0.25"))))
