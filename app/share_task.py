@@ -46,10 +46,11 @@ def task(
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         started = time.monotonic()
-        rows = [row for b in batches for row in b.to_pylist()]
+        received = list(batches)
         worker = f"{socket.gethostname()}:{os.getpid()}"
         result = ShareResult()
-        if rows:  # a share without rows still reports (merged 0), so the driver's line names every task
+        rows = pa.Table.from_batches(received) if received else None
+        if rows is not None and rows.num_rows:  # a share without rows still reports (merged 0): the log names each task
             changes = collect_changes(rows, deleted_elsewhere=deleted).changes
             state = settings.redis_state()
             try:

@@ -11,14 +11,24 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from compactd.clock import now_ms
-from compactd.control.share import Layers, ShareResult, TopicChunk, evaluate_share, plan_chunk, split
+from compactd.control.io_ahead import IoAhead
+from compactd.control.share import (
+    ChunkRead,
+    Layers,
+    ShareResult,
+    TopicChunk,
+    evaluate_share,
+    plan_chunk,
+    read_chunk,
+    split,
+)
 from compactd.errors import DeliveryTimeout, DependencyUnavailable
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord
@@ -117,6 +127,8 @@ class Controller:
         self.outcomes: Counter[str] = Counter()
         # `run --once`: the partitions this run has evaluated, by topic (`track_evaluated`, `evaluate_rest`)
         self._evaluated: dict[str, set[int]] | None = None
+        # Redis calls of an evaluation that run beside its planning: Redis and Python take turns no more (issue 17)
+        self.io = IoAhead()
 
     # ---- configuration ----
 
@@ -274,33 +286,43 @@ class Controller:
     # ---- decide ----
 
     def _evaluate(self, keys: Iterable[tuple[str, int]], trigger: str) -> None:
-        """Evaluate in chunks: Redis round trips stay bounded however many partitions are due."""
+        """Evaluate in chunks (Redis round trips stay bounded however many partitions are due), each chunk topic by
+        topic. The reads of the next topics and the deadlines of the last ones go through `self.io` while this one
+        is planned; every call has finished when this returns."""
         keys = list(dict.fromkeys(keys))
         self._mark_evaluated(keys)
+        chunks: list[dict[str, list[int]]] = []
         for start in range(0, len(keys), EVAL_CHUNK):
-            self._evaluate_chunk(keys[start : start + EVAL_CHUNK], trigger)
+            by_topic: dict[str, list[int]] = {}
+            for topic, n in keys[start : start + EVAL_CHUNK]:
+                by_topic.setdefault(topic, []).append(n)
+            chunks.append(by_topic)
+        with self.io.settled():
+            calls = [(self.state, topic, parts) for by_topic in chunks for topic, parts in by_topic.items()]
+            reads = self.io.ahead(read_chunk, calls)
+            for by_topic in chunks:
+                self._evaluate_chunk(by_topic, trigger, reads)
 
-    def _evaluate_chunk(self, keys: list[tuple[str, int]], trigger: str) -> None:
+    def _evaluate_chunk(self, by_topic: dict[str, list[int]], trigger: str, reads: Iterator[ChunkRead]) -> None:
         """Evaluate a chunk topic by topic, each topic's partitions at once (`_evaluate_topic`)."""
         now = self.clock()
         allowed = self.deletes_allowed()
-        by_topic: dict[str, list[int]] = {}
-        for topic, n in keys:
-            by_topic.setdefault(topic, []).append(n)
         writes = _ChunkWrites()
         for topic, parts in by_topic.items():
-            self._evaluate_topic(topic, parts, now, allowed, writes)
+            self._evaluate_topic(topic, parts, now, allowed, writes, next(reads))
         writes.flush(self.state, now)
         for topic in writes.restore_checks:  # after the flush: the check reads the records it wrote
             self._maybe_restore(topic, now)
-        self.metrics.evaluations.labels(trigger).inc(len(keys))
+        self.metrics.evaluations.labels(trigger).inc(sum(len(parts) for parts in by_topic.values()))
 
-    def _evaluate_topic(self, topic: str, parts: list[int], now: int, allowed: bool, writes: _ChunkWrites) -> None:
+    def _evaluate_topic(
+        self, topic: str, parts: list[int], now: int, allowed: bool, writes: _ChunkWrites, read: ChunkRead
+    ) -> None:
         """Plan a chunk of one topic's partitions: over arrays where nothing is due (`bulk.quiet`: a deadline, a
         compaction-due time and metrics), with the full pure plan (`plan_partition`) wherever a rule is crossed, a
         live record waits, or the topic is excluded. Both give the same plan on the rows they share (tests/unit/
-        test_bulk_plan.py)."""
-        chunk = plan_chunk(self.state, self._layers(), topic, parts, now)
+        test_bulk_plan.py). Its deadlines are stored by `self.io`, in order, behind the next reads."""
+        chunk = plan_chunk(self.state, self._layers(), topic, parts, now, read)
         deadlines, due = chunk.q.deadline.copy(), chunk.q.compaction_due.copy()
         topic_th = self.thresholds(topic)  # resolved once: a pydantic validation per partition was 10 µs
         for row in np.flatnonzero(chunk.full).tolist():
@@ -309,7 +331,7 @@ class Controller:
             deadlines[row] = NONE if plan.deadline is None else plan.deadline
             due[row] = NONE if plan.compaction_due is None else plan.compaction_due
         self.metrics.partitions.update_many(chunk.calm_stats())
-        self.state.schedule(topic, parts, deadlines.tolist(), due.tolist())
+        self.io.submit(self.state.schedule, topic, parts, deadlines.tolist(), due.tolist())
 
     def _plan_full(self, chunk: TopicChunk, row: int, now: int, allowed: bool, topic_th: Thresholds) -> PartitionPlan:
         """The full pure plan of one row of a chunk, and its metrics (forgotten on an excluded topic). `topic_th`:

@@ -85,10 +85,19 @@ class Layers:
         return topic_excluded(topic, th, self.own_topics)
 
 
-def plan_chunk(state: ControllerState, layers: Layers, topic: str, parts: list[int], now: int) -> TopicChunk:
-    """Read a chunk (numbers and live records, one script call each) and find its quiet rows."""
-    nums = state.partition_numbers(topic, parts)
-    records = state.live_records(topic, parts)
+ChunkRead = tuple[PartitionNumbers, dict[int, list[ActionRecord]]]
+
+
+def read_chunk(state: ControllerState, topic: str, parts: list[int]) -> ChunkRead:
+    """What planning a chunk reads: its numbers and its live records, one script call each."""
+    return state.partition_numbers(topic, parts), state.live_records(topic, parts)
+
+
+def plan_chunk(
+    state: ControllerState, layers: Layers, topic: str, parts: list[int], now: int, read: ChunkRead | None = None
+) -> TopicChunk:
+    """Read a chunk (or take what `read_chunk` read for it) and find its quiet rows."""
+    nums, records = read_chunk(state, topic, parts) if read is None else read
     th = layers(topic)
     own = layers.scopes.get(topic, frozenset())
     scoped = {row: layers(topic, n) for row, n in enumerate(parts) if n in own}

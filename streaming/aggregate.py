@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -51,28 +52,34 @@ def aggregate(decoded: DataFrame) -> DataFrame:
     )
 
 
-def collect_rows(aggregated: DataFrame) -> list[dict[str, Any]]:
+def collect_rows(aggregated: DataFrame) -> pa.Table:
     """Bring the (small) aggregate to the driver through Arrow: far cheaper than building Row objects."""
-    return aggregated.toArrow().to_pylist()
+    return aggregated.toArrow()
 
 
-def reduce_on_driver(pre_aggregated: DataFrame) -> list[dict[str, Any]]:
+def reduce_on_driver(pre_aggregated: DataFrame) -> pa.Table:
     """The source's tasks already reduced their records to one row per key (decode.reduce_table): what is left is the
     same reduction over the tasks' rows, done here instead of in a shuffle stage (a micro-batch then runs one Spark
-    stage, not two). Returns rows shaped like `aggregate()`'s."""
-    out = []
-    for row in reduce_table(pre_aggregated.toArrow()).to_pylist():
-        kind = row.get("kind")
-        if row.get("error") is not None:
-            k = "error"
-        elif kind in ("offset_commit", "offset_delete"):
-            k = "offset"
-        else:
-            k = kind
-        forward = kind in ("compacted", "log_start")
-        ord_a, ord_b = (row["value_offset"], 0) if forward else (row["src_partition"], row["src_offset"])
-        out.append({**row, "k": k, "ord_a": ord_a, "ord_b": ord_b})
-    return out
+    stage, not two). Returns a table shaped like `aggregate()`'s."""
+    return keyed(reduce_table(pre_aggregated.toArrow()))
+
+
+def keyed(reduced: pa.Table) -> pa.Table:
+    """`aggregate()`'s `k`, `ord_a` and `ord_b` columns, in Arrow kernels, for rows reduced by `reduce_table`."""
+    kind = reduced.column("kind")
+    k = pc.if_else(
+        pc.is_valid(reduced.column("error")),
+        pa.scalar("error"),
+        pc.if_else(pc.fill_null(pc.is_in(kind, _OFFSET_KINDS), False), pa.scalar("offset"), kind),
+    )
+    forward = pc.fill_null(pc.is_in(kind, _FORWARD_KINDS), False)
+    ord_a = pc.if_else(forward, reduced.column("value_offset"), pc.cast(reduced.column("src_partition"), pa.int64()))
+    ord_b = pc.if_else(forward, pa.scalar(0, pa.int64()), reduced.column("src_offset"))
+    return reduced.append_column("k", k).append_column("ord_a", ord_a).append_column("ord_b", ord_b)
+
+
+_OFFSET_KINDS = pa.array(["offset_commit", "offset_delete"])
+_FORWARD_KINDS = pa.array(["compacted", "log_start"])
 
 
 @dataclass
@@ -89,49 +96,67 @@ PER_TOPIC_KINDS = ("segment_rolled", "compacted", "log_start", "offset")
 
 
 def collect_changes(
-    rows: Iterable[dict[str, Any]], deleted_elsewhere: dict[str, tuple[int, int]] | None = None
+    table: pa.Table | list[dict[str, Any]], deleted_elsewhere: dict[str, tuple[int, int]] | None = None
 ) -> Collected:
-    """Aggregated rows (flat dicts) → typed changes, DLQ rows, and input counts. `deleted_elsewhere`: group deletions
-    of the same batch held by another share of its rows (they void this share's older offset events)."""
+    """Aggregated rows (an Arrow table shaped like `aggregate()`'s, or its rows) → typed changes, DLQ rows, and input
+    counts. `deleted_elsewhere`: group deletions of the same batch held by another share of its rows (they void this
+    share's older offset events). Per-topic rows are read column by column: a batch at a million partitions has
+    hundreds of thousands of them, and a dict per row cost more than the rest of the conversion."""
+    if isinstance(table, list):
+        table = pa.Table.from_pylist(table)
     out = Collected()
-    offsets: list[tuple[str, str, int, int | None, tuple[int, int], int | None]] = []
+    if table.num_rows == 0:
+        return out
+    k = table.column("k")
+    kinds = pc.if_else(pc.equal(k, "error"), pa.scalar("rejected"), table.column("kind"))
+    counted = pa.table({"s": table.column("stream"), "c": kinds, "n": table.column("n")})
+    counted = counted.group_by(["s", "c"], use_threads=False).aggregate([("n", "sum")])
+    for stream, kind, n in zip(*_columns(counted, "s", "c", "n_sum"), strict=True):
+        out.counts[(stream, kind)] += n
     group_deleted: dict[str, tuple[int, int]] = dict(deleted_elsewhere or {})
     memberships: dict[str, tuple[tuple[int, int], str]] = {}
-    for row in rows:
-        k, r, n = row["k"], row, row["n"]
-        out.counts[(r["stream"], r["kind"] if k != "error" else "rejected")] += n
-        if k == "error":
+    for r in table.filter(pc.invert(pc.is_in(k, _PER_TOPIC))).to_pylist():  # few: rejected, config, groups
+        if r["k"] == "error":
             out.rejected.append(r)
-        elif k == "config":
+        elif r["k"] == "config":
             out.config.append(r)
-        elif k == "segment_rolled":
-            seg = Segment(r["base_offset"], r["end_offset"], r["first_batch_max_ts"], r["size_bytes"], r["ts"])
-            out.changes.topic(r["topic"]).segments.append((r["partition"], seg))
-        elif k == "compacted":
-            out.changes.topic(r["topic"]).compacted.append((r["partition"], r["value_offset"]))
-        elif k == "log_start":
-            out.changes.topic(r["topic"]).log_start.append((r["partition"], r["value_offset"]))
-        elif k == "offset":
-            value = r["value_offset"] if r["kind"] == "offset_commit" else None
-            ts = r.get("ts") if value is not None else None
-            offsets.append((r["grp"], r["topic"], r["partition"], value, (r["ord_a"], r["ord_b"]), ts))
-        elif k == "group_delete":
+        elif r["k"] == "group_delete":
             group_deleted[r["grp"]] = (r["ord_a"], r["ord_b"])
-        elif k == "group_metadata":
+        elif r["k"] == "group_metadata":
             memberships[r["grp"]] = ((r["ord_a"], r["ord_b"]), r["assigned"] or "{}")
-    for group, topic, partition, value, order, ts in offsets:
+    changes = out.changes
+    segments = _columns(table.filter(pc.equal(k, "segment_rolled")), *_SEGMENT_COLUMNS)
+    for topic, partition, base, end, first_ts, size, ts in zip(*segments, strict=True):
+        changes.topic(topic).segments.append((partition, Segment(base, end, first_ts, size, ts)))
+    for kind in ("compacted", "log_start"):
+        for topic, partition, value in zip(*_columns(table.filter(pc.equal(k, kind)), *_FORWARD_COLUMNS), strict=True):
+            getattr(changes.topic(topic), kind).append((partition, value))
+    offsets = _columns(table.filter(pc.equal(k, "offset")), *_OFFSET_COLUMNS)
+    for group, topic, partition, kind, value, ord_a, ord_b, ts in zip(*offsets, strict=True):
         # an offset event older than its group's deletion in the same batch is void
-        if group in group_deleted and order < group_deleted[group]:
+        if group_deleted and group in group_deleted and (ord_a, ord_b) < group_deleted[group]:
             continue
-        tc = out.changes.topic(topic)
-        tc.offsets.append((group, partition, value))
-        if ts is not None:  # the commit's own time (event `ts`, or __consumer_offsets' commit timestamp)
+        tc = changes.topic(topic)
+        committed = value if kind == "offset_commit" else None
+        tc.offsets.append((group, partition, committed))
+        if committed is not None and ts is not None:  # the commit's own time (event `ts`, or the commit timestamp)
             tc.commit_ts[group] = max(ts, tc.commit_ts.get(group, ts))
-    out.changes.group_deletes = sorted(g for g in group_deleted if not deleted_elsewhere or g not in deleted_elsewhere)
+    changes.group_deletes = sorted(g for g in group_deleted if not deleted_elsewhere or g not in deleted_elsewhere)
     for group, (order, assigned) in sorted(memberships.items()):
         if group in group_deleted and order < group_deleted[group]:
             continue  # the group was deleted after this membership
-        out.changes.assignments[group] = json.loads(assigned)
+        changes.assignments[group] = json.loads(assigned)
     out.config.sort(key=lambda r: (r["src_partition"], r["src_offset"]))
     out.deleted = group_deleted
     return out
+
+
+_PER_TOPIC = pa.array(PER_TOPIC_KINDS)
+_SEGMENT_COLUMNS = ("topic", "partition", "base_offset", "end_offset", "first_batch_max_ts", "size_bytes", "ts")
+_FORWARD_COLUMNS = ("topic", "partition", "value_offset")
+_OFFSET_COLUMNS = ("grp", "topic", "partition", "kind", "value_offset", "ord_a", "ord_b", "ts")
+
+
+def _columns(table: pa.Table, *names: str) -> list[list[Any]]:
+    """The named columns as Python lists (a column the rows do not have reads as nulls)."""
+    return [table.column(n).to_pylist() if n in table.column_names else [None] * table.num_rows for n in names]

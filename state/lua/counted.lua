@@ -37,29 +37,47 @@ local function by_bucket(ns)
   return parts, order
 end
 
--- fn(partitions, values, id) for each counted group and each bucket of the partitions `ns`, one HMGET each:
--- values[i] is the group's offset on partitions[i] (a string; offsets below 2^53 are exact as numbers), or false.
+-- fn(n, offset, id) for each counted group `id` with an offset on a partition `n` of `ns` (offset: a string; offsets
+-- below 2^53 are exact as numbers). One bucket of one group is read whole (HGETALL) when it holds fewer than twice the
+-- partitions asked of it, else field by field (HMGET): asking for absent fields was most of a read where groups commit
+-- on few partitions of a topic (issue 17: 20 groups each on 1% of a topic's partitions, 5 µs a partition).
 local function each_counted_bucket(ids, ns, fn)
   local parts, order = by_bucket(ns)
   for _, b in ipairs(order) do
     local l = parts[b]
-    for _, id in ipairs(ids) do fn(l, redis.call('HMGET', base .. ':o:' .. id .. ':' .. b, unpack(l)), id) end
+    local asked = nil
+    for _, id in ipairs(ids) do
+      local key = base .. ':o:' .. id .. ':' .. b
+      local size = #l > 2 and redis.call('HLEN', key) or nil
+      if size and size < 2 * #l then
+        if size > 0 then
+          if not asked then
+            asked = {}
+            for i = 1, #l do asked[l[i]] = true end
+          end
+          local all = redis.call('HGETALL', key)
+          for j = 1, #all, 2 do
+            if asked[all[j]] then fn(all[j], all[j + 1], id) end
+          end
+        end
+      else
+        local vals = redis.call('HMGET', key, unpack(l))
+        for i = 1, #l do
+          if vals[i] then fn(l[i], vals[i], id) end
+        end
+      end
+    end
   end
 end
 
 -- For the partitions `ns`: how many counted groups have an offset on each, and the lowest of those offsets.
 local function counted_lowest(ids, ns)
   local count, lowest = {}, {}
-  each_counted_bucket(ids, ns, function(l, vals)
-    for i = 1, #l do
-      local v = vals[i]
-      if v then
-        local n, off = l[i], tonumber(v)
-        count[n] = (count[n] or 0) + 1
-        local low = lowest[n]
-        if not low or off < low then lowest[n] = off end
-      end
-    end
+  each_counted_bucket(ids, ns, function(n, v)
+    local off = tonumber(v)
+    count[n] = (count[n] or 0) + 1
+    local low = lowest[n]
+    if not low or off < low then lowest[n] = off end
   end)
   return count, lowest
 end

@@ -15,11 +15,7 @@ for i = 2, #ARGV do
   ns[#ns + 1] = ARGV[i]
   offsets[ARGV[i]] = {}
 end
-each_counted_bucket(ids, ns, function(l, vals, id)
-  for i = 1, #l do
-    if vals[i] then table.insert(offsets[l[i]], {tonumber(vals[i]), id}) end
-  end
-end)
+each_counted_bucket(ids, ns, function(n, v, id) table.insert(offsets[n], {tonumber(v), id}) end)
 local out = {}
 for _, n in ipairs(ns) do
   local have = offsets[n]

@@ -81,10 +81,24 @@ def test_partition_numbers_are_the_pipelined_views(redis_url: str, batches: list
     one by one: the same views the pipelined read gives."""
     state = merged(redis_url, batches)
     for topic in TOPICS:
-        parts = [2, 0, 3, 1]  # not in order; partition 3 never written
-        nums = state.partition_numbers(topic, parts)
-        views = [nums.view(topic, row) for row in range(len(parts))]
-        assert views == state.views_pipelined([(topic, p) for p in parts])
+        for parts in ([2, 0, 3, 1], [1], [2, 0]):  # not in order; partition 3 never written
+            nums = state.partition_numbers(topic, parts)
+            views = [nums.view(topic, row) for row in range(len(parts))]
+            assert views == state.views_pipelined([(topic, p) for p in parts])
+
+
+def test_offsets_read_whole_or_field_by_field_give_the_same_minimum(redis_url: str) -> None:
+    """lua/counted.lua reads a group's bucket whole when it holds few of the partitions asked, else field by field:
+    both, and a mix of both in one read, give the pipelined read's minimum."""
+    dense = [("offset", "a", p, "g1", 100 + p) for p in range(40)]  # g1 on 40 partitions of bucket 0
+    dense += [("offset", "a", p, "g2", 300 - p) for p in range(0, 40, 7)]  # g2 on 6 of them
+    dense += [("offset", "a", p, "g1", 5 * p) for p in range(128, 131)]  # bucket 1: few entries
+    state = merged(redis_url, [dense])
+    for parts in ([0, 7, 9], list(range(0, 40, 3)), list(range(40)), [7, 128, 129, 130, 131, 14, 21]):
+        keys = [("a", p) for p in parts]
+        assert state.views(keys) == state.views_pipelined(keys)
+        nums = state.partition_numbers("a", parts)
+        assert [nums.view("a", row) for row in range(len(parts))] == state.views_pipelined(keys)
 
 
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=list(HealthCheck))
