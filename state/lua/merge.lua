@@ -108,9 +108,6 @@ end
 for id, b in pairs(highest) do
   if tonumber(redis.call('HGET', base .. ':ob', id) or '-1') < b then redis.call('HSET', base .. ':ob', id, b) end
 end
-for i = 1, #new_parts, 1000 do
-  redis.call('SADD', base .. ':parts', unpack(new_parts, i, math.min(i + 999, #new_parts)))
-end
 
 -- a group's latest commit time on the topic, by its id: an integer hash (listpack), one field per (group, topic)
 for _, c in ipairs(p.committs or {}) do
@@ -120,18 +117,34 @@ for _, c in ipairs(p.committs or {}) do
   end
 end
 
--- Partition records (part.lua): each read once, changed in memory, written once at the end.
-local records, changed = {}, {}
-local function record(n)
-  n = tostring(n)
-  local r = records[n]
-  if not r then
-    r = read_part(n)
-    r.n = n
-    records[n] = r
+-- A partition the batch names: touched, and indexed once (one SADD per thousand new ones, at the end).
+local function touch_later(n)
+  touched[n] = true
+  if not known.parts[n] then
+    known.parts[n] = true
+    new_parts[#new_parts + 1] = n
   end
-  return r
 end
+
+-- Partition records (part.lua): those the batch changes read at once (one HMGET per bucket), changed in memory, and
+-- written at the end (one HSET per bucket): a call per segment event to read, index and write its partition was
+-- most of the merge of a batch naming 90k partitions (issue 17).
+local records, changed = {}, {}
+do
+  local need, seen = {}, {}
+  for _, list in ipairs({p.compacted or {}, p.logstart or {}, p.segments or {}}) do
+    for _, c in ipairs(list) do
+      local n = tostring(c[1])
+      if not seen[n] then
+        seen[n] = true
+        need[#need + 1] = n
+      end
+    end
+  end
+  records = read_parts(need)
+  for n, r in pairs(records) do r.n = n end
+end
+local function record(n) return records[tostring(n)] end
 local function mark(r)
   if not r.changed then
     r.changed = true
@@ -145,7 +158,7 @@ for _, c in ipairs(p.compacted or {}) do
     r.cleaned = c[2]
     mark(r)
   end
-  touch(c[1])
+  touch_later(tostring(c[1]))
 end
 
 for _, l in ipairs(p.logstart or {}) do
@@ -160,7 +173,7 @@ for _, l in ipairs(p.logstart or {}) do
     r.segs = kept
     mark(r)
   end
-  touch(l[1])
+  touch_later(tostring(l[1]))
 end
 
 -- Segments, idempotent by (partition, base_offset): a re-sent or corrected segment replaces the stored one, a later
@@ -179,7 +192,7 @@ for _, s in ipairs(p.segments or {}) do
   if not by_base.segs[s[2]] then by_base.count = by_base.count + 1 end
   by_base.segs[s[2]] = s
   by_base.last = s
-  touch(s[1])
+  touch_later(n)
 end
 for _, n in ipairs(seg_order) do
   local r = record(n)
@@ -196,14 +209,29 @@ for _, n in ipairs(seg_order) do
     for b, e in pairs(new.segs) do
       if e[3] > r.log_start then kept[#kept + 1] = {b, e[3], e[4], e[5], e[6]} end
     end
-    table.sort(kept, function(x, y) return x[1] < y[1] end)
+    if #kept > 1 then table.sort(kept, function(x, y) return x[1] < y[1] end) end
     r.segs = kept
   end
   mark(r)
 end
 
-for _, n in ipairs(changed) do
-  redis.call('HSET', part_key(n), n, encode_part(records[n]))
+do
+  local writes, order = {}, {}
+  for _, n in ipairs(changed) do
+    local k = part_key(n)
+    local w = writes[k]
+    if not w then
+      w = {}
+      writes[k] = w
+      order[#order + 1] = k
+    end
+    w[#w + 1] = n
+    w[#w + 1] = encode_part(records[n])
+  end
+  for _, k in ipairs(order) do redis.call('HSET', k, unpack(writes[k])) end  -- at most 128 partitions a bucket
+end
+for i = 1, #new_parts, 1000 do
+  redis.call('SADD', base .. ':parts', unpack(new_parts, i, math.min(i + 999, #new_parts)))
 end
 
 redis.call('HSET', base .. ':applied', stream, int(batch))
