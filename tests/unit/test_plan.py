@@ -86,3 +86,28 @@ def test_cluster_check_applies_the_decisions_group_filters_and_leaves_other_dele
     forced = replace(consumed_delete(2000), reason="forced_retention")
     assert cluster_check(forced, {"g2": {0: 5}}, th) is None  # forced retention deletes whatever groups did
     assert cluster_check(consumed_delete(2000), {}, th) is None  # groups known only from compactd.commits
+
+
+def test_a_record_with_a_new_status_keeps_every_other_field() -> None:
+    """`with_status` builds the copy field by field (for speed): it must equal `dataclasses.replace`, whatever fields
+    the record grows."""
+    from dataclasses import fields
+
+    rec = ActionRecord(
+        id="x-1", action="delete_records", topic="t", partition=3, reason="consumed_retention", dry_run=True,
+        decided_at=5, status="pending", before_offset=7, delay_ms=11, earliest_ts=13, attempts=2, detail={"a": 1},
+    )  # fmt: skip
+    assert all(getattr(rec, f.name) != f.default for f in fields(ActionRecord))  # every field set off its default
+    got = rec.with_status("sent", b=2)
+    assert got == replace(rec, status="sent", detail={"a": 1, "b": 2})
+    assert rec.detail == {"a": 1}
+
+
+def test_records_round_trip_through_json_and_a_record_off_the_types_still_reads() -> None:
+    rec = ActionRecord(id="x-1", action="compact", topic="t", partition=3, reason="max_compaction_lag", dry_run=False,
+                       decided_at=5, status="pending", detail={"nudge": True})  # fmt: skip
+    raw = rec.to_json()
+    assert raw.startswith('{"action":"compact","attempts":1,"before_offset":null,')  # keys sorted, nulls kept
+    assert ActionRecord.from_json(raw) == rec == ActionRecord.from_json(raw.encode())
+    odd = raw.replace('"pending"', '"queued"')  # not a status this version knows: read as it is, not refused
+    assert ActionRecord.from_json(odd).status == "queued"
