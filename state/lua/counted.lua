@@ -20,21 +20,14 @@ end
 
 -- The partitions `ns` (strings of partition numbers) by offset bucket: bucket -> its partitions, and the buckets.
 local function by_bucket(ns)
-  local parts, order, seen = {}, {}, {}
+  local seen, distinct = {}, {}
   for _, n in ipairs(ns) do
     if not seen[n] then  -- a partition asked twice is read once: its groups are counted once
       seen[n] = true
-      local b = math.floor(tonumber(n) / COUNTED_BUCKET)
-      local l = parts[b]
-      if not l then
-        l = {}
-        parts[b] = l
-        order[#order + 1] = b
-      end
-      l[#l + 1] = n
+      distinct[#distinct + 1] = n
     end
   end
-  return parts, order
+  return group_by(distinct, function(n) return math.floor(tonumber(n) / COUNTED_BUCKET) end)
 end
 
 -- fn(n, offset, id) for each counted group `id` with an offset on a partition `n` of `ns` (offset: a string; offsets

@@ -62,6 +62,16 @@ for _, grp in ipairs(p.offsets or {}) do
   end
 end
 local buckets, bucket_order, new_parts = {}, {}, {}
+
+-- A partition the batch names: touched, and indexed once (one SADD per thousand new ones, at the end).
+local function touch_later(n)
+  touched[n] = true
+  if not known.parts[n] then
+    known.parts[n] = true
+    new_parts[#new_parts + 1] = n
+  end
+end
+
 for _, grp in ipairs(p.offsets or {}) do
   local g, counted, flat = grp[1], grp[2], grp[3]
   for i = 1, #flat, 2 do
@@ -88,11 +98,7 @@ for _, grp in ipairs(p.offsets or {}) do
           known.counted[g] = true
         end
       end
-      touched[n] = true
-      if not known.parts[n] then
-        known.parts[n] = true
-        new_parts[#new_parts + 1] = n
-      end
+      touch_later(n)
     end
   end
 end
@@ -114,15 +120,6 @@ for _, c in ipairs(p.committs or {}) do
   local id = gid(c[1], false)
   if id and c[2] > tonumber(redis.call('HGET', base .. ':ct', id) or '-1') then
     redis.call('HSET', base .. ':ct', id, int(c[2]))
-  end
-end
-
--- A partition the batch names: touched, and indexed once (one SADD per thousand new ones, at the end).
-local function touch_later(n)
-  touched[n] = true
-  if not known.parts[n] then
-    known.parts[n] = true
-    new_parts[#new_parts + 1] = n
   end
 end
 
@@ -216,19 +213,15 @@ for _, n in ipairs(seg_order) do
 end
 
 do
-  local writes, order = {}, {}
-  for _, n in ipairs(changed) do
-    local k = part_key(n)
-    local w = writes[k]
-    if not w then
-      w = {}
-      writes[k] = w
-      order[#order + 1] = k
+  local by_bucket, order = group_by(changed, part_key)
+  for _, k in ipairs(order) do
+    local fields = {}
+    for _, n in ipairs(by_bucket[k]) do
+      fields[#fields + 1] = n
+      fields[#fields + 1] = encode_part(records[n])
     end
-    w[#w + 1] = n
-    w[#w + 1] = encode_part(records[n])
+    redis.call('HSET', k, unpack(fields))  -- at most 128 partitions a bucket: 256 arguments
   end
-  for _, k in ipairs(order) do redis.call('HSET', k, unpack(writes[k])) end  -- at most 128 partitions a bucket
 end
 for i = 1, #new_parts, 1000 do
   redis.call('SADD', base .. ':parts', unpack(new_parts, i, math.min(i + 999, #new_parts)))

@@ -27,18 +27,26 @@ end
 
 local function read_part(n) return decode_part(redis.call('HGET', part_key(n), tostring(n))) end
 
--- The records of many partitions (a list of numbers as strings), read with one HMGET per bucket: n -> record.
-local function read_parts(ns)
-  local by_bucket, order, out = {}, {}, {}
-  for _, n in ipairs(ns) do
-    local k = part_key(n)
-    if not by_bucket[k] then
-      by_bucket[k] = {}
+-- `items` grouped by key_of(item): key -> its items in their order, and the keys in the order first seen.
+local function group_by(items, key_of)
+  local groups, order = {}, {}
+  for _, x in ipairs(items) do
+    local k = key_of(x)
+    local g = groups[k]
+    if not g then
+      g = {}
+      groups[k] = g
       order[#order + 1] = k
     end
-    local fields = by_bucket[k]
-    fields[#fields + 1] = n
+    g[#g + 1] = x
   end
+  return groups, order
+end
+
+-- The records of many partitions (a list of numbers as strings), read with one HMGET per bucket: n -> record.
+local function read_parts(ns)
+  local by_bucket, order = group_by(ns, part_key)
+  local out = {}
   for _, k in ipairs(order) do
     local fields = by_bucket[k]
     for i = 1, #fields, 1000 do
