@@ -204,6 +204,7 @@ class Application:
         try:
             self.check_dependencies()
             self._closers.append(self.state.close)
+            self._closers.append(self.controller.io.close)  # its Redis thread, before the client closes
             # only now, with both dependencies answering, does anything touch the checkpoint directory
             self.stream_id = stream_id_for(self.settings.checkpoint_dir)
             lost = self.guard.loss_at_start(self.stream_id)
