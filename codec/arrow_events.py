@@ -62,10 +62,31 @@ def decode_json_block(
     else:
         parsed, positions = JSON_SCHEMA.empty_table(), pa.array([], pa.int64())
     cols, ok = _checked(parsed, types)
+    ok = _size_absent_not_null(parsed, ok, positions, values)
     refused = pc.filter(positions, pc.invert(ok)).to_pylist()
     accepted = {name: pc.filter(col, ok) for name, col in cols.items()}
     rest = sorted(out.rest + refused)
     return accepted, pc.filter(positions, ok), rest
+
+
+def _size_absent_not_null(t: pa.Table, ok: pa.Array, positions: pa.Array, values: Sequence[bytes | None]) -> pa.Array:
+    """Refuse the accepted segment rows whose null `size_bytes` may be an explicit null: the parser reads absent and
+    null alike, the reference defaults an absent size to 0 but rejects null. Only rows whose raw text names the field
+    (or escapes a character, which could spell it) go back to the per-record path; valid events omit it or set it."""
+    maybe = pc.and_(ok, pc.is_null(t.column("size_bytes")))
+    if not pc.any(maybe).as_py():
+        return ok
+    suspect = [i for i in pc.indices_nonzero(maybe).to_pylist() if _may_name_size(values[positions[i].as_py()])]
+    if not suspect:
+        return ok
+    mask = ok.to_pylist()
+    for i in suspect:
+        mask[i] = False
+    return pa.array(mask, pa.bool_())
+
+
+def _may_name_size(raw: bytes | None) -> bool:
+    return raw is None or b"size_bytes" in raw or b"\\" in raw
 
 
 def _block(values: Sequence[bytes | None], lo: int, hi: int, max_bytes: int, out: Decoded) -> None:

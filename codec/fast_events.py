@@ -20,7 +20,10 @@ _MAX_PARTITION = 2**31 - 1
 
 
 class Lenient(msgspec.Struct, frozen=True):
-    """Every field an input event may carry; None when absent. Unknown fields are ignored, as in the reference."""
+    """Every field an input event may carry; None when absent. Unknown fields are ignored, as in the reference.
+
+    `size_bytes` alone has a default in the reference (0 when absent), so absent (UNSET) and null (refused) differ.
+    """
 
     type: str | None = None
     group: str | None = None
@@ -30,7 +33,7 @@ class Lenient(msgspec.Struct, frozen=True):
     base_offset: int | None = None
     end_offset: int | None = None
     first_batch_max_ts: int | None = None
-    size_bytes: int | None = None
+    size_bytes: int | msgspec.UnsetType | None = msgspec.UNSET
     cleaned_up_to: int | None = None
     log_start_offset: int | None = None
     ts: int | None = None
@@ -76,7 +79,7 @@ def fast_row(stream: str, types: frozenset[str], value: bytes | None, max_bytes:
             return {"stream": stream, "kind": kind, "ts": e.ts, "grp": e.group, "topic": e.topic,
                     "partition": e.partition, "value_offset": e.offset}  # fmt: skip
     elif kind == "segment_rolled":
-        size = 0 if e.size_bytes is None else e.size_bytes
+        size = 0 if e.size_bytes is msgspec.UNSET else e.size_bytes
         if (
             _topic(e.topic, e.partition)
             and _count(e.base_offset)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from compactd.codec.arrow_events import _SMALL, decode_json_block
@@ -44,8 +44,13 @@ blocks = st.lists(
 )  # fmt: skip
 
 
+NULL_SIZE = b'{"type": "segment_rolled", "topic": "orders", "partition": 0, "base_offset": 0, "end_offset": 1, "first_batch_max_ts": 0, "size_bytes": null, "ts": 0}'  # noqa: E501
+
+
 @settings(max_examples=examples(300), deadline=None)
 @given(blocks)
+@example([b"", b"", b"", b"", b"", b'{"type": "compacted"}', NULL_SIZE])  # null is refused, absent is 0 (soak find)
+@example([NULL_SIZE, NULL_SIZE.replace(b'"size_bytes": null, ', b"")] * 40)  # in a block the parser takes
 def test_blocks_decode_to_the_reference_rows(values: list[bytes | None]) -> None:
     for topic in ("seg", "com"):
         assert decoded_rows(topic, values) == reference_rows(topic, values)

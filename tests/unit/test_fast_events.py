@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 
 from compactd.codec.events import OFFSET_EVENTS, SEGMENT_EVENTS
 from compactd.codec.fast_events import OFFSET_TYPES, SEGMENT_TYPES, fast_row
@@ -26,6 +26,10 @@ def check(topic: str, stream: str, types: frozenset[str], adapter, raw: bytes | 
 
 @settings(max_examples=examples(2000), deadline=None)
 @given(value())
+@example(
+    b'{"type": "segment_rolled", "topic": "o", "partition": 0, "base_offset": 0, "end_offset": 1, '
+    b'"first_batch_max_ts": 0, "size_bytes": null, "ts": 0}'
+)  # null is refused, absent is 0 (soak find)
 def test_fast_path_never_accepts_what_the_reference_rejects(raw: bytes | None) -> None:
     check("seg", "segments", SEGMENT_TYPES, SEGMENT_EVENTS, raw)
     check("com", "commits", OFFSET_TYPES, OFFSET_EVENTS, raw)
