@@ -70,7 +70,6 @@ def worst_figures(
     end, first, size, closed = seg[:, 1], seg[:, 2], seg[:, 3], seg[:, 4]
     ls = nums.log_start
     live = end > ls[seg_row]  # `live_segments`: not wholly below the log start
-    idx = np.arange(len(seg))
 
     def per_row(ufunc: np.ufunc, values: np.ndarray, empty: int) -> np.ndarray:
         return bulk.per_row(ufunc, values, starts, nseg, empty)
@@ -87,10 +86,7 @@ def worst_figures(
         ok = now - closed > age[seg_row]
         if limit is not None:
             ok &= end <= limit[seg_row]
-        first_stop = per_row(np.minimum, np.where(live & ~ok, idx, len(idx)), len(idx))
-        last = per_row(np.maximum, np.where(live & (idx < first_stop[seg_row]), idx, -1), -1)
-        found = last >= 0
-        return np.where(found, end[np.maximum(last, 0)] if len(end) else 0, 0), found
+        return bulk.prefix_end(seg_row, starts, nseg, live, end, ok)
 
     def span_bytes(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """`_span`'s bytes: live segments ending inside (lo, hi]."""

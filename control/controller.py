@@ -32,6 +32,7 @@ from compactd.control.share import (
 from compactd.errors import DeliveryTimeout, DependencyUnavailable
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord
+from compactd.policy import bulk
 from compactd.policy.bulk import NONE
 from compactd.policy.forecast import partition_stats
 from compactd.policy.plan import NOT_CAUGHT_UP, PartitionPlan, cluster_check, plan_partition, send_check
@@ -318,20 +319,44 @@ class Controller:
     def _evaluate_topic(
         self, topic: str, parts: list[int], now: int, allowed: bool, writes: _ChunkWrites, read: ChunkRead
     ) -> None:
-        """Plan a chunk of one topic's partitions: over arrays where nothing is due (`bulk.quiet`: a deadline, a
-        compaction-due time and metrics), with the full pure plan (`plan_partition`) wherever a rule is crossed, a
-        live record waits, or the topic is excluded. Both give the same plan on the rows they share (tests/unit/
-        test_bulk_plan.py). Its deadlines are stored by `self.io`, in order, behind the next reads."""
+        """Plan a chunk of one topic's partitions from its arrays: where nothing is due, a deadline, a compaction-due
+        time and metrics (`bulk.quiet`); where a rule is crossed or a record waits, the decisions over arrays and the
+        records judged one by one (`bulk.plans`). Only an excluded topic's partitions take the full pure plan
+        (`plan_partition`), which both restate (tests/unit/test_bulk_plan.py). Its deadlines are stored by `self.io`,
+        in order, behind the next reads."""
         chunk = plan_chunk(self.state, self._layers(), topic, parts, now, read)
         deadlines, due = chunk.q.deadline.copy(), chunk.q.compaction_due.copy()
         topic_th = self.thresholds(topic)  # resolved once: a pydantic validation per partition was 10 µs
-        for row in np.flatnonzero(chunk.full).tolist():
+        rows = np.flatnonzero(chunk.full & ~chunk.limits.excluded).tolist()
+        if rows:
+            d = bulk.due(chunk.nums, chunk.limits, chunk.q, now)
+            plans = bulk.plans(topic, chunk.nums, chunk.q, d, rows, lambda row: chunk.scoped.get(row, topic_th),
+                               chunk.records, now, allowed, self._caps(chunk, d, now, topic_th))  # fmt: skip
+            for row, plan in zip(rows, plans, strict=True):
+                self._apply(plan, writes)
+                deadlines[row] = NONE if plan.deadline is None else plan.deadline
+            stats = chunk.q.stats_rows(rows, chunk.nums, chunk.limits, d)
+            self.metrics.partitions.update_many(
+                [((topic, chunk.parts[r]), st) for r, st in zip(rows, stats, strict=True)]
+            )
+        for row in np.flatnonzero(chunk.full & chunk.limits.excluded).tolist():
             plan = self._plan_full(chunk, row, now, allowed, topic_th)
             self._apply(plan, writes)
             deadlines[row] = NONE if plan.deadline is None else plan.deadline
             due[row] = NONE if plan.compaction_due is None else plan.compaction_due
         self.metrics.partitions.update_many(chunk.calm_stats())
         self.io.submit(self.state.schedule, topic, parts, deadlines.tolist(), due.tolist())
+
+    def _caps(self, chunk: TopicChunk, d: bulk.Due, now: int, topic_th: Thresholds) -> dict[int, int]:
+        """row -> the compacted view's horizon, for the rows with a delete to cap (compaction service)."""
+        caps: dict[int, int] = {}
+        if self.view_cap is None:
+            return caps
+        for row in np.flatnonzero(d.before != NONE).tolist():
+            cap = self.view_cap(chunk.topic, chunk.parts[row], chunk.scoped.get(row, topic_th), now, False)
+            if cap is not None:
+                caps[row] = cap
+        return caps
 
     def _plan_full(self, chunk: TopicChunk, row: int, now: int, allowed: bool, topic_th: Thresholds) -> PartitionPlan:
         """The full pure plan of one row of a chunk, and its metrics (forgotten on an excluded topic). `topic_th`:

@@ -13,13 +13,14 @@ rules shows up there.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from compactd.model import PartitionNumbers
+from compactd.model import ActionRecord, Decision, PartitionNumbers
 from compactd.policy.forecast import PartitionStats
+from compactd.policy.plan import Facts, PartitionPlan, plan_decided
 from compactd.policy.thresholds import Thresholds
 
 I64 = np.int64
@@ -69,6 +70,18 @@ def per_row(ufunc: np.ufunc, values: np.ndarray, starts: np.ndarray, counts: np.
     return out
 
 
+def prefix_end(
+    seg_row: np.ndarray, starts: np.ndarray, nseg: np.ndarray, live: np.ndarray, end: np.ndarray, ok: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """`rules._deletable_end` per row: the end of the longest run of the row's oldest live segments where `ok` holds
+    (the first live segment where it fails stops the run), and whether there is one. Rows without: end 0."""
+    idx = np.arange(len(end))
+    first_stop = per_row(np.minimum, np.where(live & ~ok, idx, len(idx)), starts, nseg, len(idx))
+    last = per_row(np.maximum, np.where(live & (idx < first_stop[seg_row]), idx, -1), starts, nseg, -1)
+    found = last >= 0
+    return np.where(found, end[np.maximum(last, 0)] if len(end) else 0, 0), found
+
+
 def segment_rows(nums: PartitionNumbers) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row of each segment, where each row's segments start, the segments in `live_segments` order)."""
     seg_row = np.repeat(np.arange(len(nums.partitions)), nums.nseg)
@@ -100,9 +113,16 @@ class Quiet:
     next_forced: np.ndarray
     min_committed: np.ndarray  # NONE where unknown
 
-    def stats_rows(self, rows: list[int], nums: PartitionNumbers, limits: Limits) -> list[PartitionStats]:
-        """`partition_stats` of quiet rows, built from lists (one object each: what the metrics keep)."""
+    def stats_rows(
+        self, rows: list[int], nums: PartitionNumbers, limits: Limits, due: Due | None = None
+    ) -> list[PartitionStats]:
+        """`partition_stats` of `rows`, built from lists (one object each: what the metrics keep). Without `due`
+        the rows must be quiet (nothing deletable); with it, any row."""
         ix = np.asarray(rows, dtype=I64)
+        zero = [0] * len(rows)
+        co, cb, fo, fb = (zero,) * 4 if due is None else (
+            a[ix].tolist() for a in (due.consumed_offsets, due.consumed_bytes, due.forced_offsets, due.forced_bytes)
+        )  # fmt: skip
         earliest = self.earliest[ix].tolist()
         lag_on, lag = limits.lag_on[ix].tolist(), limits.lag[ix].tolist()
         low, ls = self.min_committed[ix].tolist(), nums.log_start[ix].tolist()
@@ -122,10 +142,10 @@ class Quiet:
                     lag[i] if lag_on[i] else None,
                     None if low[i] == NONE else low[i],
                     ls[i],
-                    0,  # nothing is deletable on a quiet row: that would be a decision
-                    0,
-                    0,
-                    0,
+                    co[i],
+                    cb[i],
+                    fo[i],
+                    fb[i],
                     tuple(nxt),
                 )
             )
@@ -184,3 +204,102 @@ def quiet(nums: PartitionNumbers, limits: Limits, now: int) -> Quiet:
         next_forced=next_forced,
         min_committed=min_committed,
     )
+
+
+@dataclass(frozen=True)
+class Due:
+    """Per row, what `rules.decide` decides at `now` (any row; an excluded topic's rows are decided too, the caller
+    drops them), and what `partition_stats` reports deletable. Offsets are NONE where there is no such decision."""
+
+    compact: np.ndarray  # bool: `decide_compaction` decides (delay_ms = now - lag - earliest > 0)
+    delay: np.ndarray  # its delay_ms, where `compact`
+    before: np.ndarray  # `decide_deletion`'s before_offset, NONE where it decides nothing
+    forced: np.ndarray  # bool: that delete's reason is forced retention (else consumed retention)
+    consumed_offsets: np.ndarray  # `partition_stats`' deletable figures under each retention
+    consumed_bytes: np.ndarray
+    forced_offsets: np.ndarray
+    forced_bytes: np.ndarray
+
+    def unsafe(self, nums: PartitionNumbers, q: Quiet) -> np.ndarray:
+        """`plan.check_delete_safe` over the rows: a delete not above the log start, or a consumed-retention delete
+        past the minimum committed offset (or where it is unknown). Never true by construction; checked anyway."""
+        has = self.before != NONE
+        consumed = has & ~self.forced
+        past = (q.min_committed == NONE) | (self.before > q.min_committed)
+        return has & ((self.before <= nums.log_start) | (consumed & past))
+
+
+def due(nums: PartitionNumbers, limits: Limits, q: Quiet, now: int) -> Due:
+    """The decisions of every row, over arrays (policy/rules.py is the reference): compaction when the oldest dirty
+    record is strictly past the lag; a delete up to the longest prefix of live segments old enough (and, for consumed
+    retention, read by every counted group), forced retention winning only when it reaches further."""
+    seg_row, starts, seg = segment_rows(nums)
+    nseg, ls = nums.nseg, nums.log_start
+    end, size, closed = seg[:, 1], seg[:, 3], seg[:, 4]
+    live = end > ls[seg_row]
+    has_earliest = q.earliest != NONE
+    delay = now - limits.lag - q.earliest
+    compact = limits.lag_on & has_earliest & (delay > 0)
+
+    known = q.min_committed != NONE
+    c_ok = (now - closed > limits.consumed[seg_row]) & (end <= nums.lowest[seg_row])
+    c_end, c_found = prefix_end(seg_row, starts, nseg, live, end, c_ok)
+    c_valid = limits.consumed_on & known & c_found
+    f_end, f_found = prefix_end(seg_row, starts, nseg, live, end, now - closed > limits.forced[seg_row])
+    f_valid = limits.forced_on & f_found
+    forced = f_valid & (~c_valid | (f_end > c_end))
+    before = np.where(forced, f_end, c_end)
+    before = np.where((forced | c_valid) & (before > ls), before, NONE)
+
+    def deletable(valid: np.ndarray, upto: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`forecast._deletable`: offsets and bytes of live segments below `upto`, where it is above the log start."""
+        frees = valid & (upto > ls)
+        inside = live & (end <= upto[seg_row])
+        size_sum = per_row(np.add, np.where(inside, size, 0), starts, nseg, 0)
+        return np.where(frees, upto - ls, 0), np.where(frees, size_sum, 0)
+
+    co, cb = deletable(c_valid, c_end)
+    fo, fb = deletable(f_valid, f_end)
+    return Due(compact, np.where(compact, delay, 0), before, forced & (before != NONE), co, cb, fo, fb)
+
+
+def plans(
+    topic: str,
+    nums: PartitionNumbers,
+    q: Quiet,
+    d: Due,
+    rows: list[int],
+    th_of: Callable[[int], Thresholds],
+    records: Mapping[int, list[ActionRecord]],
+    now: int,
+    deletes_allowed: bool,
+    caps: Mapping[int, int] | None = None,
+) -> list[PartitionPlan]:
+    """`plan.plan_partition` of `rows` (none of an excluded topic), without a view each: the decisions come from
+    `due`, the numbers the records are judged by from the arrays, and `plan.plan_decided` does the rest as it does
+    for `plan_partition`. `th_of(row)`: the row's thresholds; `records`: partition -> its action records; `caps`:
+    row -> the compacted view's horizon, where there is one."""
+    parts = nums.partitions[rows].tolist() if rows else []
+    earliest, delay, compact = q.earliest[rows].tolist(), d.delay[rows].tolist(), d.compact[rows].tolist()
+    before, forced = d.before[rows].tolist(), d.forced[rows].tolist()
+    crossing, low, ls = q.deadline[rows].tolist(), q.min_committed[rows].tolist(), nums.log_start[rows].tolist()
+    caps = caps or {}
+    out = []
+    for i, row in enumerate(rows):
+        n = parts[i]
+        decisions = []
+        if compact[i]:
+            decisions.append(
+                Decision("compact", topic, n, "max_compaction_lag", delay_ms=delay[i], earliest_ts=earliest[i])
+            )
+        if before[i] != NONE:
+            reason = "forced_retention" if forced[i] else "consumed_retention"
+            decisions.append(Decision("delete_records", topic, n, reason, before_offset=before[i]))
+        facts = Facts(
+            topic, n, None if earliest[i] == NONE else earliest[i], ls[i], None if low[i] == NONE else low[i],
+            None if crossing[i] == NONE else crossing[i],
+        )  # fmt: skip
+        out.append(
+            plan_decided(facts, decisions, th_of(row), records.get(n, []), now, deletes_allowed, None, caps.get(row))
+        )
+    return out

@@ -16,12 +16,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from compactd.errors import UnsafeDecision
+from compactd.keys import partition_key
 from compactd.model import ActionRecord, Decision, PartitionView, action_id
 from compactd.policy.rules import (
+    answered_at,
     decide,
     decide_deletion,
     earliest_uncompacted_ts,
-    is_answered,
     next_deadline,
     should_record,
 )
@@ -50,10 +51,14 @@ class PartitionPlan:
 
 def check_delete_safe(d: Decision, view: PartitionView) -> None:
     """The safety invariant, checked once more right before a delete goes to the outbox."""
-    if d.before_offset is None or d.before_offset <= view.log_start:
-        raise UnsafeDecision(f"{view.key}: before_offset {d.before_offset} not above log start {view.log_start}")
-    if d.reason == "consumed_retention" and (view.min_committed is None or d.before_offset > view.min_committed):
-        raise UnsafeDecision(f"{view.key}: before_offset {d.before_offset} past min committed {view.min_committed}")
+    _check_delete_safe(d, view.key, view.log_start, view.min_committed)
+
+
+def _check_delete_safe(d: Decision, key: str, log_start: int, min_committed: int | None) -> None:
+    if d.before_offset is None or d.before_offset <= log_start:
+        raise UnsafeDecision(f"{key}: before_offset {d.before_offset} not above log start {log_start}")
+    if d.reason == "consumed_retention" and (min_committed is None or d.before_offset > min_committed):
+        raise UnsafeDecision(f"{key}: before_offset {d.before_offset} past min committed {min_committed}")
 
 
 def send_check(
@@ -144,22 +149,56 @@ def plan_partition(
 ) -> PartitionPlan:
     """`excluded`: why compactd never acts on this topic (internal, its own, topics.exclude); None to decide.
     `view_cap`: the compacted view's published horizon (compaction service): no delete goes past it."""
+    facts = Facts(
+        view.topic, view.partition, earliest_uncompacted_ts(view), view.log_start, view.min_committed,
+        None if excluded else next_deadline(view, th, [], now),
+    )  # fmt: skip
+    return plan_decided(facts, [] if excluded else decide(view, th, now), th, records, now, deletes_allowed,
+                        excluded, view_cap)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What planning reads of a partition besides the rules' decisions: `plan_partition` takes it from a view,
+    `bulk.plans` from a chunk's arrays. `crossing`: `next_deadline` without records (the next threshold crossing)."""
+
+    topic: str
+    partition: int
+    earliest: int | None  # KIP-354 earliest uncompacted timestamp
+    log_start: int
+    min_committed: int | None
+    crossing: int | None
+
+
+def plan_decided(
+    f: Facts,
+    decisions: list[Decision],
+    th: Thresholds,
+    records: list[ActionRecord],
+    now: int,
+    deletes_allowed: bool,
+    excluded: str | None = None,
+    view_cap: int | None = None,
+) -> PartitionPlan:
+    """A partition's plan from what the rules decided now and its action records: which records the cluster
+    answered, which decisions become records (no duplicates, a larger delete supersedes, unsafe ones dropped), and
+    when to look again."""
     answered: list[ActionRecord] = []
     live: list[ActionRecord] = []
     previous = {rec.action: rec for rec in records}  # for attempt counting, whatever became of them
     for rec in records:
         if rec.detail.get("why") == NOT_CAUGHT_UP and deletes_allowed:
             continue  # held back by the readiness gate, which is open now: decide afresh
-        if is_answered(rec, view):
+        if answered_at(rec, f.earliest, f.log_start):
             answered.append(rec)
             del previous[rec.action]  # the cluster did it: the next decision starts a new count
         else:
             live.append(rec)
     enqueue: list[ActionRecord] = []
     dropped: list[str] = []
-    for decision in [] if excluded else decide(view, th, now):
+    for decision in decisions:
         if decision.action == "delete_records" and view_cap is not None and decision.before_offset is not None:
-            if view_cap <= view.log_start:
+            if view_cap <= f.log_start:
                 continue  # the view holds nothing beyond what is already gone: nothing may be deleted
             decision = replace(decision, before_offset=min(decision.before_offset, view_cap))
         existing = next((r for r in live if r.action == decision.action), None)
@@ -167,21 +206,28 @@ def plan_partition(
             continue
         if decision.action == "delete_records":
             try:
-                check_delete_safe(decision, view)
+                _check_delete_safe(decision, partition_key(f.topic, f.partition), f.log_start, f.min_committed)
             except UnsafeDecision as exc:
                 dropped.append(str(exc))
                 continue
         rec = to_record(decision, previous.get(decision.action), th, now)
         enqueue.append(rec)
         live = [r for r in live if r.action != rec.action] + [rec]
-    earliest = earliest_uncompacted_ts(view)
     lag = th.max_compaction_lag_ms
     return PartitionPlan(
-        topic=view.topic,
-        partition=view.partition,
+        topic=f.topic,
+        partition=f.partition,
         answered=tuple(answered),
         enqueue=tuple(enqueue),
         dropped=tuple(dropped),
-        deadline=None if excluded else next_deadline(view, th, live, now),
-        compaction_due=None if lag is None or earliest is None else earliest + lag,
+        deadline=None if excluded else _soonest(f.crossing, [rec.decided_at + th.action_retry_ms for rec in live], now),
+        compaction_due=None if lag is None or f.earliest is None else f.earliest + lag,
     )
+
+
+def _soonest(crossing: int | None, retries: list[int], now: int) -> int | None:
+    """`rules.next_deadline`: the next threshold crossing or the soonest future retry of a live record."""
+    future = [t for t in retries if t > now]
+    if crossing is not None:
+        future.append(crossing)
+    return min(future) if future else None

@@ -105,10 +105,15 @@ def decide(view: PartitionView, th: Thresholds, now: int) -> list[Decision]:
 
 def is_answered(record: ActionRecord, view: PartitionView) -> bool:
     """Whether the cluster has done what the action asked, as seen through segment events."""
+    return answered_at(record, earliest_uncompacted_ts(view), view.log_start)
+
+
+def answered_at(record: ActionRecord, earliest: int | None, log_start: int) -> bool:
+    """`is_answered` from the two numbers it reads: the log start passed a delete's offset, or the dirty segment a
+    compaction was decided for is gone (KIP-354's earliest moved)."""
     if record.action == "delete_records":
-        return record.before_offset is not None and view.log_start >= record.before_offset
+        return record.before_offset is not None and log_start >= record.before_offset
     if record.action == "compact":
-        earliest = earliest_uncompacted_ts(view)
         return earliest is None or earliest != record.earliest_ts
     return False
 

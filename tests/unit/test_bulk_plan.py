@@ -1,6 +1,7 @@
 """The controller plans most partitions over arrays (`policy.bulk.quiet`) and the rest one by one (`plan_partition`):
 on every generated partition the arrays must say "nothing due" exactly when the rules decide nothing, and give such a
-partition the deadline, compaction-due time and metrics the per-partition plan gives it."""
+partition the deadline, compaction-due time and metrics the per-partition plan gives it. The rows with something due
+or with action records are planned from the arrays too (`bulk.due`, `bulk.plans`): the same plan and metrics."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactd.policy.bulk import NONE, Limits, quiet
+from compactd.policy.bulk import NONE, Limits, due, plans, quiet
 from compactd.policy.forecast import partition_stats
 from compactd.policy.plan import plan_partition
 from compactd.policy.rules import decide
@@ -39,6 +40,21 @@ def check(cs: list[Case], now: int) -> int:
             assert plan.enqueue == () and plan.dropped == () and plan.answered == ()
             assert none(int(q.deadline[i])) == plan.deadline, (i, c)
             assert stats[i] == partition_stats(c.view, c.th, now), (i, c)
+    # every row planned over arrays, with its records, a compacted view's cap on some: the per-partition plan
+    d = due(nums, limits, q, now)
+    unsafe = d.unsafe(nums, q)
+    rows = list(range(len(cs)))
+    records = {c.view.partition: list(c.records) for c in cs}
+    caps = {i: c.view.log_start + cap for i, c in enumerate(cs) if (cap := (0, 120, None)[i % 3]) is not None}
+    all_stats = q.stats_rows(rows, nums, limits, d)
+    for allowed in (True, False):
+        by_array = plans("orders", nums, q, d, rows, lambda row: cs[row].th, records, now, allowed, caps)
+        for i, c in enumerate(cs):
+            reference = plan_partition(c.view, c.th, list(c.records), now, allowed, None, caps.get(i))
+            assert by_array[i] == reference, (i, c)
+    for i, c in enumerate(cs):
+        assert not unsafe[i], (i, c)
+        assert all_stats[i] == partition_stats(c.view, c.th, now), (i, c)
     return len(quiet_rows)
 
 
