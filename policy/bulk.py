@@ -220,14 +220,6 @@ class Due:
     forced_offsets: np.ndarray
     forced_bytes: np.ndarray
 
-    def unsafe(self, nums: PartitionNumbers, q: Quiet) -> np.ndarray:
-        """`plan.check_delete_safe` over the rows: a delete not above the log start, or a consumed-retention delete
-        past the minimum committed offset (or where it is unknown). Never true by construction; checked anyway."""
-        has = self.before != NONE
-        consumed = has & ~self.forced
-        past = (q.min_committed == NONE) | (self.before > q.min_committed)
-        return has & ((self.before <= nums.log_start) | (consumed & past))
-
 
 def due(nums: PartitionNumbers, limits: Limits, q: Quiet, now: int) -> Due:
     """The decisions of every row, over arrays (policy/rules.py is the reference): compaction when the oldest dirty
