@@ -3,9 +3,9 @@
 The per-partition work of a batch — merging its changes into Redis and planning each touched partition — needs no
 global state: each topic's keys share one Redis hash tag, so a share of topics is a share of Redis slots. What must be
 global stays with the controller on the driver: the partitions where a rule is crossed, a live record waits or the
-topic is excluded get the full plan there (`plan_partition`, the readiness gate, the compacted view's cap, the outbox
-and its caps, the send-time re-check), the metrics are kept there, and group-level changes (deletes, memberships: they
-reach every topic of a group) are merged there first.
+topic is excluded are planned there (their decisions and records, the readiness gate, the compacted view's cap, the
+outbox and its caps, the send-time re-check), the metrics are kept there, and group-level changes (deletes,
+memberships: they reach every topic of a group) are merged there first.
 
 `evaluate_share` is what one share does: merge, then plan the quiet partitions in bulk (`policy/bulk.py`): store their
 deadlines and return their metrics; return the other partitions for the driver. It takes plain values (state, layers,
