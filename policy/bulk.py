@@ -296,6 +296,14 @@ def plans(
             None if crossing[i] == NONE else crossing[i],
         )  # fmt: skip
         out.append(
-            plan_decided(facts, decisions, th_of(row), records.get(n, []), now, deletes_allowed, None, caps.get(row))
+            plan_decided(
+                facts,
+                decisions,
+                records.get(n, []),
+                th_of(row),
+                now,
+                deletes_allowed=deletes_allowed,
+                view_cap=caps.get(row),
+            )
         )
     return out

@@ -153,8 +153,10 @@ def plan_partition(
         view.topic, view.partition, earliest_uncompacted_ts(view), view.log_start, view.min_committed,
         None if excluded else next_deadline(view, th, [], now),
     )  # fmt: skip
-    return plan_decided(facts, [] if excluded else decide(view, th, now), th, records, now, deletes_allowed,
-                        excluded, view_cap)  # fmt: skip
+    decisions = [] if excluded else decide(view, th, now)
+    return plan_decided(
+        facts, decisions, records, th, now, deletes_allowed=deletes_allowed, view_cap=view_cap, excluded=bool(excluded)
+    )
 
 
 @dataclass(frozen=True)
@@ -171,18 +173,12 @@ class Facts:
 
 
 def plan_decided(
-    f: Facts,
-    decisions: list[Decision],
-    th: Thresholds,
-    records: list[ActionRecord],
-    now: int,
-    deletes_allowed: bool,
-    excluded: str | None = None,
-    view_cap: int | None = None,
-) -> PartitionPlan:
+    f: Facts, decisions: list[Decision], records: list[ActionRecord], th: Thresholds, now: int, *,
+    deletes_allowed: bool, view_cap: int | None = None, excluded: bool = False,
+) -> PartitionPlan:  # fmt: skip
     """A partition's plan from what the rules decided now and its action records: which records the cluster
     answered, which decisions become records (no duplicates, a larger delete supersedes, unsafe ones dropped), and
-    when to look again."""
+    when to look again. `deletes_allowed`: the readiness gate is open; `excluded`: no deadline."""
     answered: list[ActionRecord] = []
     live: list[ActionRecord] = []
     previous = {rec.action: rec for rec in records}  # for attempt counting, whatever became of them
@@ -220,7 +216,7 @@ def plan_decided(
         answered=tuple(answered),
         enqueue=tuple(enqueue),
         dropped=tuple(dropped),
-        deadline=None if excluded else _soonest(f.crossing, [rec.decided_at + th.action_retry_ms for rec in live], now),
+        deadline=None if excluded else _soonest(f.crossing, [r.decided_at + th.action_retry_ms for r in live], now),
         compaction_due=None if lag is None or f.earliest is None else f.earliest + lag,
     )
 
