@@ -21,9 +21,8 @@ import numpy as np
 
 from compactd.model import ActionRecord, PartitionNumbers
 from compactd.policy import bulk
-from compactd.policy.bulk import Limits
+from compactd.policy.bulk import NONE, Limits
 
-I64 = np.int64
 # a live delete record's reason
 NO_RECORD, CONSUMED, FORCED, OTHER = 0, 1, 2, 3
 # whether a live delete record blocks its rule (`_action_status`): never (sent), only under dry.run, always
@@ -64,59 +63,33 @@ class Deletes:
 def worst_figures(
     nums: PartitionNumbers, limits: Limits, deletes: Deletes, gate_closed: bool, now: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(overdue_ms, blocked_bytes, blocked_offsets) per partition: `explain_partition(...)["worst"]`, for all rows."""
-    nseg = nums.nseg
+    """(overdue_ms, blocked_bytes, blocked_offsets) per partition: `explain_partition(...)["worst"]`, for all rows.
+    What the rules decide and free comes from the controller's own array code (`bulk.quiet`, `bulk.due`)."""
+    d = bulk.due(nums, limits, bulk.quiet(nums, limits, now), now)
+    overdue = d.delay  # max compaction lag: how far past it the oldest dirty record is, 0 where it is not
     seg_row, starts, seg = bulk.segment_rows(nums)
-    end, first, size, closed = seg[:, 1], seg[:, 2], seg[:, 3], seg[:, 4]
+    end, size, closed = seg[:, 1], seg[:, 3], seg[:, 4]
     ls = nums.log_start
     live = end > ls[seg_row]  # `live_segments`: not wholly below the log start
-
-    def per_row(ufunc: np.ufunc, values: np.ndarray, empty: int) -> np.ndarray:
-        return bulk.per_row(ufunc, values, starts, nseg, empty)
-
-    # max compaction lag: KIP-354's earliest uncompacted timestamp over live dirty segments
-    dirty = live & (end > nums.cleaned[seg_row])
-    has_dirty = per_row(np.add, dirty.astype(I64), 0) > 0
-    earliest = per_row(np.minimum, np.where(dirty, first, np.iinfo(I64).max), np.iinfo(I64).max)
-    overdue = np.where(limits.lag_on & has_dirty, np.maximum(now - limits.lag - np.where(has_dirty, earliest, 0), 0), 0)
-
-    def prefix_end(age: np.ndarray, limit: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """`_deletable_end`: the end of the longest run of oldest live segments older than `age` (and ending at or
-        below `limit`), and where there is one."""
-        ok = now - closed > age[seg_row]
-        if limit is not None:
-            ok &= end <= limit[seg_row]
-        return bulk.prefix_end(seg_row, starts, nseg, live, end, ok)
 
     def span_bytes(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """`_span`'s bytes: live segments ending inside (lo, hi]."""
         inside = live & (end > lo[seg_row]) & (end <= hi[seg_row])
-        return per_row(np.add, np.where(inside, size, 0), 0)
+        return bulk.per_row(np.add, np.where(inside, size, 0), starts, nums.nseg, 0)
 
-    known = (nums.counted > 0) & (nums.zcard == nums.counted)  # the minimum committed offset is known
-    c_end, c_found = prefix_end(limits.consumed, nums.lowest)
-    c_valid = limits.consumed_on & known & c_found  # consumed_retention_offset
-    by_age, age_found = prefix_end(limits.consumed, None)
-    by_age_valid = limits.consumed_on & age_found  # aged_prefix_end
-    f_end, f_found = prefix_end(limits.forced, None)
-    f_valid = limits.forced_on & f_found  # forced_retention_offset
+    # `aged_prefix_end`: what consumed retention would free if no group held it back
+    by_age, age_found = bulk.prefix_end(seg_row, starts, nums.nseg, live, end, now - closed > limits.consumed[seg_row])
+    by_age_valid = limits.consumed_on & age_found
 
-    # the delete the controller would decide now (`decide_deletion`): the furthest, forced on a strict win
-    forced_first = f_valid & (~c_valid | (f_end > c_end))
-    before = np.where(forced_first, f_end, c_end)
-    winner = (forced_first | c_valid) & (before > ls)
-    win_forced, win_consumed = winner & forced_first, winner & ~forced_first
-
-    c_frees = c_valid & (c_end > ls)
-    c_frees_bytes = np.where(c_frees, span_bytes(ls, c_end), 0)
-    c_frees_offsets = np.where(c_frees, c_end - ls, 0)
-    held_from = np.where(c_valid, np.maximum(c_end, ls), ls)
+    # the delete the controller would decide now (`decide_deletion`), and what each retention frees
+    winner = d.before != NONE
+    win_forced, win_consumed = winner & d.forced, winner & ~d.forced
+    c_frees, c_frees_bytes, c_frees_offsets = d.consumed_offsets > 0, d.consumed_bytes, d.consumed_offsets
+    held_from = ls + d.consumed_offsets  # past what consumed retention frees (the log start where it frees nothing)
     held = by_age_valid & (by_age > held_from)
     held_bytes = np.where(held, span_bytes(held_from, by_age), 0)
     held_offsets = np.where(held, by_age - held_from, 0)
-    f_frees = f_valid & (f_end > ls)
-    f_frees_bytes = np.where(f_frees, span_bytes(ls, f_end), 0)
-    f_frees_offsets = np.where(f_frees, f_end - ls, 0)
+    f_frees, f_frees_bytes, f_frees_offsets = d.forced_offsets > 0, d.forced_bytes, d.forced_offsets
 
     record_blocks = (deletes.blocks == ALWAYS) | ((deletes.blocks == IF_DRY_RUN) & limits.dry_run)
 
