@@ -49,16 +49,13 @@ class PartitionPlan:
         return any(r.action == "compact" and r.status == "sent" for r in self.answered)
 
 
-def check_delete_safe(d: Decision, view: PartitionView) -> None:
+def check_delete_safe(d: Decision, f: Facts) -> None:
     """The safety invariant, checked once more right before a delete goes to the outbox."""
-    _check_delete_safe(d, view.key, view.log_start, view.min_committed)
-
-
-def _check_delete_safe(d: Decision, key: str, log_start: int, min_committed: int | None) -> None:
-    if d.before_offset is None or d.before_offset <= log_start:
-        raise UnsafeDecision(f"{key}: before_offset {d.before_offset} not above log start {log_start}")
-    if d.reason == "consumed_retention" and (min_committed is None or d.before_offset > min_committed):
-        raise UnsafeDecision(f"{key}: before_offset {d.before_offset} past min committed {min_committed}")
+    key = partition_key(f.topic, f.partition)
+    if d.before_offset is None or d.before_offset <= f.log_start:
+        raise UnsafeDecision(f"{key}: before_offset {d.before_offset} not above log start {f.log_start}")
+    if d.reason == "consumed_retention" and (f.min_committed is None or d.before_offset > f.min_committed):
+        raise UnsafeDecision(f"{key}: before_offset {d.before_offset} past min committed {f.min_committed}")
 
 
 def send_check(
@@ -202,7 +199,7 @@ def plan_decided(
             continue
         if decision.action == "delete_records":
             try:
-                _check_delete_safe(decision, partition_key(f.topic, f.partition), f.log_start, f.min_committed)
+                check_delete_safe(decision, f)
             except UnsafeDecision as exc:
                 dropped.append(str(exc))
                 continue

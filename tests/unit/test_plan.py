@@ -8,7 +8,7 @@ import pytest
 
 from compactd.errors import UnsafeDecision
 from compactd.model import ActionRecord, Decision, PartitionView, Segment
-from compactd.policy.plan import NOT_CAUGHT_UP, check_delete_safe, cluster_check, plan_partition
+from compactd.policy.plan import NOT_CAUGHT_UP, Facts, check_delete_safe, cluster_check, plan_partition
 from compactd.policy.thresholds import Thresholds
 
 H = 3_600_000
@@ -51,13 +51,17 @@ def test_a_delete_held_by_the_readiness_gate_is_decided_afresh_once_it_opens() -
 
 def test_safety_recheck_refuses_a_consumed_delete_past_the_minimum() -> None:
     d = Decision("delete_records", "t", 0, "consumed_retention", before_offset=200)
+
+    def facts(log_start: int = 0, min_committed: int | None = None) -> Facts:
+        return Facts("t", 0, None, log_start, min_committed, None)
+
     with pytest.raises(UnsafeDecision, match="past min committed"):
-        check_delete_safe(d, view(min_committed=150))
+        check_delete_safe(d, facts(min_committed=150))
     with pytest.raises(UnsafeDecision, match="past min committed"):
-        check_delete_safe(d, view(min_committed=None))
+        check_delete_safe(d, facts(min_committed=None))
     with pytest.raises(UnsafeDecision, match="not above log start"):
-        check_delete_safe(d, view(log_start=200, min_committed=300))
-    check_delete_safe(d, view(min_committed=200))
+        check_delete_safe(d, facts(log_start=200, min_committed=300))
+    check_delete_safe(d, facts(min_committed=200))
 
 
 def consumed_delete(before: int, partition: int = 0) -> ActionRecord:
