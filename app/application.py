@@ -302,6 +302,7 @@ class Application:
             self._admin = admin_client(self.conn)
         targets = list_end_offsets(self._admin, self.settings.source_topics(), "high")
         self.guard.begin_rebuild(targets)
+        self.controller.forget_scheduled()  # the wipe took the deadlines it stored
         self.stream_id = stream_id_for(self.settings.checkpoint_dir)
         self.lost = None
         self.config.load()  # the layers went with the state: the config topic brings them back

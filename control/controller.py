@@ -19,6 +19,7 @@ import numpy as np
 
 from compactd.clock import now_ms
 from compactd.control.io_ahead import IoAhead
+from compactd.control.scheduled import Scheduled
 from compactd.control.share import (
     ChunkRead,
     Layers,
@@ -130,6 +131,8 @@ class Controller:
         self._evaluated: dict[str, set[int]] | None = None
         # Redis calls of an evaluation that run beside its planning: Redis and Python take turns no more (issue 17)
         self.io = IoAhead()
+        # the deadlines this process stored: an evaluation writes the ones that changed (control/scheduled.py)
+        self.scheduled = Scheduled()
 
     # ---- configuration ----
 
@@ -193,6 +196,7 @@ class Controller:
         its own; the driver keeps group-level changes, the full plans, the metrics and the outbox. Same state and
         same decisions as evaluating here (tests/integration/test_shares.py)."""
         with self.lock:
+            self.scheduled.off()  # the shares store deadlines too: this process cannot know what Redis holds
             started = time.monotonic()
             now = self.clock()
             layers = self._layers()
@@ -253,6 +257,11 @@ class Controller:
                     if not topic_excluded(view.topic, th, self.own_topics) and key not in self.metrics.partitions:
                         self.metrics.partitions.update(key, partition_stats(view, th, now))
             return len(self._unwarmed)
+
+    def forget_scheduled(self) -> None:
+        """The state was wiped (a rebuild): store every deadline again."""
+        with self.lock:
+            self.scheduled.forget()
 
     def track_evaluated(self) -> None:
         """Remember which partitions this process evaluates, for `evaluate_rest` (`run --once`)."""
@@ -323,7 +332,7 @@ class Controller:
         time and metrics (`bulk.quiet`); where a rule is crossed or a record waits, the decisions over arrays and the
         records judged one by one (`bulk.plans`). Only an excluded topic's partitions take the full pure plan
         (`plan_partition`), which both restate (tests/unit/test_bulk_plan.py). Its deadlines are stored by `self.io`,
-        in order, behind the next reads."""
+        in order, behind the next reads: those that changed since this process stored them (control/scheduled.py)."""
         chunk = plan_chunk(self.state, self._layers(), topic, parts, now, read)
         deadlines, due = chunk.q.deadline.copy(), chunk.q.compaction_due.copy()
         topic_th = self.thresholds(topic)  # resolved once: a pydantic validation per partition was 10 µs
@@ -345,7 +354,18 @@ class Controller:
             deadlines[row] = NONE if plan.deadline is None else plan.deadline
             due[row] = NONE if plan.compaction_due is None else plan.compaction_due
         self.metrics.partitions.update_many(chunk.calm_stats())
-        self.io.submit(self.state.schedule, topic, parts, deadlines.tolist(), due.tolist())
+        changed = self.scheduled.changed(topic, parts, deadlines, due)
+        if changed.all():
+            self.io.submit(self._store, topic, parts, deadlines.tolist(), due.tolist())
+        elif changed.any():
+            ix = np.flatnonzero(changed)
+            some = [parts[i] for i in ix.tolist()]
+            self.io.submit(self._store, topic, some, deadlines[ix].tolist(), due[ix].tolist())
+
+    def _store(self, topic: str, parts: list[int], deadlines: list[int], due: list[int]) -> None:
+        """Store a chunk's deadlines that changed (run by `self.io`), then remember them."""
+        self.state.schedule(topic, parts, deadlines, due)
+        self.scheduled.remember(topic, parts, deadlines, due)
 
     def _caps(self, chunk: TopicChunk, d: bulk.Due, now: int, topic_th: Thresholds) -> dict[int, int]:
         """row -> the compacted view's horizon, for the rows with a delete to cap (compaction service)."""
