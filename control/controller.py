@@ -27,7 +27,6 @@ from compactd.control.share import (
     TopicChunk,
     evaluate_share,
     plan_chunk,
-    read_chunk,
     split,
 )
 from compactd.errors import DeliveryTimeout, DependencyUnavailable
@@ -78,6 +77,8 @@ class _ChunkWrites:
     answered: list[ActionRecord] = field(default_factory=list)
     queued: list[ActionRecord] = field(default_factory=list)
     restore_checks: dict[str, None] = field(default_factory=dict)  # topics, in order
+    # (topic, partitions, deadlines, compaction-due times) whose values changed, stored behind the next reads
+    schedule: list[tuple[str, list[int], list[int], list[int]]] = field(default_factory=list)
 
     def flush(self, state: ControllerState, now: int) -> None:
         state.answer(now, *self.answered)
@@ -297,8 +298,8 @@ class Controller:
 
     def _evaluate(self, keys: Iterable[tuple[str, int]], trigger: str) -> None:
         """Evaluate in chunks (Redis round trips stay bounded however many partitions are due), each chunk topic by
-        topic. The reads of the next topics and the deadlines of the last ones go through `self.io` while this one
-        is planned; every call has finished when this returns."""
+        topic. The reads of the next chunks (each one pipelined round trip on a single server) and the deadlines of
+        the last ones go through `self.io` while this one is planned; every call has finished when this returns."""
         keys = list(dict.fromkeys(keys))
         self._mark_evaluated(keys)
         chunks: list[dict[str, list[int]]] = []
@@ -308,10 +309,9 @@ class Controller:
                 by_topic.setdefault(topic, []).append(n)
             chunks.append(by_topic)
         with self.io.settled():
-            calls = [(self.state, topic, parts) for by_topic in chunks for topic, parts in by_topic.items()]
-            reads = self.io.ahead(read_chunk, calls)
-            for by_topic in chunks:
-                self._evaluate_chunk(by_topic, trigger, reads)
+            reads = self.io.ahead(self.state.read_chunks, [(list(by_topic.items()),) for by_topic in chunks])
+            for by_topic, read in zip(chunks, reads, strict=True):
+                self._evaluate_chunk(by_topic, trigger, iter(read))
 
     def _evaluate_chunk(self, by_topic: dict[str, list[int]], trigger: str, reads: Iterator[ChunkRead]) -> None:
         """Evaluate a chunk topic by topic, each topic's partitions at once (`_evaluate_topic`)."""
@@ -320,6 +320,8 @@ class Controller:
         writes = _ChunkWrites()
         for topic, parts in by_topic.items():
             self._evaluate_topic(topic, parts, now, allowed, writes, next(reads))
+        if writes.schedule:
+            self.io.submit(self._store, writes.schedule)
         writes.flush(self.state, now)
         for topic in writes.restore_checks:  # after the flush: the check reads the records it wrote
             self._maybe_restore(topic, now)
@@ -331,8 +333,8 @@ class Controller:
         """Plan a chunk of one topic's partitions from its arrays: where nothing is due, a deadline, a compaction-due
         time and metrics (`bulk.quiet`); where a rule is crossed or a record waits, the decisions over arrays and the
         records judged one by one (`bulk.plans`). Only an excluded topic's partitions take the full pure plan
-        (`plan_partition`), which both restate (tests/unit/test_bulk_plan.py). Its deadlines are stored by `self.io`,
-        in order, behind the next reads: those that changed since this process stored them (control/scheduled.py)."""
+        (`plan_partition`), which both restate (tests/unit/test_bulk_plan.py). Its deadlines that changed since
+        this process stored them (control/scheduled.py) join the chunk's writes."""
         chunk = plan_chunk(self.state, self._layers(), topic, parts, now, read)
         deadlines, due = chunk.q.deadline.copy(), chunk.q.compaction_due.copy()
         topic_th = self.thresholds(topic)  # resolved once: a pydantic validation per partition was 10 µs
@@ -356,16 +358,17 @@ class Controller:
         self.metrics.partitions.update_many(chunk.calm_stats())
         changed = self.scheduled.changed(topic, parts, deadlines, due)
         if changed.all():
-            self.io.submit(self._store, topic, parts, deadlines.tolist(), due.tolist())
+            writes.schedule.append((topic, parts, deadlines.tolist(), due.tolist()))
         elif changed.any():
             ix = np.flatnonzero(changed)
             some = [parts[i] for i in ix.tolist()]
-            self.io.submit(self._store, topic, some, deadlines[ix].tolist(), due[ix].tolist())
+            writes.schedule.append((topic, some, deadlines[ix].tolist(), due[ix].tolist()))
 
-    def _store(self, topic: str, parts: list[int], deadlines: list[int], due: list[int]) -> None:
+    def _store(self, chunks: list[tuple[str, list[int], list[int], list[int]]]) -> None:
         """Store a chunk's deadlines that changed (run by `self.io`), then remember them."""
-        self.state.schedule(topic, parts, deadlines, due)
-        self.scheduled.remember(topic, parts, deadlines, due)
+        self.state.schedule_many(chunks)
+        for topic, parts, deadlines, due in chunks:
+            self.scheduled.remember(topic, parts, deadlines, due)
 
     def _caps(self, chunk: TopicChunk, d: bulk.Due, now: int, topic_th: Thresholds) -> dict[int, int]:
         """row -> the compacted view's horizon, for the rows with a delete to cap (compaction service)."""

@@ -32,6 +32,8 @@ class PartitionStore(Protocol):
 
     def schedule(self, topic: str, partitions: Sequence[int], deadlines: Sequence[int], due: Sequence[int]) -> None: ...
 
+    def schedule_many(self, chunks: Sequence[tuple[str, Sequence[int], Sequence[int], Sequence[int]]]) -> None: ...
+
     def oldest_compaction_due(self) -> int | None: ...
 
     def partitions(self, topic: str) -> list[int]: ...
@@ -75,3 +77,7 @@ class NudgeMemory(Protocol):
 
 class ControllerState(PartitionStore, Outbox, NudgeMemory, Protocol):
     """Everything the controller reads and writes."""
+
+    def read_chunks(
+        self, chunks: Sequence[tuple[str, list[int]]]
+    ) -> list[tuple[PartitionNumbers, dict[int, list[ActionRecord]]]]: ...

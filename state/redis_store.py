@@ -508,22 +508,26 @@ class RedisState:
         """A chunk of one topic's partitions as numbers (what `compactd explain TOPIC` ranks by and the controller
         evaluates in bulk): one read-only script call returning one MessagePack array (lua/explain_rank.lua)."""
         raw = self._script("explain_rank")(keys=[self.topic_base(topic)], args=[" ".join(map(str, partitions))])
-        nums = np.asarray(msgspec.msgpack.decode(raw), dtype=np.int64)
-        p = len(partitions)
-        head, segments = nums[1 : 1 + 5 * p], nums[1 + 5 * p :]
-        if head.size != 5 * p or segments.size != 5 * int(head[4::5].sum()):
-            raise ValueError(f"explain_rank.lua returned {nums.size} numbers for {p} partitions of {topic!r}")
-        head = head.reshape(p, 5)
-        return PartitionNumbers(
-            partitions=np.asarray(partitions, dtype=np.int64),
-            counted=np.full(p, nums[0], dtype=np.int64),
-            cleaned=head[:, 0].copy(),
-            log_start=head[:, 1].copy(),
-            zcard=head[:, 2].copy(),
-            lowest=head[:, 3].copy(),
-            nseg=head[:, 4].copy(),
-            segments=segments.reshape(-1, 5),
-        )
+        return _numbers(topic, partitions, raw)
+
+    def read_chunks(
+        self, chunks: Sequence[tuple[str, list[int]]]
+    ) -> list[tuple[PartitionNumbers, dict[int, list[ActionRecord]]]]:
+        """`partition_numbers` and `live_records` of several topics' chunks. On a single server in one pipelined
+        round trip: one per topic was most of an evaluation's wait at a million partitions, where a chunk spans
+        eight topics (issue 17). On a cluster, where redis-py does not pipeline scripts, one call each."""
+        if self.cluster or len(chunks) < 2:
+            return [(self.partition_numbers(t, ps), self.live_records(t, ps)) for t, ps in chunks]
+        rank, live = self._script("explain_rank"), self._script("live_records")
+        pipe = self.r.pipeline(transaction=False)
+        for topic, parts in chunks:
+            listed = " ".join(map(str, parts))
+            rank(keys=[self.topic_base(topic)], args=[listed], client=pipe)
+            live(keys=[self.k_rec], args=[topic, listed], client=pipe)
+        res = pipe.execute()
+        return [
+            (_numbers(topic, parts, res[2 * i]), _records(res[2 * i + 1])) for i, (topic, parts) in enumerate(chunks)
+        ]
 
     def live_deletes(self, topic: str) -> dict[int, ActionRecord]:
         """The topic's live delete_records records by partition. Scanned with a pattern rather than asked for by
@@ -572,10 +576,24 @@ class RedisState:
         """Store a chunk of one topic's deadlines and compaction-due times (-1: none) in one script call
         (lua/schedule.lua): the same entries as `set_deadlines` and `set_compaction_due`, without packing a command
         per partition in the client."""
-        if not partitions:
+        self.schedule_many([(topic, partitions, deadlines, due)])
+
+    def schedule_many(self, chunks: Sequence[tuple[str, Sequence[int], Sequence[int], Sequence[int]]]) -> None:
+        """`schedule` for several topics' chunks, pipelined in one round trip on a single server."""
+        script, keys = self._script("schedule"), [self.k_deadlines, self.k_compaction_due]
+        calls = [
+            [topic, " ".join(f"{n} {d} {c}" for n, d, c in zip(parts, deadlines, due, strict=True))]
+            for topic, parts, deadlines, due in chunks
+            if parts
+        ]
+        if self.cluster or len(calls) < 2:
+            for args in calls:
+                script(keys=keys, args=args)
             return
-        body = " ".join(f"{n} {d} {c}" for n, d, c in zip(partitions, deadlines, due, strict=True))
-        self._script("schedule")(keys=[self.k_deadlines, self.k_compaction_due], args=[topic, body])
+        pipe = self.r.pipeline(transaction=False)
+        for args in calls:
+            script(keys=keys, args=args, client=pipe)
+        pipe.execute()
 
     # set_deadlines, set_compaction_due and records: the per-partition commands `schedule` and `live_records`
     # replace in the controller, kept as the reference they are tested against (and for explain and tests)
@@ -613,15 +631,9 @@ class RedisState:
 
     def live_records(self, topic: str, partitions: Sequence[int]) -> dict[int, list[ActionRecord]]:
         """`records` for a chunk of one topic's partitions, only those that have any (lua/live_records.lua)."""
-        out: dict[int, list[ActionRecord]] = {}
         if not partitions:
-            return out
-        for raw in self._script("live_records")(keys=[self.k_rec], args=[topic, " ".join(map(str, partitions))]):
-            rec = ActionRecord.from_json(raw)
-            out.setdefault(rec.partition, []).append(rec)
-        for recs in out.values():
-            recs.sort(key=lambda r: r.action)  # `records` gives compact before delete_records
-        return out
+            return {}
+        return _records(self._script("live_records")(keys=[self.k_rec], args=[topic, " ".join(map(str, partitions))]))
 
     def enqueue(self, *recs: ActionRecord) -> None:
         """Record decisions and put them in the outbox in one transaction (one round trip for a batch's decisions)."""
@@ -768,3 +780,34 @@ class RedisState:
                 pipe.delete(key)
             return sum(int(x) for x in pipe.execute())
         return int(self.r.delete(*keys))
+
+
+def _numbers(topic: str, partitions: list[int], raw: bytes) -> PartitionNumbers:
+    """lua/explain_rank.lua's answer for `partitions` of `topic` as arrays."""
+    nums = np.asarray(msgspec.msgpack.decode(raw), dtype=np.int64)
+    p = len(partitions)
+    head, segments = nums[1 : 1 + 5 * p], nums[1 + 5 * p :]
+    if head.size != 5 * p or segments.size != 5 * int(head[4::5].sum()):
+        raise ValueError(f"explain_rank.lua returned {nums.size} numbers for {p} partitions of {topic!r}")
+    head = head.reshape(p, 5)
+    return PartitionNumbers(
+        partitions=np.asarray(partitions, dtype=np.int64),
+        counted=np.full(p, nums[0], dtype=np.int64),
+        cleaned=head[:, 0].copy(),
+        log_start=head[:, 1].copy(),
+        zcard=head[:, 2].copy(),
+        lowest=head[:, 3].copy(),
+        nseg=head[:, 4].copy(),
+        segments=segments.reshape(-1, 5),
+    )
+
+
+def _records(raws: Iterable[bytes]) -> dict[int, list[ActionRecord]]:
+    """lua/live_records.lua's answer by partition, compact before delete_records (as `records` gives them)."""
+    out: dict[int, list[ActionRecord]] = {}
+    for raw in raws:
+        rec = ActionRecord.from_json(raw)
+        out.setdefault(rec.partition, []).append(rec)
+    for recs in out.values():
+        recs.sort(key=lambda r: r.action)
+    return out

@@ -85,6 +85,12 @@ def test_partition_numbers_are_the_pipelined_views(redis_url: str, batches: list
             nums = state.partition_numbers(topic, parts)
             views = [nums.view(topic, row) for row in range(len(parts))]
             assert views == state.views_pipelined([(topic, p) for p in parts])
+    chunks = [(topic, [2, 0, 3, 1]) for topic in TOPICS]  # several topics in one pipelined round trip
+    for (nums, records), (topic, parts) in zip(state.read_chunks(chunks), chunks, strict=True):
+        assert [nums.view(topic, row) for row in range(len(parts))] == state.views_pipelined(
+            [(topic, p) for p in parts]
+        )
+        assert records == state.live_records(topic, parts)
 
 
 def test_offsets_read_whole_or_field_by_field_give_the_same_minimum(redis_url: str) -> None:
@@ -166,7 +172,9 @@ def test_live_records_and_schedule_equal_the_per_partition_commands(redis_url: s
         got = state.live_records("a", parts)
         want = state.records([("a", p) for p in parts])
         assert got == {p: r for (_, p), r in want.items() if r}
-    state.schedule("a", [1, 2, 3], [NOW + 5, -1, NOW + 7], [-1, NOW + 1, NOW + 2])
+        pipelined = [records for _, records in state.read_chunks([("a", parts), ("a.b", [1, 2])])]
+        assert pipelined == [got, state.live_records("a.b", [1, 2])] and pipelined[1]
+    state.schedule_many([("a", [1, 2, 3], [NOW + 5, -1, NOW + 7], [-1, NOW + 1, NOW + 2]), ("c", [1], [NOW], [-1])])
     state.set_deadlines({("b", 1): NOW + 5, ("b", 2): None, ("b", 3): NOW + 7})
     state.set_compaction_due({("b", 1): None, ("b", 2): NOW + 1, ("b", 3): NOW + 2})
     state.schedule("a", [3], [-1], [NOW + 3])  # a later chunk removes and moves
