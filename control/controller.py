@@ -356,11 +356,8 @@ class Controller:
             deadlines[row] = NONE if plan.deadline is None else plan.deadline
             due[row] = NONE if plan.compaction_due is None else plan.compaction_due
         self.metrics.partitions.update_many(chunk.calm_stats())
-        changed = self.scheduled.changed(topic, parts, deadlines, due)
-        if changed.all():
-            writes.schedule.append((topic, parts, deadlines.tolist(), due.tolist()))
-        elif changed.any():
-            ix = np.flatnonzero(changed)
+        ix = np.flatnonzero(self.scheduled.changed(topic, parts, deadlines, due))
+        if len(ix):
             some = [parts[i] for i in ix.tolist()]
             writes.schedule.append((topic, some, deadlines[ix].tolist(), due[ix].tolist()))
 

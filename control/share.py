@@ -89,8 +89,8 @@ ChunkRead = tuple[PartitionNumbers, dict[int, list[ActionRecord]]]
 
 
 def read_chunk(state: ControllerState, topic: str, parts: list[int]) -> ChunkRead:
-    """What planning a chunk reads: its numbers and its live records, one script call each."""
-    return state.partition_numbers(topic, parts), state.live_records(topic, parts)
+    """What planning a chunk reads: its numbers and its live records (`read_chunks`, the controller's read)."""
+    return state.read_chunks([(topic, parts)])[0]
 
 
 def plan_chunk(
