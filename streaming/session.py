@@ -21,11 +21,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from pyspark import SparkConf, SparkContext
 from pyspark.find_spark_home import _find_spark_home
@@ -128,13 +128,51 @@ def _launch(options: dict[str, str]) -> tuple[Any, SparkConf, tuple[Path, Path] 
     if sharing:
         conf.set("spark.driver.extraJavaOptions", f"{options['spark.driver.extraJavaOptions']} {' '.join(sharing)}")
     try:
-        return launch_gateway(conf, popen_kwargs={"start_new_session": True}), conf, archive
+        return _gateway(conf), conf, archive
     except Exception:
         if not sharing:
             raise
     log.warning("Spark's JVM did not start with class data sharing (%s): starting it without", sharing[0])
     conf.set("spark.driver.extraJavaOptions", options["spark.driver.extraJavaOptions"])
-    return launch_gateway(conf, popen_kwargs={"start_new_session": True}), conf, None
+    return _gateway(conf), conf, None
+
+
+def _gateway(conf: SparkConf) -> Any:
+    """Spark's JVM in a session of its own, its stderr passed on by a thread that keeps its Python workers'
+    tracebacks out (`forward_stderr`)."""
+    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True, "stderr": subprocess.PIPE})
+    threading.Thread(
+        target=forward_stderr, args=(gateway.proc.stderr, sys.stderr), daemon=True, name="compactd-spark-stderr"
+    ).start()
+    return gateway
+
+
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+
+def forward_stderr(lines: Iterable[bytes], out: TextIO) -> None:
+    """Pass on what Spark's JVM writes to stderr, except the tracebacks its Python workers print there (a streaming
+    source's worker that missed Spark's 10 s to connect back on a busy machine prints one, and compactd already says
+    in one line what it did about it). Each traceback, chained ones included, goes to the debug log instead."""
+    block: list[str] = []
+    state = "out"  # "in": frames until the exception line; "end": after it, where a chained traceback may follow
+    for raw in lines:
+        line = raw.decode(errors="replace")
+        starts = line.startswith("Traceback (most recent call last):")
+        if state == "end" and not (starts or not line.strip() or line.startswith(_CHAINED)):
+            log.debug("a Spark Python worker's traceback:\n%s", "".join(block).rstrip())
+            block, state = [], "out"
+        if state == "out" and not starts:
+            out.write(line)
+            out.flush()
+            continue
+        block.append(line)
+        if starts:
+            state = "in"
+        elif state == "in" and line[:1] not in (" ", "\t") and line.strip():
+            state = "end"  # the exception line
+    if block:
+        log.debug("a Spark Python worker's traceback:\n%s", "".join(block).rstrip())
 
 
 def stop_spark(spark: SparkSession, timeout_s: float = 10.0, graceful: bool = True) -> None:
