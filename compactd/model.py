@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
 
@@ -66,9 +67,9 @@ class PartitionView:
         return min((s.first_batch_max_ts for s in self.live_segments if s.end_offset > cleaned), default=None)
 
 
-@dataclass(frozen=True)
-class Decision:
-    """What the rules want done for a partition right now."""
+class Decision(msgspec.Struct, frozen=True):
+    """What the rules want done for a partition right now. A struct, built in C: a batch makes one per decided
+    partition, and a frozen dataclass took 2 µs to build (issue 17)."""
 
     action: ActionKind
     topic: str
@@ -80,9 +81,11 @@ class Decision:
     earliest_ts: int | None = None
 
 
-@dataclass(frozen=True)
-class ActionRecord:
-    """A decision as stored in the outbox and written to the audit topic (the action record of docs/contract.md)."""
+class ActionRecord(msgspec.Struct, frozen=True):
+    """A decision as stored in the outbox and written to the audit topic (the action record of docs/contract.md).
+
+    A struct: built in 0.2 µs (a frozen dataclass took 3.7), copied in 0.6 (5.1), decoded in 1.4 (2.7); a batch
+    deciding on 86k partitions builds, copies and decodes one or two a partition (issue 17)."""
 
     id: str
     action: ActionKind
@@ -96,7 +99,7 @@ class ActionRecord:
     delay_ms: int | None = None
     earliest_ts: int | None = None
     attempts: int = 1
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: dict[str, Any] = msgspec.field(default_factory=dict)
 
     @property
     def slot(self) -> str:
@@ -104,18 +107,28 @@ class ActionRecord:
         return f"{partition_key(self.topic, self.partition)}/{self.action}"
 
     def to_json(self) -> str:
-        """Compact JSON with sorted keys, encoded by msgspec from the dataclass: `dataclasses.asdict` deep-copies,
-        120 µs a record, most of the time a batch of 100k decisions spent on them (issue 17)."""
+        """Compact JSON with sorted keys, every field, null ones too (what older versions stored)."""
         return _RECORD_JSON.encode(self).decode()
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> ActionRecord:
-        """Decoded straight into the dataclass (2 µs; a dict then the constructor was 6.5). A record that does not
-        match the types (one an older version wrote) is read field by field, as before."""
+        """Decoded straight into the struct. A record that does not match the types (a status this version does not
+        know) is read field by field, unchecked, as before."""
         try:
             return _RECORD_DECODER.decode(raw)
         except msgspec.ValidationError:
             return cls(**msgspec.json.decode(raw))
+
+    @classmethod
+    def many_from_json(cls, raws: Sequence[bytes]) -> list[ActionRecord]:
+        """`from_json` of many records in one decode (a chunk's live records; 0.3 µs less each than one call a
+        record); one off the types makes the whole list go one by one."""
+        if not raws:
+            return []
+        try:
+            return _RECORDS_DECODER.decode(b"[" + b",".join(raws) + b"]")
+        except msgspec.ValidationError:
+            return [cls.from_json(raw) for raw in raws]
 
     def audit(self) -> dict[str, Any]:
         """The public action record: contract fields plus `attempts`; internal fields stay internal."""
@@ -138,16 +151,13 @@ class ActionRecord:
         return out
 
     def with_status(self, status: Status, **detail: Any) -> ActionRecord:
-        """A copy with a new status and more detail. Built field by field: `dataclasses.replace` took 10 µs a record,
-        a second of a batch answering 60k records (issue 17)."""
-        return ActionRecord(
-            self.id, self.action, self.topic, self.partition, self.reason, self.dry_run, self.decided_at, status,
-            self.before_offset, self.delay_ms, self.earliest_ts, self.attempts, {**self.detail, **detail},
-        )  # fmt: skip
+        """A copy with a new status and more detail."""
+        return msgspec.structs.replace(self, status=status, detail={**self.detail, **detail})
 
 
 _RECORD_JSON = msgspec.json.Encoder(order="sorted")  # every field, null ones too, keys sorted
 _RECORD_DECODER = msgspec.json.Decoder(ActionRecord)
+_RECORDS_DECODER = msgspec.json.Decoder(list[ActionRecord])
 
 
 def action_id(decision: Decision, attempts: int) -> str:

@@ -12,9 +12,10 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from compactd.clock import now_ms
@@ -81,8 +82,7 @@ class _ChunkWrites:
     schedule: list[tuple[str, list[int], list[int], list[int]]] = field(default_factory=list)
 
     def flush(self, state: ControllerState, now: int) -> None:
-        state.answer(now, *self.answered)
-        state.enqueue(*self.queued)
+        state.settle(now, self.answered, self.queued)
         self.answered.clear()
         self.queued.clear()
 
@@ -445,7 +445,8 @@ class Controller:
         for rec in self.state.outbox(now):
             th = self.thresholds(rec.topic, rec.partition if rec.partition >= 0 else None)
             if rec.dry_run or (th.dry_run and rec.action != "restore_config"):
-                done = self.dry.execute(replace(rec, dry_run=True))  # dry.run set since the decision: still dry
+                # dry.run set since the decision: still dry
+                done = self.dry.execute(msgspec.structs.replace(rec, dry_run=True))
             elif (why := self._why_not_now(rec, th, now)) is not None:
                 done = rec.with_status("skipped", why=why)
             elif not sending:
@@ -529,7 +530,7 @@ class Controller:
         completed = []
         for done in finished:
             if done.status == "failed":
-                self.state.retry(replace(done, status="pending"), int(done.detail["retry_at"]))
+                self.state.retry(msgspec.structs.replace(done, status="pending"), int(done.detail["retry_at"]))
                 self.outcomes["failed"] += 1
             elif audited:
                 completed.append(done)

@@ -12,8 +12,9 @@ An action record's lifecycle, in one place:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from typing import Any
+
+import msgspec
 
 from compactd.errors import UnsafeDecision
 from compactd.keys import partition_key
@@ -31,9 +32,8 @@ from compactd.policy.thresholds import Thresholds, group_counts
 NOT_CAUGHT_UP = "offsets not caught up"
 
 
-@dataclass(frozen=True)
-class PartitionPlan:
-    """What evaluating one partition at `now` wants done."""
+class PartitionPlan(msgspec.Struct, frozen=True):
+    """What evaluating one partition at `now` wants done (a struct: one a decided partition, built in C)."""
 
     topic: str
     partition: int
@@ -156,8 +156,7 @@ def plan_partition(
     )
 
 
-@dataclass(frozen=True)
-class Facts:
+class Facts(msgspec.Struct, frozen=True):
     """What planning reads of a partition besides the rules' decisions: `plan_partition` takes it from a view,
     `bulk.plans` from a chunk's arrays. `crossing`: `next_deadline` without records (the next threshold crossing)."""
 
@@ -193,7 +192,7 @@ def plan_decided(
         if decision.action == "delete_records" and view_cap is not None and decision.before_offset is not None:
             if view_cap <= f.log_start:
                 continue  # the view holds nothing beyond what is already gone: nothing may be deleted
-            decision = replace(decision, before_offset=min(decision.before_offset, view_cap))
+            decision = msgspec.structs.replace(decision, before_offset=min(decision.before_offset, view_cap))
         existing = next((r for r in live if r.action == decision.action), None)
         if not should_record(decision, existing, now, th.action_retry_ms):
             continue

@@ -637,12 +637,7 @@ class RedisState:
 
     def enqueue(self, *recs: ActionRecord) -> None:
         """Record decisions and put them in the outbox in one transaction (one round trip for a batch's decisions)."""
-        if not recs:
-            return
-        pipe = self.r.pipeline(transaction=True)
-        pipe.hset(self.k_rec, mapping={rec.slot: rec.to_json() for rec in recs})
-        pipe.zadd(self.k_outbox, {rec.slot: rec.decided_at for rec in recs})
-        pipe.execute()
+        self.settle(0, (), recs)
 
     def outbox(self, now: int | None = None, limit: int = 1000) -> list[ActionRecord]:
         """Records due by `now` (all when None), oldest first. A refused action's score is its next retry time."""
@@ -688,14 +683,30 @@ class RedisState:
     def answer(self, now: int, *recs: ActionRecord) -> None:
         """The cluster did what was asked: the records leave the live set, in one transaction (one each made a
         batch answering 60k compactions spend most of its time in round trips)."""
-        if not recs:
+        self.settle(now, recs, ())
+
+    def settle(self, now: int, answered: Sequence[ActionRecord], queued: Sequence[ActionRecord]) -> None:
+        """`answer` then `enqueue`, in one transaction: a chunk's answered records leave the live set (each kept as
+        its partition's last, answered at `now`) and its decisions enter it and the outbox. A slot answered and
+        decided again is only overwritten: at 1M partitions most answered slots are, and removing each first cost
+        Redis a command argument and the client its packing (issue 17)."""
+        if not answered and not queued:
             return
-        slots = [rec.slot for rec in recs]
-        last = {partition_key(r.topic, r.partition): r.with_status(r.status, answered_at=now).to_json() for r in recs}
-        pipe = self.r.pipeline(transaction=True)  # three commands, however many records (a reply each is slow)
-        pipe.hdel(self.k_rec, *slots)
-        pipe.zrem(self.k_outbox, *slots)
-        pipe.hset(self.k_last, mapping=last)
+        pipe = self.r.pipeline(transaction=True)  # a few commands, however many records (a reply each is slow)
+        if answered:
+            again = {rec.slot for rec in queued}
+            gone = [slot for slot in (rec.slot for rec in answered) if slot not in again]
+            if gone:
+                pipe.hdel(self.k_rec, *gone)
+                pipe.zrem(self.k_outbox, *gone)
+            pipe.hset(
+                self.k_last,
+                mapping={partition_key(r.topic, r.partition): r.with_status(r.status, answered_at=now).to_json()
+                         for r in answered},
+            )  # fmt: skip
+        if queued:
+            pipe.hset(self.k_rec, mapping={rec.slot: rec.to_json() for rec in queued})
+            pipe.zadd(self.k_outbox, {rec.slot: rec.decided_at for rec in queued})
         pipe.execute()
 
     def last_actions(self) -> dict[str, ActionRecord]:
@@ -802,12 +813,14 @@ def _numbers(topic: str, partitions: list[int], raw: bytes) -> PartitionNumbers:
     )
 
 
-def _records(raws: Iterable[bytes]) -> dict[int, list[ActionRecord]]:
+def _records(raws: Sequence[bytes]) -> dict[int, list[ActionRecord]]:
     """lua/live_records.lua's answer by partition, compact before delete_records (as `records` gives them)."""
     out: dict[int, list[ActionRecord]] = {}
-    for raw in raws:
-        rec = ActionRecord.from_json(raw)
-        out.setdefault(rec.partition, []).append(rec)
-    for recs in out.values():
-        recs.sort(key=lambda r: r.action)
+    for rec in ActionRecord.many_from_json(raws):
+        got = out.get(rec.partition)
+        if got is None:
+            out[rec.partition] = [rec]
+        else:
+            got.append(rec)
+            got.sort(key=lambda r: r.action)
     return out

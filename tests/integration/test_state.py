@@ -119,6 +119,35 @@ def test_outbox_lifecycle(rclient: redis.Redis) -> None:
     assert st.records([("t", 0)])[("t", 0)] == [] and st.last_actions()["t/0"].detail["answered_at"] == 5
 
 
+def test_settle_answers_and_decides_in_one_transaction_as_answer_then_enqueue_would(rclient: redis.Redis) -> None:
+    """A chunk's answered records and new decisions go in one transaction; a slot answered and decided again is only
+    overwritten. The state must be what `answer` then `enqueue` leave, slot by slot, outbox scores included."""
+
+    def rec(rid: str, n: int, at: int) -> ActionRecord:
+        return ActionRecord(rid, "compact", "t", n, "max_compaction_lag", True, at, "pending", earliest_ts=at)
+
+    def seed(prefix: str) -> RedisState:
+        st = RedisState(rclient, prefix)
+        st.enqueue(rec("old0", 0, 1), rec("old1", 1, 1), rec("old2", 2, 1), rec("old4", 4, 1))
+        st.complete(rec("old2", 2, 1).with_status("dry_run"))  # left the outbox, still live
+        return st
+
+    answered = [rec("old0", 0, 1), rec("old1", 1, 1), rec("old2", 2, 1)]  # old1 is not decided again
+    queued = [rec("new0", 0, 7), rec("new2", 2, 7), rec("new3", 3, 7)]
+    one, two = seed("one"), seed("two")
+    one.settle(9, answered, queued)
+    two.answer(9, *answered)
+    two.enqueue(*queued)
+    for state in (one, two):
+        live = {k[1]: [r.id for r in v] for k, v in state.records([("t", n) for n in range(5)]).items()}
+        assert live == {0: ["new0"], 1: [], 2: ["new2"], 3: ["new3"], 4: ["old4"]}
+        assert {k: v.id for k, v in state.last_actions().items()} == {"t/0": "old0", "t/1": "old1", "t/2": "old2"}
+        assert state.last_actions()["t/0"].detail["answered_at"] == 9
+    assert [(r.id, r.decided_at) for r in one.outbox()] == [(r.id, r.decided_at) for r in two.outbox()]
+    assert [r.id for r in one.outbox()] == ["old4", "new0", "new2", "new3"]
+    assert rclient.hgetall(one.k_rec) == rclient.hgetall(two.k_rec)
+
+
 def membership(group: str, assigned: dict[str, list[int]]) -> BatchChanges:
     c = BatchChanges()
     c.assignments[group] = assigned
