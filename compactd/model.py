@@ -25,9 +25,9 @@ Reason = Literal[
 Status = Literal["pending", "dry_run", "sent", "failed", "skipped"]
 
 
-@dataclass(frozen=True, order=True)
-class Segment:
-    """A closed segment holding offsets [base_offset, end_offset)."""
+class Segment(msgspec.Struct, frozen=True, order=True):
+    """A closed segment holding offsets [base_offset, end_offset). A struct, ordered as a tuple of its fields: a batch
+    at 1M partitions builds 90k from Spark's rows, at 0.2 µs each against 2 as a frozen dataclass (issue 17)."""
 
     base_offset: int
     end_offset: int
