@@ -6,7 +6,7 @@ Values that age with time (compaction delay) are kept as timestamps and turned i
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import msgspec
 
 from compactd.model import PartitionView
 from compactd.policy.rules import (
@@ -20,9 +20,10 @@ from compactd.policy.thresholds import Thresholds
 RULES = ("max_compaction_lag", "consumed_retention", "forced_retention")
 
 
-class PartitionStats(NamedTuple):
-    """A tuple (built in C): the controller makes one per evaluated partition, 100k in a busy batch; a frozen
-    dataclass took 2.6 µs to build, this 0.6 µs."""
+class PartitionStats(msgspec.Struct, frozen=True, gc=False):
+    """A struct (built in C): the controller makes one per evaluated partition, 259k in a busy batch at 1M, and keeps
+    the last of each. Untracked by the garbage collector (it holds numbers and a tuple of pairs, never a cycle): as
+    a NamedTuple every one of them stayed tracked, and each full collection in a batch walked them all (issue 17)."""
 
     earliest_ts: int | None  # KIP-354 earliest uncompacted timestamp (None: nothing dirty)
     lag_ms: int | None  # max.compaction.lag.ms in force (None: no compaction bound)
