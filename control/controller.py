@@ -31,6 +31,7 @@ from compactd.control.share import (
     split,
 )
 from compactd.errors import DeliveryTimeout, DependencyUnavailable
+from compactd.gc_pause import gc_paused
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord
 from compactd.policy import bulk
@@ -169,7 +170,7 @@ class Controller:
         holds only its group-level changes."""
         if self.shares or run_shares is not None:
             return self._on_batch_shared(stream_id, batch_id, changes, run_shares)
-        with self.lock:
+        with self.lock, gc_paused():
             started = time.monotonic()
             per_topic: dict[str, Thresholds] = {}  # resolve each topic's thresholds once per batch
 
@@ -196,7 +197,7 @@ class Controller:
         """`on_batch` with the per-topic work in `self.shares` shares (control/share.py), each merged and planned on
         its own; the driver keeps group-level changes, the full plans, the metrics and the outbox. Same state and
         same decisions as evaluating here (tests/integration/test_shares.py)."""
-        with self.lock:
+        with self.lock, gc_paused():
             self.scheduled.off()  # the shares store deadlines too: this process cannot know what Redis holds
             started = time.monotonic()
             now = self.clock()
@@ -231,13 +232,13 @@ class Controller:
 
     def tick(self) -> None:
         """Evaluate the partitions whose deadline has passed, and drain the outbox."""
-        with self.lock:
+        with self.lock, gc_paused():
             self._evaluate(self.state.due(self.clock()), "deadline")
             self._dispatch()
 
     def evaluate(self, keys: Iterable[tuple[str, int]], trigger: str) -> int:
         """Evaluate these partitions now (a config change touched them); returns how many."""
-        with self.lock:
+        with self.lock, gc_paused():
             keys = list(keys)
             self._evaluate(keys, trigger)
             self._dispatch()
@@ -278,7 +279,7 @@ class Controller:
         passed since. A partition a batch of this run evaluated seconds ago would plan the same again: only time or a
         change makes a plan differ, and a change goes through a batch or a config event, which evaluate what they
         touch. Returns how many were evaluated."""
-        with self.lock:
+        with self.lock, gc_paused():
             done = self._evaluated or {}
             keys = [(t, n) for t, n in self.state.all_partitions() if n not in done.get(t, ())]
             keys = list(dict.fromkeys(keys + self.state.due(self.clock())))
@@ -288,7 +289,7 @@ class Controller:
 
     def evaluate_all(self) -> int:
         """Evaluate every known partition (`run --once`, and start-up after a long pause); returns how many."""
-        with self.lock:
+        with self.lock, gc_paused():
             keys = self.state.all_partitions()
             self._evaluate(keys, "full")
             self._dispatch()

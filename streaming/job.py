@@ -17,6 +17,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from compactd.gc_pause import gc_paused
 from compactd.kafka.admin import Offsets
 from compactd.kafka.config import KafkaConnection
 from compactd.streaming.aggregate import (
@@ -102,6 +103,12 @@ class StreamingJob:
         return self.spec.source_format == "compactd-kafka" and self.spec.decode_in_source
 
     def process_batch(self, df: DataFrame, batch_id: int) -> None:
+        """foreachBatch: the batch's rows to changes, then the handler (merge, decide, act), with the garbage collector
+        held off (compactd/gc_pause.py)."""
+        with gc_paused():
+            self._process_batch(df, batch_id)
+
+    def _process_batch(self, df: DataFrame, batch_id: int) -> None:
         if self.spec.shares:
             self._process_in_shares(df, batch_id)
             return
