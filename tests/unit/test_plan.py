@@ -113,3 +113,7 @@ def test_records_round_trip_through_json_and_a_record_off_the_types_still_reads(
     assert ActionRecord.from_json(raw) == rec == ActionRecord.from_json(raw.encode())
     odd = raw.replace('"pending"', '"queued"')  # not a status this version knows: read as it is, not refused
     assert ActionRecord.from_json(odd).status == "queued"
+    other = msgspec.structs.replace(rec, partition=4)
+    assert ActionRecord.many_from_json([raw.encode(), other.to_json().encode()]) == [rec, other]
+    mixed = ActionRecord.many_from_json([raw.encode(), odd.encode()])  # one odd record: each read on its own
+    assert [r.status for r in mixed] == ["pending", "queued"] and ActionRecord.many_from_json([]) == []
