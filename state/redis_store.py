@@ -697,8 +697,9 @@ class RedisState:
         if not answered and not queued:
             return
         pipe = self.r.pipeline(transaction=True)  # a few commands, however many records (a reply each is slow)
+        slots = [rec.slot for rec in queued]
         if answered:
-            again = {rec.slot for rec in queued}
+            again = set(slots)
             gone = [slot for slot in (rec.slot for rec in answered) if slot not in again]
             if gone:
                 pipe.hdel(self.k_rec, *gone)
@@ -709,8 +710,8 @@ class RedisState:
                          for r in answered},
             )  # fmt: skip
         if queued:
-            pipe.hset(self.k_rec, mapping={rec.slot: rec.to_json() for rec in queued})
-            pipe.zadd(self.k_outbox, {rec.slot: rec.decided_at for rec in queued})
+            pipe.hset(self.k_rec, mapping={slot: rec.to_json() for slot, rec in zip(slots, queued, strict=True)})
+            pipe.zadd(self.k_outbox, {slot: rec.decided_at for slot, rec in zip(slots, queued, strict=True)})
         pipe.execute()
 
     def last_actions(self) -> dict[str, ActionRecord]:
