@@ -1,10 +1,14 @@
 """Kafka's `__consumer_offsets` record format: decode every record a broker writes, encode for fixtures.
 
-Keys: int16 version; v0/v1 OffsetCommitKey (group, topic, partition), v2 GroupMetadataKey (group); v3+ are
-KIP-848 consumer-group and share-group records, which compactd skips (and counts). A null value is a tombstone.
-Values: OffsetCommitValue v0-v4 (v4 flexible: compact strings, tagged fields; tag 0 = topic id) and
-GroupMetadataValue v0-v4 (v4 flexible). All big-endian. Peer tools broke on v2 values, on tombstones and on
-the v4 compact-string length (an unsigned varint, not one byte): each has a test here.
+Keys: int16 version; v0/v1 OffsetCommitKey (group, topic, partition), v2 GroupMetadataKey (group). Every key version
+>= 3 (KIP-848 consumer-group, KIP-932 share-group, 16 = KIP-848 regex subscriptions, whatever newer brokers add)
+holds no offset compactd needs: skipped and counted, not sent to the DLQ. A negative version is an error. A null
+value is a tombstone. Values: OffsetCommitValue v0-v4 (v4 flexible: compact strings, tagged fields; tag 0 = topic
+id) and GroupMetadataValue v0-v4 (v4 flexible), strict: trailing bytes are an error. A value version above 4 is
+read with v4's layout and anything after it is ignored, because Kafka's compatibility rules only append fields or
+add tagged ones (KIP-915: new fields are tags, the version stays 4) and never move the offset, which stays first; only a
+value that cannot hold even v4's fields is an error. All big-endian. Peer tools broke on v2 values, on tombstones
+and on the v4 compact-string length (an unsigned varint, not one byte): each has a test here.
 """
 
 from __future__ import annotations
@@ -193,7 +197,7 @@ class GroupKey:
 
 @dataclass(frozen=True)
 class OtherKey:
-    """KIP-848 / share-group records (key version ≥ 3): not offsets compactd needs."""
+    """Any key version >= 3 (KIP-848, share groups, newer brokers' records): not offsets compactd needs."""
 
     version: int
 
@@ -246,27 +250,34 @@ class GroupValue:
 
 
 Key = OffsetKey | GroupKey | OtherKey
-MAX_KEY_VERSION = 15
+NEWEST_VALUE_VERSION = 4  # both value schemas; newer versions are read with this one's layout
 
 
 def decode_key(data: bytes) -> Key:
+    """Versions 0-2 in full; any version >= 3 is `OtherKey` (its body unread: brokers keep adding record types)."""
     r = _Reader(data)
     version = r.i16()
     if version in (0, 1):
         key: Key = OffsetKey(version, str(r.string()), str(r.string()), r.i32())
     elif version == 2:
         key = GroupKey(version, str(r.string()))
-    elif 3 <= version <= MAX_KEY_VERSION:
+    elif version >= 3:
         return OtherKey(version)
     else:
-        raise DecodeError(f"unknown key version {version}")
+        raise DecodeError(f"negative key version {version}")
     r.end(f"key v{version}")
     return key
 
 
 def decode_offset_value(data: bytes) -> OffsetValue:
+    """v0-v4 exactly; above v4, v4's fields and nothing more (the bytes after them may be new fields or tags, so
+    the topic id tag is not looked for)."""
     r = _Reader(data)
     v = r.i16()
+    if v > NEWEST_VALUE_VERSION:
+        offset, epoch = r.i64(), r.i32()
+        metadata, ts = str(r.compact_string()), r.i64()
+        return OffsetValue(v, offset, metadata, ts, leader_epoch=epoch)
     if v in (0, 2):
         out = OffsetValue(v, r.i64(), str(r.string()), r.i64())
     elif v == 1:
@@ -281,17 +292,18 @@ def decode_offset_value(data: bytes) -> OffsetValue:
         topic_id = str(uuid.UUID(bytes=tags[0])) if len(tags.get(0, b"")) == 16 else None
         out = OffsetValue(v, offset, metadata, ts, leader_epoch=epoch, topic_id=topic_id)
     else:
-        raise DecodeError(f"unknown offset commit value version {v}")
+        raise DecodeError(f"negative offset commit value version {v}")
     r.end(f"offset value v{v}")
     return out
 
 
 def decode_group_value(data: bytes) -> GroupValue:
+    """v0-v4 exactly; above v4, v4's fields up to the members and nothing after them (new fields or tags)."""
     r = _Reader(data)
     v = r.i16()
-    if not 0 <= v <= 4:
-        raise DecodeError(f"unknown group metadata value version {v}")
-    flex = v >= 4
+    if v < 0:
+        raise DecodeError(f"negative group metadata value version {v}")
+    flex, newer = v >= 4, v > NEWEST_VALUE_VERSION
 
     def s(nullable: bool = False) -> str | None:
         return r.compact_string(nullable) if flex else r.string(nullable)
@@ -315,9 +327,10 @@ def decode_group_value(data: bytes) -> GroupValue:
         members.append(
             Member(member_id, client_id, client_host, session, subscription, assignment, rebalance, instance)
         )
-    if flex:
-        r.tagged_fields()
-    r.end(f"group value v{v}")
+    if not newer:
+        if flex:
+            r.tagged_fields()
+        r.end(f"group value v{v}")
     return GroupValue(v, protocol_type, generation, protocol, leader, state_ts, tuple(members))
 
 
