@@ -30,6 +30,7 @@ from compactd.control.state_guard import REBUILDING, StateGuard
 from compactd.errors import ConfigError, DependencyUnavailable, ForcedStop, QueryFailed, StopTimeout
 from compactd.kafka.admin import admin_client, check_reachable, ensure_topics, high_watermarks, list_end_offsets
 from compactd.kafka.groups import ClusterGroupOffsets
+from compactd.kafka.topics import ClusterTopics
 from compactd.metrics import Metrics, default_metrics
 from compactd.model import ActionRecord
 from compactd.policy.plan import NOT_CAUGHT_UP
@@ -103,6 +104,7 @@ class Application:
         self.rebuilding = False
         ttl_s = settings.cluster_offsets_ttl_ms / 1000
         self.group_offsets = ClusterGroupOffsets(conn, ttl_s) if settings.cluster_offsets_check else None
+        self.cluster_topics = ClusterTopics(conn)
         self.controller = Controller(
             self.state,
             settings.thresholds,
@@ -115,6 +117,7 @@ class Application:
             own_topics=frozenset(settings.own_topics()),
             cluster_offsets=None if self.group_offsets is None else self.group_offsets.committed,
             view_cap=lambda *args: self.compaction.view_cap(*args),
+            topics=self.cluster_topics,
         )
         self.config = RuntimeConfig(self.state, settings.thresholds, settings.secrets(), self.controller, self.metrics)
         self.compaction = CompactionTrigger(
@@ -146,6 +149,7 @@ class Application:
         self.forced = False  # a second signal: leave without waiting for the running batch
         self._slow_worker_restarts = 0  # queries restarted because Spark's Python worker started too slowly
         self._sampled_at = 0.0
+        self._topics_checked_at = 0.0
 
     def _compaction_spark(self) -> SparkSession:
         """A session of its own for a compaction run, next to the stream's, in a fair-scheduler pool of its own:
@@ -223,6 +227,7 @@ class Application:
                 self._closers.append(component.close)
             if self.group_offsets is not None:
                 self._closers.append(self.group_offsets.close)
+            self._closers.append(self.cluster_topics.close)
             self._arm_readiness()
             if once and self._nothing_to_read():
                 log.info(
@@ -488,6 +493,7 @@ class Application:
                         self._state_lost(lost)
                         continue
                     self.controller.tick()
+                    self._check_topics()
                     self.compaction.tick()
                     if warming:  # metrics of partitions no batch touched yet, one chunk per tick
                         warming = self.controller.warm_metrics() > 0
@@ -595,6 +601,13 @@ class Application:
             self._admin = admin_client(self.conn)
         latest = list_end_offsets(self._admin, self.settings.source_topics(), "high")
         return all(end <= done.get(topic, {}).get(p, 0) for topic, parts in latest.items() for p, end in parts.items())
+
+    def _check_topics(self) -> None:
+        """Re-created and deleted topics (Controller.sweep_topics), every topic_check_interval_ms."""
+        if time.monotonic() - self._topics_checked_at < self.settings.topic_check_interval_ms / 1000:
+            return
+        self._topics_checked_at = time.monotonic()
+        self.controller.sweep_topics()
 
     def _sample(self) -> None:
         """Gauges that need a round trip (source lag: one ListOffsets; Redis size), every metrics.sample_interval_ms."""

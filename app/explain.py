@@ -576,6 +576,9 @@ def format_text(e: Mapping[str, Any]) -> str:
             lines.append(f"    action: {_describe(r['action'], now)}")
         if r["next"]:
             lines.append(f"    next: {_at(r['next']['at'], now)}: {r['next']['what']}")
+    if e.get("reset"):
+        reset = e["reset"]
+        lines.append(f"  reset     {_at(reset['at'], now)}: topic re-created ({reset['why']}); state re-learned since")
     lines.append(f"  last      {_describe(e['last_action'], now) if e['last_action'] else 'no action yet'}")
     nxt = e["next"]
     lines.append(f"  next      {_at(nxt['at'], now)}: {nxt['what']}" if nxt else "  next      nothing scheduled")
@@ -618,6 +621,7 @@ class Target:
     scoped: frozenset[int]  # partitions with a partition scope of their own
     topic_rules: tuple[Thresholds, dict[str, str], str | None]  # thresholds, their sources, the exclusion
     manifest: Manifest | None = None  # the compacted view's published generation (compaction service), from Redis
+    reset: dict[str, Any] | None = None  # the topic's last reset (a re-created topic): {"at", "why", "partitions"}
 
     def rules(self, n: int) -> tuple[Thresholds, dict[str, str], str | None]:
         """Partition n's thresholds, their sources and its exclusion: the topic's unless a partition scope exists."""
@@ -634,8 +638,10 @@ def read_target(state: RedisState, settings: Settings, target: str) -> Target:
     applied = {s: AppliedLayer.from_json(v) for s, v in state.config_layers().items()}
     layers = effective_layers(settings.thresholds, applied)  # what the job applies: the file, then config events
     groups = state.topic_groups(topic, partition)
+    reset = state.reset_cause(topic)
     if not groups.size:
-        raise UsageError(f"unknown topic {topic!r}: compactd has no state for it")
+        since = "" if reset is None else f" (reset, re-created: {reset['why']}; it re-learns from its next events)"
+        raise UsageError(f"unknown topic {topic!r}: compactd has no state for it{since}")
     if partition is not None and not groups.partitions:
         raise UsageError(
             f"unknown partition {partition_key(topic, partition)}: compactd knows {groups.size} other "
@@ -649,7 +655,7 @@ def read_target(state: RedisState, settings: Settings, target: str) -> Target:
     return Target(
         topic, partition, layers, applied, groups, state.gate(), Caps(g.actions_per_second, g.max_concurrent_nudges),
         own, scoped, (th, threshold_sources(layers, applied, topic, None), topic_excluded(topic, th, own)),
-        CompactionState(state.r, settings.key_prefix).manifest(topic),
+        CompactionState(state.r, settings.key_prefix).manifest(topic), reset,
     )  # fmt: skip
 
 
@@ -680,9 +686,11 @@ def explanations(state: RedisState, t: Target, partitions: Sequence[int], now: i
             th, src, excluded = t.rules(d.view.partition)
             here = groups_here(d, t.groups)
             cap = retention_cap(t.manifest, th.compaction_service, d.view.partition, now, th.compaction_view_grace_ms)
-            yield explain_partition(
+            e = explain_partition(
                 d.view, th, src, here, t.gate, d.records, d.last, d.deadline, now, excluded, caps, cap
             )
+            e["reset"] = t.reset
+            yield e
 
 
 def iter_explain(

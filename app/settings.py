@@ -90,6 +90,9 @@ class Settings(BaseSettings):
     # compactd's principal needs Describe on the groups. Off only where the cluster refuses it.
     cluster_offsets_check: bool = True
     cluster_offsets_ttl_ms: int = Field(5_000, ge=0)
+    # how often the known topics are checked against the cluster (one DescribeTopics round): a changed topic ID
+    # resets a re-created topic's state, a topic missing from two checks in a row is forgotten
+    topic_check_interval_ms: int = Field(60_000, gt=0)
     # while Redis does not answer, a batch waits and is retried with backoff doubling up to this long
     redis_retry_max_ms: int = Field(10_000, gt=0)
     # how often the job checks the topics with compaction.service on for a due run (one ListOffsets per topic)

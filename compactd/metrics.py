@@ -106,6 +106,14 @@ class Metrics:
             "Times Redis did not hold the state the checkpoint assumes (flushed, restarted empty, lost writes)",
             registry=registry,
         )
+        self.topic_resets = Counter(
+            "compactd_topic_resets",
+            "Times a topic's state was reset because its log is not the one the state described (re-created topic)",
+            registry=registry,
+        )
+        self.topics_forgotten = Counter(
+            "compactd_topics_forgotten", "Topics deleted from the cluster whose state was dropped", registry=registry
+        )
         self.state_rebuilding = Gauge(
             "compactd_state_rebuilding",
             "1 while a lost state is rebuilt from the sources (deletes held)",

@@ -20,6 +20,7 @@ import numpy as np
 
 from compactd.clock import now_ms
 from compactd.control.io_ahead import IoAhead
+from compactd.control.lifecycle import Lifecycle, TopicReader
 from compactd.control.scheduled import Scheduled
 from compactd.control.share import (
     ChunkRead,
@@ -103,10 +104,13 @@ class Controller:
         cluster_offsets: Callable[[str], Mapping[str, Mapping[int, int]]] | None = None,
         view_cap: ViewCap | None = None,
         shares: int = 0,
+        topics: TopicReader | None = None,
     ) -> None:
         """`cluster_offsets(topic)`: group -> partition -> committed offset as the cluster has it, read right before
         each consumed-retention delete (None: no such check, for tests without a cluster). `view_cap(topic,
-        partition, thresholds, now, fresh)`: the compacted view's horizon no delete may pass (None: no view)."""
+        partition, thresholds, now, fresh)`: the compacted view's horizon no delete may pass (None: no view).
+        `topics`: topic IDs and watermarks from the cluster, checked right before a delete or a nudge goes and by
+        `sweep_topics` (control/lifecycle.py; None: only the sink's own log-end check)."""
         self.state = state
         self.layers = dict(layers)
         self.own_topics = own_topics
@@ -135,6 +139,7 @@ class Controller:
         self.io = IoAhead()
         # the deadlines this process stored: an evaluation writes the ones that changed (control/scheduled.py)
         self.scheduled = Scheduled()
+        self.lifecycle = Lifecycle(state, topics, metrics, self._forget_partitions)
 
     # ---- configuration ----
 
@@ -259,6 +264,17 @@ class Controller:
                     if not topic_excluded(view.topic, th, self.own_topics) and key not in self.metrics.partitions:
                         self.metrics.partitions.update(key, partition_stats(view, th, now))
             return len(self._unwarmed)
+
+    def sweep_topics(self) -> None:
+        """Re-created and deleted topics, found by one DescribeTopics round over the known topics (lifecycle.py)."""
+        with self.lock:
+            self.lifecycle.sweep(self.clock())
+
+    def _forget_partitions(self, topic: str, parts: list[int]) -> None:
+        """A topic's state was reset or dropped: what this process remembers of its partitions goes too."""
+        self.scheduled.forget()
+        for n in parts:
+            self.metrics.partitions.forget((topic, n))
 
     def forget_scheduled(self) -> None:
         """The state was wiped (a rebuild): store every deadline again."""
@@ -462,8 +478,8 @@ class Controller:
                         held += 1  # waits in the outbox until a nudged partition shows up compacted
                         continue
                 try:
-                    why = self._cluster_says_no(rec, th)
-                except DependencyUnavailable as exc:  # the cluster cannot vouch for the delete: not now
+                    why = self._stale(rec) or self._cluster_says_no(rec, th)
+                except DependencyUnavailable as exc:  # the cluster cannot vouch for the action: not now
                     done, why = rec.with_status("failed", error=str(exc)), None
                 else:
                     if why is not None:
@@ -475,6 +491,8 @@ class Controller:
                         sending = False  # the rate cap is global: nothing else may go this round
                         continue
                     done = self.sink.execute(rec)
+                    if done.detail.get("stale"):  # the sink's own last check: a delete past the log end
+                        self.lifecycle.stale(rec.topic, f"{rec.topic}/{rec.partition}: {done.detail['stale']}")
                 if done.status == "sent" and rec.action == "compact" and in_flight is not None:
                     in_flight += 1
                 if done.status == "failed":
@@ -486,6 +504,7 @@ class Controller:
         self.held_back = rate_held
         self.metrics.actions_held.set(held)
         self._finish(finished)
+        self.lifecycle.settle(now)  # after the records went: a reset drops them from the live set
         self.metrics.outbox_depth.set(self.state.outbox_depth())
 
     def _why_not_now(self, rec: ActionRecord, th: Thresholds, now: int) -> str | None:
@@ -500,6 +519,16 @@ class Controller:
             return excluded
         cap = None if self.view_cap is None else self.view_cap(rec.topic, rec.partition, th, now, True)
         return send_check(rec, view, th, now, excluded, cap)
+
+    def _stale(self, rec: ActionRecord) -> str | None:
+        """Why `rec` must not go because its topic is not the log its state describes (control/lifecycle.py)."""
+        if rec.action not in ("delete_records", "compact"):
+            return None
+        view = self.state.views([(rec.topic, rec.partition)])[0] if self.lifecycle.reader is not None else None
+        try:
+            return self.lifecycle.check(rec, view)
+        except Exception as exc:  # the cluster cannot say which log it holds: hold the action
+            raise DependencyUnavailable("Kafka", rec.topic, "the topic's Describe ACL", str(exc)) from None
 
     def _cluster_says_no(self, rec: ActionRecord, th: Thresholds) -> str | None:
         """The last guard before a consumed-retention delete goes: the committed offsets of the topic's groups as

@@ -1,7 +1,8 @@
 """Acts on a real Kafka cluster through the AdminClient.
 
-- delete_records: KIP-107 DeleteRecords, only on topics whose `cleanup.policy` has `delete`, with the offset
-  clamped to the high watermark.
+- delete_records: KIP-107 DeleteRecords, only on topics whose `cleanup.policy` has `delete`. An offset past the
+  high watermark is never clamped and sent: only a state describing another log (a re-created topic) asks for it,
+  so the record is skipped with `detail.stale` and the controller resets the topic (control/lifecycle.py).
 - compact: Kafka has no "compact now" call, so the topic config named by `compaction.nudge` is set to a
   value that makes the cleaner pick the log up at once; the value it replaced is remembered and put
   back (restore_config) once the partition shows up compacted.
@@ -24,6 +25,7 @@ from confluent_kafka.admin import (
 from compactd.kafka.admin import admin_client
 from compactd.kafka.config import KafkaConnection
 from compactd.model import ActionRecord
+from compactd.policy.identity import STALE
 from compactd.state.protocols import NudgeMemory
 
 # Values that make KIP-354's check fire immediately, or make the cleaner see the log as dirty enough.
@@ -77,17 +79,18 @@ class KafkaAdminSink:
         low, high = self._watermarks.get_watermark_offsets(
             TopicPartition(rec.topic, rec.partition), timeout=self.timeout_s, cached=False
         )
-        before, extra = rec.before_offset, {}
-        if before > high:  # never ask past the end of the log; the record says what was asked and why
-            before, extra = high, {"clamped_from": before, "high_watermark": high}
+        before = rec.before_offset
+        if before > high:
+            stale = f"a delete to offset {before} is past the log end {high}"
+            return rec.with_status("skipped", why=f"{STALE}: {stale}", stale=stale, high_watermark=high)
         if before <= low:
-            return rec.with_status("sent", low_watermark=low, why="already below log start", **extra)
+            return rec.with_status("sent", low_watermark=low, why="already below log start")
         futures = self.admin.delete_records(
             [TopicPartition(rec.topic, rec.partition, before)], request_timeout=self.timeout_s
         )
         for fut in futures.values():
             result = fut.result(timeout=self.timeout_s)
-            return rec.with_status("sent", low_watermark=getattr(result, "low_watermark", None), **extra)
+            return rec.with_status("sent", low_watermark=getattr(result, "low_watermark", None))
         return rec.with_status("failed", error="no result from delete_records")
 
     def cleanup_policy(self, topic: str) -> str:

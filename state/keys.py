@@ -15,6 +15,8 @@
 <prefix>:{act}:rec / outbox / last / nudge   the action records and their bookkeeping (one slot)
 <prefix>:{state}                hash: the state epoch, the last merged batch per stream, a rebuild's targets, the gate
 <prefix>:topics, <prefix>:gt:<group>         indexes (single-key operations only)
+<prefix>:topic-ids              hash: topic -> the topic ID (KIP-516) its state describes, where the cluster reports one
+<prefix>:resets                 hash: topic -> JSON {"at", "why", "partitions"} of its last reset (re-created topic)
 """
 
 from __future__ import annotations
@@ -113,6 +115,14 @@ class RedisKeys:
         last merged batch), `rebuild` (source offsets a rebuild must reach), and `gate` = JSON {"open", "why",
         "since"} of the delete gate, for explain."""
         return f"{self.prefix}:{{state}}"
+
+    @property
+    def topic_ids(self) -> str:
+        return f"{self.prefix}:topic-ids"
+
+    @property
+    def resets(self) -> str:
+        return f"{self.prefix}:resets"
 
     @property
     def config_layers(self) -> str:

@@ -77,7 +77,21 @@ class NudgeMemory(Protocol):
     def forget_config(self, topic: str, key: str) -> None: ...
 
 
-class ControllerState(PartitionStore, Outbox, NudgeMemory, Protocol):
+class TopicStore(Protocol):
+    """Which incarnation of a topic the state describes, and dropping a topic's state (control/lifecycle.py)."""
+
+    def topics(self) -> list[str]: ...
+
+    def topic_id(self, topic: str) -> str | None: ...
+
+    def set_topic_id(self, topic: str, topic_id: str) -> None: ...
+
+    def reset_topic(self, topic: str, why: str, now: int) -> list[int]: ...
+
+    def forget_topic(self, topic: str) -> list[int]: ...
+
+
+class ControllerState(PartitionStore, Outbox, NudgeMemory, TopicStore, Protocol):
     """Everything the controller reads and writes."""
 
     def read_chunks(

@@ -25,7 +25,18 @@ from compactd.state.keys import OFFSET_BUCKET, RedisKeys
 
 MAX_SAFE_INT = 2**53  # Lua and zset scores are doubles: integers above this lose digits
 # the scripts in lua/ (offsets.lua, part.lua and counted.lua are included by them, not run)
-SCRIPTS = ("merge", "recount", "explain", "explain_rank", "in_flight", "views", "live_records", "schedule", "layout")
+SCRIPTS = (
+    "merge",
+    "recount",
+    "explain",
+    "explain_rank",
+    "in_flight",
+    "views",
+    "live_records",
+    "schedule",
+    "layout",
+    "reset",
+)
 MERGE_SLICE = 64  # topics merged per pipelined round trip
 _MERGE_JSON = msgspec.json.Encoder()
 LOWEST = 4  # counted groups read per partition for `compactd explain` (the lowest first; ties beyond are rare)
@@ -719,6 +730,64 @@ class RedisState:
 
     def live_compactions(self, topic: str) -> int:
         return sum(1 for k in self.r.hkeys(self.k_rec) if _s(k).startswith(f"{topic}/") and _s(k).endswith("/compact"))
+
+    # ---- topic lifecycle: re-created and deleted topics ----------------------------------------
+
+    def topic_id(self, topic: str) -> str | None:
+        """The topic ID (KIP-516) the topic's state describes, if the cluster reported one when it was recorded."""
+        raw = self.r.hget(self.keys.topic_ids, topic)
+        return None if raw is None else _s(raw)
+
+    def set_topic_id(self, topic: str, topic_id: str) -> None:
+        self.r.hset(self.keys.topic_ids, topic, topic_id)
+
+    def reset_topic(self, topic: str, why: str, now: int) -> list[int]:
+        """The topic's log is not the one its state describes: drop its partitions' log state, the groups' offsets
+        on it, their deadlines and live actions (lua/reset.lua has what stays); remember why for `explain`.
+        Returns the partitions that had state."""
+        parts = sorted(int(_s(n)) for n in self._script("reset")(keys=[self.topic_base(topic)]))
+        self._drop_partitions(topic, parts)
+        cause = json.dumps({"at": now, "why": why, "partitions": len(parts)})
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hset(self.keys.resets, topic, cause)
+        pipe.hdel(self.keys.topic_ids, topic)
+        pipe.execute()
+        return parts
+
+    def forget_topic(self, topic: str) -> list[int]:
+        """The topic was deleted and not created again: every key of its state goes (a nudge's original value too:
+        there is no topic to put it back on). Returns the partitions that had state."""
+        parts = self.partitions(topic)
+        self._drop_partitions(topic, parts)
+        keys = list(self.r.scan_iter(match=f"{self.topic_base(topic)}:*", count=1000))
+        for start in range(0, len(keys), 500):
+            self._delete(keys[start : start + 500])
+        nudges = [k for k in self.r.hkeys(self.k_nudge) if _s(k).partition("|")[0] == topic]
+        pipe = self.r.pipeline(transaction=False)
+        pipe.srem(self.k_topics, topic)
+        pipe.hdel(self.keys.topic_ids, topic)
+        pipe.hdel(self.keys.resets, topic)
+        if nudges:
+            pipe.hdel(self.k_nudge, *nudges)
+        pipe.execute()
+        return parts
+
+    def reset_cause(self, topic: str) -> dict[str, Any] | None:
+        """The topic's last reset ({"at", "why", "partitions"}), for `explain`; None if it never had one."""
+        raw = self.r.hget(self.keys.resets, topic)
+        return None if raw is None else json.loads(raw)
+
+    def _drop_partitions(self, topic: str, parts: Sequence[int]) -> None:
+        """Deadlines and live action records of these partitions (they live in other slots than the topic's keys)."""
+        for start in range(0, len(parts), 5000):
+            members = [partition_key(topic, n) for n in parts[start : start + 5000]]
+            slots = [f"{m}/{kind}" for m in members for kind in ("compact", "delete_records")]
+            pipe = self.r.pipeline(transaction=False)
+            pipe.zrem(self.k_deadlines, *members)
+            pipe.zrem(self.k_compaction_due, *members)
+            pipe.hdel(self.k_rec, *slots)
+            pipe.zrem(self.k_outbox, *slots)
+            pipe.execute()
 
     # ---- compaction nudge bookkeeping ----------------------------------------------------------
 

@@ -50,10 +50,11 @@ def test_delete_records_guards(cluster, rclient) -> None:
     assert cluster.watermarks(topic) == (40, 100)
     again = sink.execute(delete(topic, 40))  # idempotent: already below the log start
     assert again.status == "sent" and cluster.watermarks(topic) == (40, 100)
-    beyond = sink.execute(delete(topic, 1_000_000))  # clamped to the high watermark, never past it
-    assert beyond.status == "sent"
-    assert (beyond.detail["clamped_from"], beyond.detail["high_watermark"]) == (1_000_000, 100)
-    assert cluster.watermarks(topic) == (100, 100)
+    # past the log end: stale state (a re-created topic), never clamped and sent
+    beyond = sink.execute(delete(topic, 101))
+    assert (beyond.status, beyond.detail["high_watermark"]) == ("skipped", 100)
+    assert beyond.detail["why"] == "stale state: a delete to offset 101 is past the log end 100"
+    assert cluster.watermarks(topic) == (40, 100)
 
 
 def test_compaction_nudge_skips_topics_without_compact(cluster, rclient) -> None:

@@ -1,0 +1,131 @@
+"""Topics deleted and created again under a running job: find out, reset, forget (issue 26).
+
+The rule (`policy.identity.identity_changed`) is pure; this applies it where the cluster can be asked:
+- right before an action goes to the cluster (`check`): the action's topic ID and the partition's watermarks. A state
+  that describes another log skips the action as stale and resets the topic;
+- every `topic_check_interval_ms` over every known topic (`sweep`): one DescribeTopics round. A changed topic ID resets
+  the topic; a topic missing from two sweeps in a row is forgotten (its state goes, its metrics stop).
+
+A reset keeps which groups hold the topic: on the new log they have no position yet, so consumed retention waits
+for their commits, as it does for a group that never committed (KIP-68's -1).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from compactd.kafka.topics import TopicsNow
+from compactd.metrics import Metrics
+from compactd.model import ActionRecord, PartitionView
+from compactd.policy.identity import STALE, LogFacts, identity_changed, known_id
+from compactd.state.protocols import TopicStore
+
+log = logging.getLogger("compactd.lifecycle")
+
+
+class TopicReader(Protocol):
+    def describe(self, topics: Iterable[str]) -> TopicsNow: ...
+
+    def facts(self, topic: str, partition: int) -> LogFacts | None: ...
+
+
+class Lifecycle:
+    """`reader`: the cluster (None: only what the sink reports, `stale`). `on_change(topic, partitions)`: the
+    controller forgets what it remembers of them (metrics, deadlines).
+
+    An action found stale is skipped first and its topic reset after (`settle`), once the round's records are
+    written: a reset drops the topic's live records, and a skipped record written after it would come back."""
+
+    def __init__(
+        self,
+        state: TopicStore,
+        reader: TopicReader | None,
+        metrics: Metrics,
+        on_change: Callable[[str, list[int]], None],
+    ) -> None:
+        self.state = state
+        self.reader = reader
+        self.metrics = metrics
+        self.on_change = on_change
+        self._missing_once: set[str] = set()
+        self._pending: dict[str, tuple[str, bool]] = {}  # topic -> (why, gone) to reset (or forget) at `settle`
+
+    def check(self, rec: ActionRecord, view: PartitionView | None) -> str | None:
+        """Why `rec` must not go because its topic is not the log its state describes (None: it may go); the topic
+        is reset (or forgotten, when it no longer exists) at the next `settle`. Raises the reader's error when the
+        cluster cannot answer."""
+        if rec.topic in self._pending:
+            return f"{STALE}: {self._pending[rec.topic][0]}"
+        if self.reader is None:
+            return None
+        facts = self.reader.facts(rec.topic, rec.partition)
+        if facts is None:
+            return self.stale(rec.topic, f"topic {rec.topic} no longer exists", gone=True)
+        stored = self.state.topic_id(rec.topic)
+        now_id = known_id(facts.topic_id)
+        if view is not None:
+            before = rec.before_offset if rec.action == "delete_records" else None
+            why = identity_changed(view, facts, stored, before)
+        else:
+            why = f"topic ID {stored} is now {now_id}" if None not in (now_id, stored) and now_id != stored else None
+        if why is not None:
+            return self.stale(rec.topic, f"{rec.topic}/{rec.partition}: {why}")
+        if stored is None and now_id is not None:
+            self.state.set_topic_id(rec.topic, now_id)
+        return None
+
+    def stale(self, topic: str, why: str, gone: bool = False) -> str:
+        """Mark `topic` for a reset (a forget when `gone`) at the next `settle`; returns the skip reason."""
+        self._pending.setdefault(topic, (why, gone))
+        return f"{STALE}: {why}"
+
+    def settle(self, now: int) -> None:
+        """Reset or forget the topics found stale since the last call."""
+        pending, self._pending = self._pending, {}
+        for topic, (why, gone) in pending.items():
+            if gone:
+                self.forget(topic, why)
+            else:
+                self.reset(topic, why, now)
+
+    def sweep(self, now: int) -> None:
+        """One DescribeTopics round over the known topics: record new IDs, reset re-created topics, forget topics
+        missing twice in a row (a topic being re-created may be missing for a moment)."""
+        topics = self.state.topics()
+        if self.reader is None or not topics:
+            return
+        seen = self.reader.describe(topics)
+        for topic, topic_id in seen.ids.items():
+            now_id = known_id(topic_id)
+            if now_id is None:
+                continue
+            stored = self.state.topic_id(topic)
+            if stored is None:
+                self.state.set_topic_id(topic, now_id)
+            elif stored != now_id:
+                self.reset(topic, f"topic ID {stored} is now {now_id}", now)
+                self.state.set_topic_id(topic, now_id)
+        for topic in seen.missing & self._missing_once:
+            self.forget(topic, "deleted: missing from two topic checks in a row")
+        self._missing_once = set(seen.missing)
+
+    def reset(self, topic: str, why: str, now: int) -> None:
+        parts = self.state.reset_topic(topic, why, now)
+        self.metrics.topic_resets.inc()
+        self.on_change(topic, parts)
+        log.error(
+            "topic re-created: %s (%s); its state was reset: %d partitions re-learn from their next events, "
+            "and no delete goes there until they have",
+            topic,
+            why,
+            len(parts),
+        )
+
+    def forget(self, topic: str, why: str) -> None:
+        parts = self.state.forget_topic(topic)
+        self._missing_once.discard(topic)
+        self.metrics.topics_forgotten.inc()
+        self.on_change(topic, parts)
+        log.warning("topic %s forgotten (%s): its state and metrics are gone", topic, why)

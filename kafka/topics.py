@@ -1,0 +1,97 @@
+"""Which log a topic is right now, as the cluster says: its topic ID (KIP-516), whether it exists, and a partition's
+watermarks. Read right before an action goes (control/identity.py) and by a periodic sweep of the known topics.
+
+DescribeTopics asks by name: unlike a whole-cluster Metadata request, which silently leaves out the topics the
+principal may not Describe, it answers UNKNOWN_TOPIC_OR_PART only for a topic that does not exist, and an
+authorization error for one it may not see (never mistaken for a deleted topic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from compactd.kafka.admin import admin_client
+from compactd.kafka.config import KafkaConnection
+from compactd.policy.identity import LogFacts
+
+DESCRIBE_CHUNK = 1000  # topics per DescribeTopics request
+
+
+@dataclass
+class TopicsNow:
+    """One DescribeTopics round: topic -> its ID ("" when the broker reports none), the topics that do not exist,
+    and those the cluster did not answer for (unknown: nothing is concluded about them)."""
+
+    ids: dict[str, str] = field(default_factory=dict)
+    missing: set[str] = field(default_factory=set)
+    unknown: dict[str, str] = field(default_factory=dict)  # topic -> error
+
+
+class ClusterTopics:
+    """Topic IDs and watermarks from the cluster; constructed unconnected, connected on first use."""
+
+    def __init__(self, conn: KafkaConnection, timeout_s: float = 10.0) -> None:
+        self.conn = conn
+        self.timeout_s = timeout_s
+        self._admin: Any = None
+        self._consumer: Any = None
+
+    def _clients(self) -> tuple[Any, Any]:
+        if self._admin is None:
+            from confluent_kafka import Consumer
+
+            self._admin = admin_client(self.conn, self.timeout_s)
+            self._consumer = Consumer(self.conn.client("consumer", forced={"group.id": "compactd-topic-check"}))
+        return self._admin, self._consumer
+
+    def describe(self, topics: Iterable[str]) -> TopicsNow:
+        """IDs of `topics`, in requests of DESCRIBE_CHUNK names."""
+        from confluent_kafka import KafkaError, KafkaException, TopicCollection
+
+        admin, _ = self._clients()
+        names = sorted(set(topics))
+        out = TopicsNow()
+        for start in range(0, len(names), DESCRIBE_CHUNK):
+            futures = admin.describe_topics(
+                TopicCollection(names[start : start + DESCRIBE_CHUNK]), request_timeout=self.timeout_s
+            )
+            for topic, fut in futures.items():
+                try:
+                    desc = fut.result(self.timeout_s)
+                except KafkaException as exc:
+                    err = exc.args[0]
+                    if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        out.missing.add(topic)
+                    else:
+                        out.unknown[topic] = err.str()
+                    continue
+                out.ids[topic] = str(desc.topic_id) if desc.topic_id is not None else ""
+        return out
+
+    def facts(self, topic: str, partition: int) -> LogFacts | None:
+        """The topic's ID and the partition's watermarks now; None when the topic (or the partition) does not exist.
+        Other errors raise KafkaException: the caller cannot vouch for the action and holds it."""
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+        now = self.describe([topic])
+        if topic in now.missing:
+            return None
+        if topic in now.unknown:
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN, now.unknown[topic]))
+        _, consumer = self._clients()
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=self.timeout_s, cached=False
+            )
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return None
+            raise
+        return LogFacts(now.ids.get(topic) or None, low, high)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+        self._admin = self._consumer = None

@@ -1,0 +1,119 @@
+"""The evidence that a state describes another incarnation of its topic (policy/identity.py), and what the lifecycle
+does with a topic ID that changed (the test broker reports none: tests/integration/test_topic_lifecycle.py covers the
+log's own evidence against a real broker)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry
+
+from compactd.control.lifecycle import Lifecycle
+from compactd.kafka.topics import TopicsNow
+from compactd.metrics import Metrics
+from compactd.model import ActionRecord, PartitionView, Segment
+from compactd.policy.identity import ZERO_ID, LogFacts, identity_changed
+
+VIEW = PartitionView("t", 0, (Segment(0, 1000, 1, 1, 1), Segment(1000, 2000, 1, 1, 1)), 500, 100)
+
+
+def test_the_same_log_gives_no_evidence() -> None:
+    assert identity_changed(VIEW, LogFacts("id1", 100, 2500), "id1", 2000) is None
+    assert identity_changed(VIEW, LogFacts(None, 150, 2000), None, 2000) is None  # retention moved the start on
+    assert identity_changed(VIEW, LogFacts(ZERO_ID, 100, 2000), "id1") is None  # no ID now: nothing compared
+
+
+def test_each_kind_of_evidence() -> None:
+    assert identity_changed(VIEW, LogFacts("id2", 100, 9000), "id1") == "topic ID id1 is now id2"
+    assert "past the log end 2500" in str(identity_changed(VIEW, LogFacts(None, 100, 2500), None, 2600))
+    assert "below offset 2000" in str(identity_changed(VIEW, LogFacts(None, 100, 1999), None))
+    assert "below the log start 100" in str(identity_changed(VIEW, LogFacts(None, 0, 5000), None))
+    cleaned = PartitionView("t", 0, (), 3000, 0)
+    assert "below offset 3000" in str(identity_changed(cleaned, LogFacts(None, 0, 2000), None))
+
+
+class Reader:
+    def __init__(self) -> None:
+        self.ids: dict[str, str] = {}
+        self.missing: set[str] = set()
+
+    def describe(self, topics: Iterable[str]) -> TopicsNow:
+        return TopicsNow({t: self.ids[t] for t in topics if t in self.ids}, set(topics) & self.missing)
+
+    def facts(self, topic: str, partition: int) -> LogFacts | None:
+        return None if topic in self.missing else LogFacts(self.ids.get(topic), 0, 10**9)
+
+
+class Store:
+    def __init__(self) -> None:
+        self.ids: dict[str, str] = {}
+        self.known = {"a", "b"}
+        self.resets: list[str] = []
+        self.forgotten: list[str] = []
+
+    def topics(self) -> list[str]:
+        return sorted(self.known)
+
+    def topic_id(self, topic: str) -> str | None:
+        return self.ids.get(topic)
+
+    def set_topic_id(self, topic: str, topic_id: str) -> None:
+        self.ids[topic] = topic_id
+
+    def reset_topic(self, topic: str, why: str, now: int) -> list[int]:
+        self.resets.append(topic)
+        self.ids.pop(topic, None)
+        return [0]
+
+    def forget_topic(self, topic: str) -> list[int]:
+        self.forgotten.append(topic)
+        self.known.discard(topic)
+        return [0]
+
+
+def lifecycle() -> tuple[Lifecycle, Reader, Store, list[tuple[str, list[int]]]]:
+    reader, store, changed = Reader(), Store(), []
+    lc = Lifecycle(store, reader, Metrics(CollectorRegistry()), lambda t, p: changed.append((t, p)))
+    return lc, reader, store, changed
+
+
+def test_sweep_records_ids_then_resets_a_topic_whose_id_changed() -> None:
+    lc, reader, store, changed = lifecycle()
+    reader.ids = {"a": "A1", "b": ZERO_ID}
+    lc.sweep(0)
+    assert store.ids == {"a": "A1"} and store.resets == []  # first seen; a zero ID is no ID
+    reader.ids["a"] = "A2"  # deleted and created again between two sweeps
+    lc.sweep(1)
+    assert store.resets == ["a"] and store.ids == {"a": "A2"} and changed == [("a", [0])]
+
+
+def test_a_topic_is_forgotten_only_when_missing_twice_in_a_row() -> None:
+    lc, reader, store, _ = lifecycle()
+    reader.missing = {"b"}
+    lc.sweep(0)
+    assert store.forgotten == []
+    reader.missing = set()  # re-created meanwhile
+    lc.sweep(1)
+    reader.missing = {"b"}
+    lc.sweep(2)
+    assert store.forgotten == []
+    lc.sweep(3)
+    assert store.forgotten == ["b"]
+
+
+def test_an_action_on_a_changed_topic_is_stale_and_its_topic_reset_once() -> None:
+    lc, reader, store, _ = lifecycle()
+    store.ids = {"a": "A1"}
+    reader.ids = {"a": "A2"}
+    rec = ActionRecord("x", "compact", "a", 0, "max_compaction_lag", False, 0, "pending")
+    why = lc.check(rec, None)
+    assert why == "stale state: a/0: topic ID A1 is now A2"
+    assert lc.check(ActionRecord("y", "compact", "a", 1, "max_compaction_lag", False, 0, "pending"), None)
+    assert store.resets == []  # only at settle: after the round's records are written
+    lc.settle(5)
+    lc.settle(6)
+    assert store.resets == ["a"]
+    reader.missing = {"b"}
+    assert "no longer exists" in str(lc.check(ActionRecord("z", "compact", "b", 0, "r", False, 0, "pending"), None))
+    lc.settle(7)
+    assert store.forgotten == ["b"]
