@@ -39,6 +39,7 @@ from compactd.sinks.audit import AuditLog
 from compactd.sinks.base import ActionSink
 from compactd.sinks.dlq import DeadLetters
 from compactd.sinks.kafka_admin import KafkaAdminSink
+from compactd.sinks.nudge_ledger import NudgeLedger
 from compactd.state.outage import REDIS_DOWN, RedisOutage
 from compactd.streaming.checkpoint import batch_end_offsets, completed_end_offsets, stream_id_for
 from compactd.streaming.decode import Decoder
@@ -96,7 +97,8 @@ class Application:
         self.state = settings.redis_state(timeout_s=CHECK_TIMEOUT_S)
         self.audit = AuditLog(conn, settings.topics.actions, cluster=settings.cluster)
         self.dlq = DeadLetters(conn, settings.topics.dlq, cluster=settings.cluster)
-        self.sink: ActionSink = sink or KafkaAdminSink(conn, self.state)
+        ledger = NudgeLedger(conn, settings.topics.nudges)
+        self.sink: ActionSink = sink or KafkaAdminSink(conn, self.state, ledger=ledger, clock=clock)
         self.readiness = Readiness(None)
         self.guard = StateGuard(self.state, settings.checkpoint_dir, self.spark_checkpoint)
         self.outage = RedisOutage(settings.redis_retry_max_ms / 1000, self._redis_down)
@@ -228,6 +230,7 @@ class Application:
             if self.group_offsets is not None:
                 self._closers.append(self.group_offsets.close)
             self._closers.append(self.cluster_topics.close)
+            self._recover_nudges()
             self._arm_readiness()
             if once and self._nothing_to_read():
                 log.info(
@@ -308,6 +311,7 @@ class Application:
         targets = list_end_offsets(self._admin, self.settings.source_topics(), "high")
         self.guard.begin_rebuild(targets)
         self.controller.forget_scheduled()  # the wipe took the deadlines it stored
+        self._recover_nudges()  # the wipe took the nudges' originals too: the ledger has them
         self.stream_id = stream_id_for(self.settings.checkpoint_dir)
         self.lost = None
         self.config.load()  # the layers went with the state: the config topic brings them back
@@ -474,6 +478,7 @@ class Application:
                 rebuilds += 1
                 query = self._rebuild_stream(once=True)  # lost during this run: read everything again
             self.summary.partitions += self.controller.evaluate_rest()
+            self.controller.restore_nudges()
             self._compact_once()
             self._drain(time.monotonic() + ONCE_DRAIN_S)
             return self.summary.line(self.controller.outcomes)
@@ -493,6 +498,7 @@ class Application:
                         self._state_lost(lost)
                         continue
                     self.controller.tick()
+                    self.controller.restore_nudges()
                     self._check_topics()
                     self.compaction.tick()
                     if warming:  # metrics of partitions no batch touched yet, one chunk per tick
@@ -601,6 +607,14 @@ class Application:
             self._admin = admin_client(self.conn)
         latest = list_end_offsets(self._admin, self.settings.source_topics(), "high")
         return all(end <= done.get(topic, {}).get(p, 0) for topic, parts in latest.items() for p, end in parts.items())
+
+    def _recover_nudges(self) -> None:
+        """Nudges left on the cluster that Redis no longer knows (a state loss) come back from the ledger, to be put
+        back by `Controller.restore_nudges`."""
+        if isinstance(self.sink, KafkaAdminSink):
+            on = self.sink.recover_nudges()
+            if on:
+                log.info("%d compaction nudges are on: each is put back once its topic has no compaction pending", on)
 
     def _check_topics(self) -> None:
         """Re-created and deleted topics (Controller.sweep_topics), every topic_check_interval_ms."""

@@ -34,6 +34,7 @@ class TopicNames(BaseModel):
     dlq: str = "compactd.dlq"
     consumer_offsets: str = "__consumer_offsets"  # read when offsets_source = consumer_offsets
     compactions: str = "compactd.compactions"  # the compaction service's manifests (compacted, keyed by topic)
+    nudges: str = "compactd.nudges"  # what each compaction nudge replaced, until put back (sinks/nudge_ledger.py)
     view_suffix: str = Field(".compacted", min_length=1)  # a topic's compacted view is <topic><view_suffix>
 
 
@@ -116,13 +117,14 @@ class Settings(BaseSettings):
 
     def own_topics(self) -> list[str]:
         t = self.topics
-        return [t.segments, t.commits, t.config, t.actions, t.dlq, t.compactions]
+        return [t.segments, t.commits, t.config, t.actions, t.dlq, t.compactions, t.nudges]
 
     def own_topic_configs(self) -> dict[str, dict[str, str]]:
         """Config events are deltas: their topic keeps every one (no time retention, no compaction)."""
         return {
             self.topics.config: {"retention.ms": "-1", "cleanup.policy": "delete"},
             self.topics.compactions: {"retention.ms": "-1", "cleanup.policy": "compact"},
+            self.topics.nudges: {"retention.ms": "-1", "cleanup.policy": "compact"},
         }
 
     def source_topics(self) -> list[str]:

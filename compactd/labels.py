@@ -48,7 +48,7 @@ INPUT_KINDS: Final[dict[str, tuple[str, ...]]] = {
 ACTION_REASONS: Final[dict[ActionKind, tuple[Reason, ...]]] = {
     "compact": ("max_compaction_lag",),
     "delete_records": ("consumed_retention", "forced_retention"),
-    "restore_config": ("compacted",),
+    "restore_config": ("compacted", "nudge_expired"),
     # a run of the compaction service (compaction/): the view's first generation, bytes beyond its horizon, or
     # records beyond its horizon for max.compaction.lag.ms
     "compact_view": ("first_generation", "compaction_threshold", "max_compaction_lag"),

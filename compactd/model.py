@@ -19,6 +19,7 @@ Reason = Literal[
     "consumed_retention",
     "forced_retention",
     "compacted",
+    "nudge_expired",
     "first_generation",
     "compaction_threshold",
 ]
@@ -65,6 +66,17 @@ class PartitionView:
         """KIP-354 `earliest`: the smallest first-batch max timestamp over dirty, non-active segments."""
         cleaned = self.cleaned_up_to if self.cleaned_up_to is not None else -1
         return min((s.first_batch_max_ts for s in self.live_segments if s.end_offset > cleaned), default=None)
+
+
+class Nudge(msgspec.Struct, frozen=True):
+    """A config value compactd set on a topic to make the cleaner run, and the value it replaced (None: the
+    broker's default); kept in Redis and on the nudge ledger topic (sinks/nudge_ledger.py) until put back."""
+
+    topic: str
+    key: str
+    original: str | None
+    value: str
+    at: int  # when it was set (epoch ms): `compaction.nudge.max.ms` counts from here
 
 
 class Decision(msgspec.Struct, frozen=True):

@@ -56,8 +56,9 @@ from compactd.state.protocols import ControllerState
 log = logging.getLogger("compactd.controller")
 
 EVAL_CHUNK = 2000
-# A probe is called at named points of a batch ("after_merge", "after_enqueue") with the batch id; crash tests
-# inject one that kills the process there, the way an OOM kill or a node loss would.
+NUDGE_CHECK_MS = 15_000  # how often nudges still on are checked for a restore (Kafka's cleaner backoff)
+# A probe is called at named points of a batch ("after_merge", "after_enqueue") with the batch id, and after a nudge
+# was made ("after_nudge", 0); crash tests inject one that kills the process there, the way an OOM kill would.
 Probe = Callable[[str, int], None]
 
 
@@ -140,6 +141,7 @@ class Controller:
         # the deadlines this process stored: an evaluation writes the ones that changed (control/scheduled.py)
         self.scheduled = Scheduled()
         self.lifecycle = Lifecycle(state, topics, metrics, self._forget_partitions)
+        self._nudges_checked_at = -NUDGE_CHECK_MS
 
     # ---- configuration ----
 
@@ -423,21 +425,49 @@ class Controller:
             log.error("dropped unsafe decision: %s", why)
         writes.queued.extend(plan.enqueue)
 
-    def _maybe_restore(self, topic: str, now: int) -> None:
-        """Put a nudged topic config back once no partition of the topic has a compaction pending."""
-        if self.state.live_compactions(topic) or not self.state.nudged(topic):
-            return
+    def restore_nudges(self) -> int:
+        """Every nudge still on (after a state loss the ledger brought them back, with no compaction pending) is put
+        back once no compaction is pending on its topic, or once it has been on compaction.nudge.max.ms; returns
+        how many restores were queued. Runs every NUDGE_CHECK_MS of the tick."""
+        with self.lock:
+            now = self.clock()
+            if now - self._nudges_checked_at < NUDGE_CHECK_MS:
+                return 0
+            self._nudges_checked_at = now
+            queued = 0
+            for topic in dict.fromkeys(n.topic for n in self.state.nudges()):
+                th = self.thresholds(topic)
+                since = min(n.at for n in self.state.nudges() if n.topic == topic)
+                expired = now - since >= th.compaction_nudge_max_ms
+                if expired:
+                    self.state.rest_nudges(topic, th.compaction_nudge_max_ms)
+                    log.warning(
+                        "nudge of %s on for %ds without the cleaner answering: put back, and not nudged again "
+                        "for compaction.nudge.max.ms=%d",
+                        topic, (now - since) // 1000, th.compaction_nudge_max_ms,
+                    )  # fmt: skip
+                queued += self._maybe_restore(topic, now, "nudge_expired" if expired else "compacted")
+            if queued:
+                self._dispatch()
+            return queued
+
+    def _maybe_restore(self, topic: str, now: int, reason: str = "compacted") -> int:
+        """Put a nudged topic config back once no partition of the topic has a compaction pending (at once when
+        `reason` is nudge_expired). Returns 1 when a restore was queued."""
+        if not self.state.nudged(topic) or (reason == "compacted" and self.state.live_compactions(topic)):
+            return 0
         rec = ActionRecord(
             id=f"restore-{topic}-{now}",
             action="restore_config",
             topic=topic,
             partition=-1,
-            reason="compacted",
+            reason=reason,
             dry_run=False,
             decided_at=now,
             status="pending",
         )
         self.state.enqueue(rec)
+        return 1
 
     # ---- act ----
 
@@ -491,6 +521,8 @@ class Controller:
                         sending = False  # the rate cap is global: nothing else may go this round
                         continue
                     done = self.sink.execute(rec)
+                    if rec.action == "compact" and done.status == "sent":
+                        self.probe("after_nudge", 0)  # the topic's config is altered, its record not yet written
                     if done.detail.get("stale"):  # the sink's own last check: a delete past the log end
                         self.lifecycle.stale(rec.topic, f"{rec.topic}/{rec.partition}: {done.detail['stale']}")
                 if done.status == "sent" and rec.action == "compact" and in_flight is not None:

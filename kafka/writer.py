@@ -36,9 +36,10 @@ class JsonTopicWriter:
         if err is not None:
             self._failed.append(str(err))
 
-    def write(self, key: str | bytes | None, value: Mapping[str, Any]) -> None:
+    def write(self, key: str | bytes | None, value: Mapping[str, Any] | None) -> None:
+        """One record; `value` None writes a tombstone (a compacted topic then forgets the key)."""
         self.start()
-        raw = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+        raw = None if value is None else json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
         k = key.encode() if isinstance(key, str) else key
         while True:
             try:

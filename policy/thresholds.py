@@ -37,6 +37,9 @@ class Thresholds(BaseModel):
     topics_exclude: tuple[str, ...] = Field((), alias="topics.exclude")
     dry_run: bool = Field(True, alias="dry.run")
     compaction_nudge: NudgeKey = Field("max.compaction.lag.ms", alias="compaction.nudge")
+    # The longest a nudge stays on a topic: then it is put back whatever the cleaner did, and the topic is not
+    # nudged again for as long (an unanswered nudge never leaves the cleaner or segment rolls busy for good).
+    compaction_nudge_max_ms: int = Field(3_600_000, alias="compaction.nudge.max.ms", gt=0, le=MAX_DURATION_MS)
     # Extension: how long an unanswered action waits before it is decided (and sent) again.
     action_retry_ms: int = Field(DEFAULT_RETRY_MS, alias="action.retry.ms", gt=0, le=MAX_DURATION_MS)
     # Extensions, read at the global scope: caps on what compactd asks of the cluster.

@@ -4,13 +4,15 @@
   high watermark is never clamped and sent: only a state describing another log (a re-created topic) asks for it,
   so the record is skipped with `detail.stale` and the controller resets the topic (control/lifecycle.py).
 - compact: Kafka has no "compact now" call, so the topic config named by `compaction.nudge` is set to a
-  value that makes the cleaner pick the log up at once; the value it replaced is remembered and put
-  back (restore_config) once the partition shows up compacted.
+  value that makes the cleaner pick the log up at once; the value it replaced is remembered (Redis, and the nudge
+  ledger topic before the alter: sinks/nudge_ledger.py) and put back (restore_config) once the partition shows up
+  compacted, or after `compaction.nudge.max.ms` whatever the cleaner did.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -22,10 +24,12 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from compactd.clock import now_ms
 from compactd.kafka.admin import admin_client
 from compactd.kafka.config import KafkaConnection
-from compactd.model import ActionRecord
+from compactd.model import ActionRecord, Nudge
 from compactd.policy.identity import STALE
+from compactd.sinks.nudge_ledger import NudgeLedger, ledger_key
 from compactd.state.protocols import NudgeMemory
 
 # Values that make KIP-354's check fire immediately, or make the cleaner see the log as dirty enough.
@@ -39,10 +43,19 @@ class KafkaAdminSink:
     name = "kafka_admin"
 
     def __init__(
-        self, conn: KafkaConnection, state: NudgeMemory, timeout_s: float = 10.0, policy_ttl_s: float = POLICY_TTL_S
+        self,
+        conn: KafkaConnection,
+        state: NudgeMemory,
+        timeout_s: float = 10.0,
+        policy_ttl_s: float = POLICY_TTL_S,
+        ledger: NudgeLedger | None = None,
+        clock: Callable[[], int] = now_ms,
     ) -> None:
+        """`ledger`: where each nudge's original value is kept beyond Redis (None: Redis only, for tests)."""
         self.conn = conn
         self.state = state
+        self.ledger = ledger
+        self.clock = clock
         self.timeout_s = timeout_s
         self.policy_ttl_s = policy_ttl_s
         self._policies: dict[str, tuple[float, str]] = {}
@@ -120,25 +133,57 @@ class KafkaAdminSink:
         policy = self.cleanup_policy(rec.topic)
         if "compact" not in policy.split(","):
             return rec.with_status("skipped", why=f"cleanup.policy={policy} has no compact")
+        resting = self.state.nudges_rest(rec.topic)
+        if resting:
+            why = (
+                f"the cleaner did not answer the last nudge within compaction.nudge.max.ms; next in {resting // 1000}s"
+            )
+            return rec.with_status("skipped", why=why)
         key = rec.detail.get("nudge", "max.compaction.lag.ms")
         value = NUDGE_VALUES[key]
         entry = self._describe(rec.topic).get(key)
         current = None if entry is None or entry.source in _DEFAULT_SOURCES else entry.value
-        # A second nudge of the same topic sees our own value: the first remembered one is kept.
-        previous = self.state.remember_config(rec.topic, key, current)
+        # compactd's own value on the topic is never taken for an operator's: its original is the one remembered
+        # (Redis, else the ledger), and where neither has it the broker's default goes back
+        candidate = Nudge(rec.topic, key, None if current == value else current, value, self.clock())
+        if current == value and self.ledger is not None and not self.state.nudged(rec.topic).get(key):
+            candidate = next((n for n in self.ledger.load() if (n.topic, n.key) == (rec.topic, key)), candidate)
+        # a second nudge of the same topic sees our own value: the first remembered one is kept
+        nudge = self.state.remember_config(candidate)
+        if self.ledger is not None:
+            self.ledger.record(nudge)  # acknowledged before the alter: a lost Redis cannot lose the original
         if current != value:
             self._alter(rec.topic, key, value)
-        return rec.with_status("sent", nudge=key, value=value, previous=previous)
+        return rec.with_status("sent", nudge=key, value=value, previous=nudge.original)
 
     def _restore(self, rec: ActionRecord) -> ActionRecord:
         restored = {}
         for key, previous in self.state.nudged(rec.topic).items():
             self._alter(rec.topic, key, previous)
+            if self.ledger is not None:
+                self.ledger.clear(rec.topic, key)
             self.state.forget_config(rec.topic, key)
             restored[key] = previous
         return rec.with_status("sent", restored=restored)
 
+    def recover_nudges(self) -> int:
+        """At start and after a rebuild: the nudges the ledger holds that Redis lost come back into Redis (so they
+        are put back), and those only Redis holds (made before the ledger existed) go onto the ledger. Returns how
+        many nudges are on."""
+        if self.ledger is None:
+            return len(self.state.nudges())
+        on_ledger = self.ledger.load()
+        for nudge in on_ledger:
+            self.state.remember_config(nudge)
+        known = {ledger_key(n.topic, n.key) for n in on_ledger}
+        for nudge in self.state.nudges():
+            if ledger_key(nudge.topic, nudge.key) not in known:
+                self.ledger.record(nudge)
+        return len(self.state.nudges())
+
     def close(self) -> None:
+        if self.ledger is not None:
+            self.ledger.close()
         if self._watermarks is not None:
             self._watermarks.close()
         # the admin handle, and its broker connections, go with the last reference

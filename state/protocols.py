@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-from compactd.model import ActionRecord, PartitionNumbers, PartitionView
+from compactd.model import ActionRecord, Nudge, PartitionNumbers, PartitionView
 from compactd.state.changes import BatchChanges
 
 PartitionRef = tuple[str, int]
@@ -70,11 +70,17 @@ class Outbox(Protocol):
 class NudgeMemory(Protocol):
     """Topic config values a compaction nudge replaced, to be put back once the topic is compacted."""
 
-    def remember_config(self, topic: str, key: str, previous: str | None) -> str | None: ...
+    def remember_config(self, nudge: Nudge) -> Nudge: ...
+
+    def nudges(self) -> list[Nudge]: ...
 
     def nudged(self, topic: str) -> dict[str, str | None]: ...
 
     def forget_config(self, topic: str, key: str) -> None: ...
+
+    def rest_nudges(self, topic: str, ms: int) -> None: ...
+
+    def nudges_rest(self, topic: str) -> int: ...
 
 
 class TopicStore(Protocol):

@@ -19,7 +19,7 @@ import redis
 
 from compactd.errors import DependencyUnavailable
 from compactd.keys import parse_partition_key, partition_key
-from compactd.model import ActionRecord, PartitionNumbers, PartitionView, Segment
+from compactd.model import ActionRecord, Nudge, PartitionNumbers, PartitionView, Segment
 from compactd.state.changes import BatchChanges, TopicChanges
 from compactd.state.keys import OFFSET_BUCKET, RedisKeys
 
@@ -729,7 +729,9 @@ class RedisState:
         return {_s(k): ActionRecord.from_json(v) for k, v in self.r.hgetall(self.k_last).items()}
 
     def live_compactions(self, topic: str) -> int:
-        return sum(1 for k in self.r.hkeys(self.k_rec) if _s(k).startswith(f"{topic}/") and _s(k).endswith("/compact"))
+        """Compaction records live on the topic's partitions: one HMGET over them, not a scan of every record."""
+        slots = [f"{partition_key(topic, n)}/compact" for n in self.partitions(topic)]
+        return sum(raw is not None for raw in self.r.hmget(self.k_rec, slots)) if slots else 0
 
     # ---- topic lifecycle: re-created and deleted topics ----------------------------------------
 
@@ -791,22 +793,33 @@ class RedisState:
 
     # ---- compaction nudge bookkeeping ----------------------------------------------------------
 
-    def remember_config(self, topic: str, key: str, previous: str | None) -> str | None:
-        """Keep the value a nudge replaced; the first nudge of a topic wins. Returns what is stored."""
-        field = f"{topic}|{key}"
-        self.r.hsetnx(self.k_nudge, field, json.dumps(previous))
-        return json.loads(self.r.hget(self.k_nudge, field))
+    def remember_config(self, nudge: Nudge) -> Nudge:
+        """Keep the value a nudge replaced; the first nudge of a topic wins (a second one sees compactd's own value).
+        Returns the nudge stored."""
+        field = f"{nudge.topic}|{nudge.key}"
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hsetnx(self.k_nudge, field, msgspec.json.encode(nudge))
+        pipe.hget(self.k_nudge, field)
+        return _nudge(field, pipe.execute()[1])
+
+    def nudges(self) -> list[Nudge]:
+        """Every nudge not yet put back, over all topics (a few: compaction.max.concurrent bounds them)."""
+        return [_nudge(_s(k), v) for k, v in self.r.hgetall(self.k_nudge).items()]
 
     def nudged(self, topic: str) -> dict[str, str | None]:
-        out: dict[str, Any] = {}
-        for k, v in self.r.hgetall(self.k_nudge).items():
-            t, _, key = _s(k).partition("|")
-            if t == topic:
-                out[key] = json.loads(v)
-        return out
+        """config key -> the value to put back, for the topic's nudges."""
+        return {n.key: n.original for n in self.nudges() if n.topic == topic}
 
     def forget_config(self, topic: str, key: str) -> None:
         self.r.hdel(self.k_nudge, f"{topic}|{key}")
+
+    def rest_nudges(self, topic: str, ms: int) -> None:
+        """The cleaner did not answer a nudge in time: no new nudge of the topic for `ms`."""
+        self.r.set(f"{self.k_nudge}-rest:{topic}", 1, px=max(ms, 1))
+
+    def nudges_rest(self, topic: str) -> int:
+        """Milliseconds until the topic may be nudged again (0: now)."""
+        return max(int(self.r.pttl(f"{self.k_nudge}-rest:{topic}")), 0)
 
     # ---- state health: is this still the state the checkpoint assumes? -------------------------
 
@@ -885,6 +898,16 @@ def _numbers(topic: str, partitions: list[int], raw: bytes) -> PartitionNumbers:
         nseg=head[:, 4].copy(),
         segments=segments.reshape(-1, 5),
     )
+
+
+def _nudge(field: str, raw: bytes) -> Nudge:
+    """A nudge as stored; the layout before the nudge ledger kept only the original value (JSON): its time is
+    unknown, so `compaction.nudge.max.ms` counts as spent."""
+    value = json.loads(raw)
+    if isinstance(value, dict):
+        return msgspec.convert(value, Nudge)
+    topic, _, key = field.partition("|")
+    return Nudge(topic, key, value, "", 0)
 
 
 def _records(raws: Sequence[bytes]) -> dict[int, list[ActionRecord]]:

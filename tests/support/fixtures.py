@@ -153,7 +153,9 @@ def job_settings(cluster: Cluster, redis_url: str, tmp_path: Path):
     from compactd.app.settings import Settings, TopicNames
 
     def make(**overrides):
-        names = {k: cluster.name(k) for k in ("segments", "commits", "config", "actions", "dlq", "compactions")}
+        names = {
+            k: cluster.name(k) for k in ("segments", "commits", "config", "actions", "dlq", "compactions", "nudges")
+        }
         base = dict(
             bootstrap_servers=cluster.bootstrap,
             redis_url=redis_url,

@@ -1,0 +1,129 @@
+"""Compaction nudges are put back whatever happens to Redis: the nudge ledger (a compacted topic) keeps each
+original value from before the alter until it is back (real broker, real Redis; ground truth: the topic's config
+as the broker describes it)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from compactd.control.controller import NUDGE_CHECK_MS, Controller
+from compactd.kafka.config import KafkaConnection
+from compactd.metrics import Metrics
+from compactd.model import Segment
+from compactd.sinks.audit import AuditLog
+from compactd.sinks.kafka_admin import KafkaAdminSink
+from compactd.sinks.nudge_ledger import NudgeLedger
+from compactd.state.changes import BatchChanges
+from compactd.state.redis_store import RedisState
+from tests.integration.test_sinks_and_controller import topic_config
+
+H = 3_600_000
+T0 = 1_800_000_000_000
+LAG = "max.compaction.lag.ms"
+
+
+class Job:
+    """A controller and its sink as the application wires them, on a clock the test moves."""
+
+    def __init__(self, cluster, rclient, topic: str, rules: dict) -> None:
+        self.clock = [T0]
+        conn = KafkaConnection(cluster.bootstrap)
+        self.ledger_topic = cluster.name("nudges")
+        self.actions = cluster.name("actions")
+        state = RedisState(rclient)
+        self.sink = KafkaAdminSink(conn, state, ledger=NudgeLedger(conn, self.ledger_topic), clock=self.now)
+        self.ctl = Controller(
+            state,
+            {"global": {"dry.run": False, "action.retry.ms": H}, f"topic:{topic}": rules},
+            self.sink,
+            AuditLog(conn, self.actions),
+            Metrics(CollectorRegistry()),
+            clock=self.now,
+        )
+
+    def now(self) -> int:
+        return self.clock[0]
+
+    def later(self, ms: int) -> None:
+        self.clock[0] += ms
+
+
+def setup(cluster, rclient, rules: dict | None = None) -> tuple[Job, str]:
+    topic = cluster.name("ledger")
+    cluster.create(topic, 1, {"cleanup.policy": "compact", LAG: "86400000"})
+    for t in ("nudges", "actions"):
+        cluster.create(cluster.name(t), 1, {"cleanup.policy": "compact"} if t == "nudges" else {})
+    job = Job(cluster, rclient, topic, {LAG: H, **(rules or {})})
+    overdue = Segment(0, 100, T0 - 2 * H, 1, T0 - 2 * H)
+    c = BatchChanges()
+    c.topic(topic).segments.append((0, overdue))
+    job.ctl.on_batch("s", 0, c)
+    assert topic_config(cluster.bootstrap, topic, LAG) == ("1", False)
+    return job, topic
+
+
+def test_a_nudge_is_put_back_after_redis_lost_it(cluster, rclient) -> None:
+    job, topic = setup(cluster, rclient)
+    [on] = job.sink.ledger.load()
+    assert (on.topic, on.key, on.original, on.value) == (topic, LAG, "86400000", "1")
+
+    rclient.flushall()  # the state is lost while the nudge is on
+    job = Job(cluster, rclient, topic, {LAG: H})  # a restart (or a rebuild) on the empty Redis
+    assert job.sink.recover_nudges() == 1
+    assert job.ctl.state.nudged(topic) == {LAG: "86400000"}
+    assert job.ctl.restore_nudges() == 1  # no compaction pending: the state knows none
+    assert topic_config(cluster.bootstrap, topic, LAG) == ("86400000", False)
+    assert job.sink.ledger.load() == [] and job.ctl.state.nudges() == []
+    job.later(NUDGE_CHECK_MS)
+    assert job.ctl.restore_nudges() == 0
+
+
+def test_a_second_nudge_never_takes_compactds_own_value_for_the_original(cluster, rclient) -> None:
+    """Redis flushed while a nudge was on, and the ledger not read back before the next nudge: the second nudge
+    finds compactd's own `1` on the topic and takes the original from the ledger, never `1`."""
+    job, topic = setup(cluster, rclient)
+    rclient.flushall()
+    job = Job(cluster, rclient, topic, {LAG: H})
+    c = BatchChanges()
+    c.topic(topic).segments.append((0, Segment(0, 100, T0 - 2 * H, 1, T0 - 2 * H)))
+    job.ctl.on_batch("s", 0, c)  # nudged again: the topic holds `1` already, Redis remembers nothing
+    assert job.ctl.state.nudged(topic) == {LAG: "86400000"}
+    assert [n.original for n in job.sink.ledger.load()] == ["86400000"]
+    c = BatchChanges()
+    c.topic(topic).compacted.append((0, 100))  # the cleaner answers
+    job.ctl.on_batch("s", 1, c)
+    assert topic_config(cluster.bootstrap, topic, LAG) == ("86400000", False)
+
+
+def test_with_nothing_remembered_anywhere_the_default_goes_back(cluster, rclient) -> None:
+    """compactd's value on a topic with no record of it (Redis and the ledger both lost): the broker's default is
+    put back, not `1` kept as if an operator had chosen it."""
+    job, topic = setup(cluster, rclient)
+    rclient.flushall()
+    ledger = job.sink.ledger
+    ledger.clear(topic, LAG)
+    job = Job(cluster, rclient, topic, {LAG: H})
+    c = BatchChanges()
+    c.topic(topic).segments.append((0, Segment(0, 100, T0 - 2 * H, 1, T0 - 2 * H)))
+    job.ctl.on_batch("s", 0, c)
+    assert job.ctl.state.nudged(topic) == {LAG: None}
+    c = BatchChanges()
+    c.topic(topic).compacted.append((0, 100))
+    job.ctl.on_batch("s", 1, c)
+    assert topic_config(cluster.bootstrap, topic, LAG)[1]  # the override is gone: the broker's default
+
+
+def test_an_unanswered_nudge_is_put_back_after_its_max_time_and_rests(cluster, rclient) -> None:
+    job, topic = setup(cluster, rclient, {"compaction.nudge.max.ms": 10 * 60_000})
+    job.later(NUDGE_CHECK_MS)
+    assert job.ctl.restore_nudges() == 0  # a compaction is pending and the nudge is young
+    assert topic_config(cluster.bootstrap, topic, LAG) == ("1", False)
+    job.later(10 * 60_000)
+    assert job.ctl.restore_nudges() == 1  # the cleaner never answered: put back anyway
+    assert topic_config(cluster.bootstrap, topic, LAG) == ("86400000", False)
+    job.later(H)  # the compaction is retried (action.retry.ms): the topic is resting, nothing is altered
+    job.ctl.tick()
+    assert topic_config(cluster.bootstrap, topic, LAG) == ("86400000", False)
+    last = cluster.read_all(job.actions)[-1]
+    assert (last["action"], last["status"]) == ("compact", "skipped")
+    assert "compaction.nudge.max.ms" in last["detail"]["why"]
