@@ -189,6 +189,7 @@ class Controller:
             merge_started = time.monotonic()
             touched, replayed = self.state.merge(stream_id, batch_id, changes, counts)
             self.metrics.merge_seconds.observe(time.monotonic() - merge_started)
+            self._learn(touched)
             self.probe("after_merge", batch_id)
             self.metrics.batches.labels("replayed" if replayed else "merged").inc()
             keys = [(t, p) for t, parts in touched.items() for p in sorted(parts)]
@@ -223,6 +224,7 @@ class Controller:
                     for part in split(changes, self.shares)
                 ]
             self.probe("after_merge", batch_id)
+            self._learn(key[0] for r in results for key in [*r.full, *(k for k, _ in r.stats)])
             replayed = any(r.replayed for r in results)
             self.metrics.batches.labels("replayed" if replayed else "merged").inc()
             for i, r in enumerate(results):
@@ -271,6 +273,14 @@ class Controller:
         """Re-created and deleted topics, found by one DescribeTopics round over the known topics (lifecycle.py)."""
         with self.lock:
             self.lifecycle.sweep(self.clock())
+
+    def _learn(self, topics: Iterable[str]) -> None:
+        """Record the topic IDs of topics merged for the first time (lifecycle.py); a cluster that does not answer
+        leaves them for the next batch, and the send-time check still reads the log."""
+        try:
+            self.lifecycle.learn(dict.fromkeys(topics))
+        except Exception as exc:
+            log.debug("topic IDs not read this batch: %s", exc)
 
     def _forget_partitions(self, topic: str, parts: list[int]) -> None:
         """A topic's state was reset or dropped: what this process remembers of its partitions goes too."""

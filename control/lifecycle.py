@@ -51,6 +51,25 @@ class Lifecycle:
         self.on_change = on_change
         self._missing_once: set[str] = set()
         self._pending: dict[str, tuple[str, bool]] = {}  # topic -> (why, gone) to reset (or forget) at `settle`
+        self._learned: set[str] = set()  # topics whose ID this process recorded or found recorded (or none reported)
+
+    def learn(self, topics: Iterable[str]) -> None:
+        """Bind the state of topics just merged to the incarnation the cluster holds now: the topic ID of each topic
+        this process has not seen yet is recorded (one DescribeTopics for all of them). Recorded only at the first
+        check, a topic re-created before it would be taken for the one its state describes."""
+        if self.reader is None:
+            return
+        new = [t for t in topics if t not in self._learned]
+        if not new:
+            return
+        unknown = [t for t in new if self.state.topic_id(t) is None]
+        if unknown:
+            seen = self.reader.describe(unknown)
+            for topic, topic_id in seen.ids.items():
+                if (now_id := known_id(topic_id)) is not None:
+                    self.state.set_topic_id(topic, now_id)
+            new = [t for t in new if t not in seen.unknown]  # asked again at the next batch
+        self._learned.update(new)
 
     def check(self, rec: ActionRecord, view: PartitionView | None) -> str | None:
         """Why `rec` must not go because its topic is not the log its state describes (None: it may go); the topic
@@ -113,6 +132,7 @@ class Lifecycle:
 
     def reset(self, topic: str, why: str, now: int) -> None:
         parts = self.state.reset_topic(topic, why, now)
+        self._learned.discard(topic)
         self.metrics.topic_resets.inc()
         self.on_change(topic, parts)
         log.error(
@@ -125,6 +145,7 @@ class Lifecycle:
 
     def forget(self, topic: str, why: str) -> None:
         parts = self.state.forget_topic(topic)
+        self._learned.discard(topic)
         self._missing_once.discard(topic)
         self.metrics.topics_forgotten.inc()
         self.on_change(topic, parts)

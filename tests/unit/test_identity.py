@@ -117,3 +117,17 @@ def test_an_action_on_a_changed_topic_is_stale_and_its_topic_reset_once() -> Non
     assert "no longer exists" in str(lc.check(ActionRecord("z", "compact", "b", 0, "r", False, 0, "pending"), None))
     lc.settle(7)
     assert store.forgotten == ["b"]
+
+
+def test_ids_are_bound_when_a_topic_is_first_merged() -> None:
+    """A topic re-created after its first events were merged but before any action: the ID recorded at the merge
+    gives it away; recorded only at the first action, the new topic's ID would have been taken for the old one's."""
+    lc, reader, store, _ = lifecycle()
+    reader.ids = {"a": "A1"}
+    lc.learn(["a", "b"])
+    assert store.ids == {"a": "A1"}
+    reader.ids = {"a": "A2"}
+    lc.learn(["a"])  # learned once per process: no request, nothing overwritten
+    assert store.ids == {"a": "A1"}
+    rec = ActionRecord("x", "compact", "a", 0, "max_compaction_lag", False, 0, "pending")
+    assert lc.check(rec, None) == "stale state: a/0: topic ID A1 is now A2"
