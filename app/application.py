@@ -223,7 +223,12 @@ class Application:
             self.metrics.redis_up.set(1)
             self.metrics.trigger_interval.set(self.settings.trigger_interval_ms / 1000)
             if self.settings.create_topics:
-                ensure_topics(self.conn, self.settings.own_topics(), configs=self.settings.own_topic_configs())
+                ensure_topics(
+                    self.conn,
+                    self.settings.own_topics(),
+                    configs=self.settings.own_topic_configs(),
+                    replication_factor=self.settings.topics_replication_factor,
+                )
             for component in (self.dlq, self.audit, self.sink):
                 component.start()
                 self._closers.append(component.close)

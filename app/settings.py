@@ -86,6 +86,8 @@ class Settings(BaseSettings):
     # "kafka" = Spark's own connector (needs the spark-sql-kafka jar); same options, same row shape.
     spark_source: Literal["compactd-kafka", "kafka"] = "compactd-kafka"
     create_topics: bool = True
+    # replicas of the topics compactd creates; -1 = the cluster's default.replication.factor
+    topics_replication_factor: int = Field(-1, ge=-1)
     # Right before a consumed-retention delete, the committed offsets of the topic's groups are read from the cluster
     # (ListGroups + OffsetFetch, kept this long) and a delete past any counted group's offset there is skipped.
     # compactd's principal needs Describe on the groups. Off only where the cluster refuses it.

@@ -164,7 +164,7 @@ class Controller:
                     per_topic[topic] = self.thresholds(topic)
                 return group_counts(group, per_topic[topic])
 
-            return self.state.recount(counts, topics)
+            return self.state.recount(counts, topics, lambda topic: self.thresholds(topic).groups_required)
 
     # ---- entry points ----
 
@@ -190,6 +190,8 @@ class Controller:
             touched, replayed = self.state.merge(stream_id, batch_id, changes, counts)
             self.metrics.merge_seconds.observe(time.monotonic() - merge_started)
             self._learn(touched)
+            for topic in self._require(touched):
+                touched[topic] = set(self.state.partitions(topic))
             self.probe("after_merge", batch_id)
             self.metrics.batches.labels("replayed" if replayed else "merged").inc()
             keys = [(t, p) for t, parts in touched.items() for p in sorted(parts)]
@@ -224,7 +226,9 @@ class Controller:
                     for part in split(changes, self.shares)
                 ]
             self.probe("after_merge", batch_id)
-            self._learn(key[0] for r in results for key in [*r.full, *(k for k, _ in r.stats)])
+            merged = dict.fromkeys(key[0] for r in results for key in [*r.full, *(k for k, _ in r.stats)])
+            self._learn(merged)
+            full.extend((t, p) for t in self._require(merged) for p in self.state.partitions(t))
             replayed = any(r.replayed for r in results)
             self.metrics.batches.labels("replayed" if replayed else "merged").inc()
             for i, r in enumerate(results):
@@ -273,6 +277,13 @@ class Controller:
         """Re-created and deleted topics, found by one DescribeTopics round over the known topics (lifecycle.py)."""
         with self.lock:
             self.lifecycle.sweep(self.clock())
+
+    def _require(self, topics: Iterable[str]) -> list[str]:
+        """groups.required count on the topics just merged, offsets or not; returns the topics where one had to be
+        added back (every partition of them is evaluated again)."""
+        layers = self._layers()
+        required = {t: layers(t).groups_required for t in topics}
+        return self.state.require_groups(required) if any(required.values()) else []
 
     def _learn(self, topics: Iterable[str]) -> None:
         """Record the topic IDs of topics merged for the first time (lifecycle.py); a cluster that does not answer

@@ -58,10 +58,13 @@ def ensure_topics(
     partitions: int = 1,
     timeout_s: float = 30.0,
     configs: dict[str, dict[str, str]] | None = None,
+    replication_factor: int = -1,
 ) -> None:
     """Create compactd's own topics when missing (operators may pre-create them with their own layout).
 
     `configs`: topic configs by name (the config topic keeps its events forever: they are deltas, not snapshots).
+    `replication_factor`: -1 takes the cluster's `default.replication.factor` (KIP-464, Kafka 2.4+): never 1 on a
+    cluster that replicates, where the nudge ledger or the config topic would otherwise live on one broker.
     """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
@@ -69,7 +72,11 @@ def ensure_topics(
     admin = admin_client(conn)
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     configs = configs or {}
-    wanted = [NewTopic(t, partitions, 1, config=configs.get(t, {})) for t in dict.fromkeys(names) if t not in existing]
+    wanted = [
+        NewTopic(t, partitions, replication_factor, config=configs.get(t, {}))
+        for t in dict.fromkeys(names)
+        if t not in existing
+    ]
     if not wanted:
         return
     for topic, fut in admin.create_topics(wanted, request_timeout=timeout_s).items():

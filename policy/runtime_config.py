@@ -19,7 +19,7 @@ from compactd.labels import INVALID_CONFIG, STALE_VERSION
 from compactd.policy.thresholds import parse_scope, resolve
 
 Layers = Mapping[str, Mapping[str, Any]]
-GROUP_KEYS = frozenset({"groups.include", "groups.exclude"})
+GROUP_KEYS = frozenset({"groups.include", "groups.exclude", "groups.required"})
 MAX_DIGESTS = 1000  # applied events remembered per scope, so re-reading the topic from the start is a replay
 
 

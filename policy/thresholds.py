@@ -35,6 +35,9 @@ class Thresholds(BaseModel):
     groups_exclude: tuple[str, ...] = Field((), alias="groups.exclude")
     # Topics compactd never acts on; internal (`__*`) and compactd's own topics are always excluded.
     topics_exclude: tuple[str, ...] = Field((), alias="topics.exclude")
+    # Groups that always count, by name, even with no offset on a topic (offsets expired after
+    # offsets.retention.minutes, a weekly job between runs): while one has none, consumed retention deletes nothing.
+    groups_required: tuple[str, ...] = Field((), alias="groups.required")
     dry_run: bool = Field(True, alias="dry.run")
     compaction_nudge: NudgeKey = Field("max.compaction.lag.ms", alias="compaction.nudge")
     # The longest a nudge stays on a topic: then it is put back whatever the cleaner did, and the topic is not
@@ -175,7 +178,9 @@ def topic_excluded(topic: str, thresholds: Thresholds, own_topics: frozenset[str
 
 
 def group_counts(group: str, thresholds: Thresholds) -> bool:
-    """Whether a consumer group holds data back (include list empty = every group)."""
+    """Whether a consumer group holds data back (include list empty = every group; a required group always)."""
+    if group in thresholds.groups_required:
+        return True
     if thresholds.groups_include and not any(re.fullmatch(p, group) for p in thresholds.groups_include):
         return False
     return not any(re.fullmatch(p, group) for p in thresholds.groups_exclude)

@@ -6,7 +6,7 @@ A test can hand the controller any object with these methods; the only implement
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from compactd.model import ActionRecord, Nudge, PartitionNumbers, PartitionView
@@ -39,8 +39,13 @@ class PartitionStore(Protocol):
     def partitions(self, topic: str) -> list[int]: ...
 
     def recount(
-        self, counts: Callable[[str, str], bool], topics: Iterable[str] | None = None
+        self,
+        counts: Callable[[str, str], bool],
+        topics: Iterable[str] | None = None,
+        required: Callable[[str], Sequence[str]] = ...,
     ) -> list[PartitionRef]: ...
+
+    def require_groups(self, required: Mapping[str, Sequence[str]]) -> list[str]: ...
 
 
 class Outbox(Protocol):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
@@ -356,14 +356,32 @@ class RedisState:
         """Groups with an offset on the topic, counted or not."""
         return sorted(_s(g) for g in self.r.smembers(self.keys.groups(topic)))
 
-    def recount(self, counts: Callable[[str, str], bool], topics: Iterable[str] | None = None) -> list[tuple[str, int]]:
-        """Rebuild which groups hold each topic back (groups.include/exclude changed); returns its partitions."""
+    def recount(
+        self,
+        counts: Callable[[str, str], bool],
+        topics: Iterable[str] | None = None,
+        required: Callable[[str], Sequence[str]] = lambda topic: (),
+    ) -> list[tuple[str, int]]:
+        """Rebuild which groups hold each topic back (groups.include/exclude/required changed); returns its
+        partitions. `required(topic)`: the groups.required, counted whether they have offsets there or not."""
         touched: list[tuple[str, int]] = []
         for topic in self.topics() if topics is None else topics:
             counted = [g for g in self.groups(topic) if counts(g, topic)]
-            parts = self._script("recount")(keys=[self.topic_base(topic)], args=[json.dumps(counted)])
+            args = [json.dumps(counted), json.dumps(list(required(topic)))]
+            parts = self._script("recount")(keys=[self.topic_base(topic)], args=args)
             touched.extend((topic, int(_s(n))) for n in parts)
         return touched
+
+    def require_groups(self, required: Mapping[str, Sequence[str]]) -> list[str]:
+        """Make the groups.required of each topic count there (a merge may just have dropped one whose last offset
+        was deleted); returns the topics whose counted groups changed (every partition's minimum may have)."""
+        topics = [t for t, groups in required.items() if groups]
+        if not topics:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for topic in topics:
+            pipe.sadd(self.keys.counted_groups(topic), *required[topic])
+        return [t for t, added in zip(topics, pipe.execute(), strict=True) if added]
 
     # ---- runtime configuration -----------------------------------------------------------------
 
