@@ -4,6 +4,11 @@ as the broker describes it)."""
 
 from __future__ import annotations
 
+import uuid
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import NUDGE_CHECK_MS, Controller
@@ -127,3 +132,52 @@ def test_an_unanswered_nudge_is_put_back_after_its_max_time_and_rests(cluster, r
     last = cluster.read_all(job.actions)[-1]
     assert (last["action"], last["status"]) == ("compact", "skipped")
     assert "compaction.nudge.max.ms" in last["detail"]["why"]
+
+
+nudge_step = st.one_of(
+    st.tuples(st.just("overdue")),
+    st.tuples(st.just("answer")),
+    st.tuples(st.just("redis_lost")),
+    st.tuples(st.just("restart")),
+    st.tuples(st.just("time"), st.integers(1, 2 * H)),
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(nudge_step, min_size=3, max_size=12))
+def test_every_nudge_is_eventually_put_back(cluster, rclient, history: list[tuple[Any, ...]]) -> None:
+    """Generated: compactions falling overdue (a nudge), the cleaner answering, Redis losing everything, restarts and
+    time passing, in any order; in the end the topic's config is what it was before compactd touched it."""
+    rclient.flushall()
+    topic = cluster.name(f"nudged-{uuid.uuid4().hex[:6]}")
+    cluster.create(topic, 1, {"cleanup.policy": "compact", LAG: "86400000"})
+    rules = {LAG: H, "compaction.nudge.max.ms": 3 * H}
+    job, cleaned, batch = Job(cluster, rclient, topic, rules), 0, 0
+    job.sink.recover_nudges()
+    for op in history:
+        c = BatchChanges()
+        if op[0] == "overdue":  # a segment whose first record is past max.compaction.lag.ms
+            closed = job.now() - 2 * H
+            c.topic(topic).segments.append((0, Segment(cleaned, cleaned + 100, closed, 1, closed)))
+            cleaned += 100
+        elif op[0] == "answer":  # the cleaner caught up with everything rolled so far
+            c.topic(topic).compacted.append((0, cleaned))
+        elif op[0] in ("redis_lost", "restart"):
+            if op[0] == "redis_lost":
+                rclient.flushall()
+            clock = job.clock
+            job = Job(cluster, rclient, topic, rules)
+            job.clock = clock
+            job.sink.recover_nudges()  # what the application does at start and after a rebuild
+        else:
+            job.later(op[1])
+            job.ctl.tick()
+            job.ctl.restore_nudges()
+        if c.topics:
+            job.ctl.on_batch("s", batch, c)
+            batch += 1
+    # whatever happened, a nudge is put back within compaction.nudge.max.ms (and the next check)
+    job.later(3 * H + NUDGE_CHECK_MS)
+    job.ctl.restore_nudges()
+    assert topic_config(cluster.bootstrap, topic, LAG) == ("86400000", False)
+    assert job.ctl.state.nudges() == [] and [n for n in job.sink.ledger.load() if n.topic == topic] == []

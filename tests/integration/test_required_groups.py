@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from compactd.model import Segment
 from compactd.state.changes import BatchChanges
-from tests.integration.test_sinks_and_controller import H, T0, make_controller, segment_batch
+from tests.integration.test_sinks_and_controller import T0, H, make_controller, segment_batch
 
 
 def test_a_required_group_without_offsets_holds_consumed_retention(cluster, rclient) -> None:
