@@ -105,7 +105,8 @@ class Application:
         self.lost: str | None = None  # why Redis is not the state the checkpoint assumes, until the rebuild starts
         self.rebuilding = False
         ttl_s = settings.cluster_offsets_ttl_ms / 1000
-        self.group_offsets = ClusterGroupOffsets(conn, ttl_s) if settings.cluster_offsets_check else None
+        checking = settings.cluster_offsets_check and settings.cluster_check != "off"
+        self.group_offsets = ClusterGroupOffsets(conn, ttl_s, holders=self.state.groups) if checking else None
         self.cluster_topics = ClusterTopics(conn)
         self.controller = Controller(
             self.state,
@@ -117,9 +118,10 @@ class Application:
             deletes_allowed=self.deletes_allowed,
             probe=probe,
             own_topics=frozenset(settings.own_topics()),
-            cluster_offsets=None if self.group_offsets is None else self.group_offsets.committed,
+            cluster_offsets=None if self.group_offsets is None else self.group_offsets.check,
             view_cap=lambda *args: self.compaction.view_cap(*args),
             topics=self.cluster_topics,
+            strict_groups=settings.cluster_check == "strict",
         )
         self.config = RuntimeConfig(self.state, settings.thresholds, settings.secrets(), self.controller, self.metrics)
         self.compaction = CompactionTrigger(

@@ -579,6 +579,12 @@ def format_text(e: Mapping[str, Any]) -> str:
     if e.get("reset"):
         reset = e["reset"]
         lines.append(f"  reset     {_at(reset['at'], now)}: topic re-created ({reset['why']}); state re-learned since")
+    if e.get("unlisted_groups"):
+        u = e["unlisted_groups"]
+        lines.append(
+            f"  groups    {', '.join(u['groups'])} counted here but not listed by the cluster at "
+            f"{_at(u['at'], now)} (no Describe ACL, or gone): the cluster cannot vouch for them"
+        )
     lines.append(f"  last      {_describe(e['last_action'], now) if e['last_action'] else 'no action yet'}")
     nxt = e["next"]
     lines.append(f"  next      {_at(nxt['at'], now)}: {nxt['what']}" if nxt else "  next      nothing scheduled")
@@ -622,6 +628,7 @@ class Target:
     topic_rules: tuple[Thresholds, dict[str, str], str | None]  # thresholds, their sources, the exclusion
     manifest: Manifest | None = None  # the compacted view's published generation (compaction service), from Redis
     reset: dict[str, Any] | None = None  # the topic's last reset (a re-created topic): {"at", "why", "partitions"}
+    unlisted: dict[str, Any] | None = None  # counted groups the cluster did not list at the last delete check
 
     def rules(self, n: int) -> tuple[Thresholds, dict[str, str], str | None]:
         """Partition n's thresholds, their sources and its exclusion: the topic's unless a partition scope exists."""
@@ -655,7 +662,7 @@ def read_target(state: RedisState, settings: Settings, target: str) -> Target:
     return Target(
         topic, partition, layers, applied, groups, state.gate(), Caps(g.actions_per_second, g.max_concurrent_nudges),
         own, scoped, (th, threshold_sources(layers, applied, topic, None), topic_excluded(topic, th, own)),
-        CompactionState(state.r, settings.key_prefix).manifest(topic), reset,
+        CompactionState(state.r, settings.key_prefix).manifest(topic), reset, state.unlisted(topic),
     )  # fmt: skip
 
 
@@ -689,7 +696,7 @@ def explanations(state: RedisState, t: Target, partitions: Sequence[int], now: i
             e = explain_partition(
                 d.view, th, src, here, t.gate, d.records, d.last, d.deadline, now, excluded, caps, cap
             )
-            e["reset"] = t.reset
+            e["reset"], e["unlisted_groups"] = t.reset, t.unlisted
             yield e
 
 

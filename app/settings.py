@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     # (ListGroups + OffsetFetch, kept this long) and a delete past any counted group's offset there is skipped.
     # compactd's principal needs Describe on the groups. Off only where the cluster refuses it.
     cluster_offsets_check: bool = True
+    # on: the check above; strict: a group compactd counts on the topic that the cluster does not list (ACLs, or a
+    # group gone) also holds the delete; off: same as cluster_offsets_check false
+    cluster_check: Literal["on", "strict", "off"] = "on"
     cluster_offsets_ttl_ms: int = Field(5_000, ge=0)
     # how often the known topics are checked against the cluster (one DescribeTopics round): a changed topic ID
     # resets a re-created topic's state, a topic missing from two checks in a row is forgotten

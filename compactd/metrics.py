@@ -114,6 +114,13 @@ class Metrics:
         self.topics_forgotten = Counter(
             "compactd_topics_forgotten", "Topics deleted from the cluster whose state was dropped", registry=registry
         )
+        self.groups_unlisted = Gauge(
+            "compactd_groups_unlisted",
+            "Groups compactd counts on the topic that the cluster does not list (no Describe ACL, or deleted), as of "
+            "the last delete checked against the cluster",
+            ["topic"],
+            registry=registry,
+        )
         self.state_rebuilding = Gauge(
             "compactd_state_rebuilding",
             "1 while a lost state is rebuilt from the sources (deletes held)",

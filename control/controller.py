@@ -33,6 +33,7 @@ from compactd.control.share import (
 )
 from compactd.errors import DeliveryTimeout, DependencyUnavailable
 from compactd.gc_pause import gc_paused
+from compactd.kafka.groups import GroupCheck
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord
 from compactd.policy import bulk
@@ -102,13 +103,15 @@ class Controller:
         deletes_allowed: Callable[[], bool] = lambda: True,
         probe: Probe = _no_probe,
         own_topics: frozenset[str] = frozenset(),
-        cluster_offsets: Callable[[str], Mapping[str, Mapping[int, int]]] | None = None,
+        cluster_offsets: Callable[[str], GroupCheck] | None = None,
         view_cap: ViewCap | None = None,
         shares: int = 0,
         topics: TopicReader | None = None,
+        strict_groups: bool = False,
     ) -> None:
-        """`cluster_offsets(topic)`: group -> partition -> committed offset as the cluster has it, read right before
-        each consumed-retention delete (None: no such check, for tests without a cluster). `view_cap(topic,
+        """`cluster_offsets(topic)`: the committed offsets of the topic's groups as the cluster has them, read right
+        before each consumed-retention delete (None: no such check, for tests without a cluster); `strict_groups`: a
+        counted group the cluster does not list holds the delete (cluster_check: strict). `view_cap(topic,
         partition, thresholds, now, fresh)`: the compacted view's horizon no delete may pass (None: no view).
         `topics`: topic IDs and watermarks from the cluster, checked right before a delete or a nudge goes and by
         `sweep_topics` (control/lifecycle.py; None: only the sink's own log-end check)."""
@@ -116,6 +119,7 @@ class Controller:
         self.layers = dict(layers)
         self.own_topics = own_topics
         self.cluster_offsets = cluster_offsets
+        self.strict_groups = strict_groups
         self.view_cap = view_cap
         self.shares = shares  # 0: merge and plan here; N: in N shares of topics (control/share.py)
         self.sink = sink
@@ -588,7 +592,12 @@ class Controller:
         the cluster holds them (`cluster_check`). Raises DependencyUnavailable when they cannot be read."""
         if self.cluster_offsets is None or rec.action != "delete_records" or rec.reason != "consumed_retention":
             return None
-        why = cluster_check(rec, self.cluster_offsets(rec.topic), th)
+        seen = self.cluster_offsets(rec.topic)
+        counted_unlisted = [g for g in seen.unlisted if group_counts(g, th)]
+        self.metrics.groups_unlisted.labels(rec.topic).set(len(counted_unlisted))
+        if counted_unlisted:
+            self.state.note_unlisted(rec.topic, sorted(counted_unlisted), self.clock())
+        why = cluster_check(rec, seen.committed, th, seen.unlisted, self.strict_groups)
         if why is not None:
             log.warning("delete of %s/%d before %s held back: %s", rec.topic, rec.partition, rec.before_offset, why)
         return why

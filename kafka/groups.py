@@ -3,13 +3,25 @@
 The last word on what a real Kafka group has read: right before a consumed-retention delete is sent, the
 controller compares it with these offsets, so no fault in compactd's own state (Redis losing writes, a bug, a
 decoder missing a record) can delete what a group has not committed past — KAFKA-17635's lesson.
+
+What is asked, and what an error costs (issue 26: every group was fetched every 5 s, and one group's error held
+every delete):
+- only the groups that hold the topic: those compactd's state knows on it, and the groups the cluster lists that
+  this process has never fetched (a group compactd has not heard of may hold it); once fetched, a group's topics are
+  known from its offsets;
+- each group's offsets are kept `ttl_s` seconds: at most one OffsetFetch per group per ttl, whatever the number of
+  deletes, and nothing for a topic with no delete pending (the controller asks right before a send);
+- a group that cannot be read holds back only the topics it holds (or every topic, while its topics are unknown);
+- a group compactd counts on the topic that the cluster does not list (the principal may not Describe it, or it is
+  gone) is reported: `unlisted` in the answer, a gauge, and with `cluster_check: strict` the delete waits.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from compactd.errors import DependencyUnavailable
@@ -20,13 +32,53 @@ from compactd.kafka.config import KafkaConnection
 TopicCommits = dict[str, dict[int, int]]
 
 
-class ClusterGroupOffsets:
-    """Every group's committed offsets, fetched in one round of requests and kept `ttl_s` seconds.
+@dataclass(frozen=True)
+class GroupCheck:
+    """What the cluster says of the groups of one topic: their committed offsets, and the groups compactd knows on
+    the topic that the cluster does not list."""
 
-    One OffsetFetch per group (librdkafka asks one group per request), all in flight at once. Any failure — the
-    cluster unreachable, a group that cannot be read — raises `DependencyUnavailable`: the caller must then send
-    no delete. compactd's principal needs Describe on the groups: a group it may not see cannot be checked.
-    """
+    committed: TopicCommits = field(default_factory=dict)
+    unlisted: frozenset[str] = frozenset()
+
+
+@dataclass
+class _Fetched:
+    at: float
+    offsets: dict[tuple[str, int], int] | None  # None: the fetch failed
+    error: str = ""
+    held: frozenset[str] = frozenset()  # the topics of its last good fetch, kept through a failed one
+
+    def topics(self) -> frozenset[str]:
+        return self.held if self.offsets is None else frozenset(t for t, _ in self.offsets)
+
+
+def to_fetch(
+    topic: str, holders: set[str], listed: set[str], fetched: dict[str, _Fetched], now: float, ttl_s: float
+) -> list[str]:
+    """The groups whose offsets must be (re)read for `topic`: each listed group holding it (by compactd's state,
+    `holders`, or by its last fetch) and each listed group never fetched, unless read within the ttl. Pure."""
+    holding = holders | {g for g, got in fetched.items() if topic in got.topics()}
+    wanted = (holding & listed) | (listed - fetched.keys())
+    return sorted(g for g in wanted if g not in fetched or now - fetched[g].at >= ttl_s)
+
+
+def failure_for(topic: str, holders: set[str], fetched: dict[str, _Fetched]) -> str | None:
+    """The error that holds `topic` back: a group holding it (by compactd's state or its last good fetch) that could
+    not be read, or a group whose topics are not known at all. Pure."""
+    for group in sorted(fetched):
+        got = fetched[group]
+        if got.offsets is not None:
+            continue
+        if group in holders or topic in got.topics() or not got.topics():
+            return f"group {group}: {got.error}"
+    return None
+
+
+class ClusterGroupOffsets:
+    """One OffsetFetch per group (librdkafka asks one group per request), all in flight at once, each kept `ttl_s`.
+
+    `holders(topic)`: the groups compactd's state knows on the topic. The principal needs Describe on the cluster
+    (or on each group) for ListGroups, and Describe on the group and the topic for OffsetFetch."""
 
     def __init__(
         self,
@@ -34,64 +86,106 @@ class ClusterGroupOffsets:
         ttl_s: float = 5.0,
         timeout_s: float = 10.0,
         monotonic: Callable[[], float] = time.monotonic,
+        holders: Callable[[str], Iterable[str]] = lambda topic: (),
     ) -> None:
         self.conn = conn
         self.ttl_s = ttl_s
         self.timeout_s = timeout_s
         self.monotonic = monotonic
+        self.holders = holders
         self._admin: Any = None
-        self._snapshot: dict[str, dict[tuple[str, int], int]] | None = None
-        self._taken = 0.0
+        self._listed: tuple[float, set[str]] | None = None
+        self._fetched: dict[str, _Fetched] = {}
         self._lock = threading.Lock()
-        self.fetches = 0  # how many snapshots were taken from the cluster (tests and metrics read it)
+        self.fetches = 0  # OffsetFetch requests sent (tests and the benchmark read it)
+        self.lists = 0  # ListGroups requests sent
 
     def committed(self, topic: str) -> TopicCommits:
         """Groups with a committed offset on `topic`, and their offset on each partition they committed."""
-        with self._lock:
-            if self._snapshot is None or self.monotonic() - self._taken >= self.ttl_s:
-                self._snapshot = self._fetch()
-                self._taken = self.monotonic()
-                self.fetches += 1
-            snapshot = self._snapshot
-        out: TopicCommits = {}
-        for group, offsets in snapshot.items():
-            for (t, p), off in offsets.items():
-                if t == topic:
-                    out.setdefault(group, {})[p] = off
-        return out
+        return self.check(topic).committed
 
-    def _fetch(self) -> dict[str, dict[tuple[str, int], int]]:
+    def check(self, topic: str) -> GroupCheck:
+        """The committed offsets of the groups holding `topic`, and the groups compactd knows there that the cluster
+        does not list. Raises DependencyUnavailable when the cluster cannot answer for this topic."""
+        holders = set(self.holders(topic))
+        with self._lock:
+            try:
+                listed = self._list()
+                self._fetch(to_fetch(topic, holders, listed, self._fetched, self.monotonic(), self.ttl_s))
+            except DependencyUnavailable:
+                raise
+            except Exception as exc:
+                raise self._unavailable(exc) from None
+            for gone in self._fetched.keys() - listed:
+                del self._fetched[gone]
+            why = failure_for(topic, holders, self._fetched)
+            if why is not None:
+                raise DependencyUnavailable(
+                    "Kafka (group offsets)", self.conn.bootstrap_servers, "the groups' ACLs", why
+                )
+            out: TopicCommits = {}
+            for group, got in self._fetched.items():
+                for (t, p), off in (got.offsets or {}).items():
+                    if t == topic:
+                        out.setdefault(group, {})[p] = off
+        return GroupCheck(out, frozenset(holders - listed))
+
+    def _list(self) -> set[str]:
+        from confluent_kafka import KafkaException
+
+        now = self.monotonic()
+        if self._listed is not None and now - self._listed[0] < self.ttl_s:
+            return self._listed[1]
+        if self._admin is None:
+            self._admin = admin_client(self.conn, self.timeout_s)
+        listed = self._admin.list_consumer_groups(request_timeout=self.timeout_s).result(self.timeout_s)
+        self.lists += 1
+        if listed.errors:
+            raise KafkaException(listed.errors[0])
+        groups = {g.group_id for g in listed.valid}
+        self._listed = (now, groups)
+        return groups
+
+    def _fetch(self, groups: list[str]) -> None:
+        """Read these groups' offsets, all requests in flight at once; a group's failure is kept as its answer."""
         from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
 
-        try:
-            if self._admin is None:
-                self._admin = admin_client(self.conn, self.timeout_s)
-            listed = self._admin.list_consumer_groups(request_timeout=self.timeout_s).result(self.timeout_s)
-            if listed.errors:
-                raise KafkaException(listed.errors[0])
-            groups = sorted({g.group_id for g in listed.valid})
-            futures = [
-                (g, fut)
-                for g in groups
-                for fut in self._admin.list_consumer_group_offsets(
-                    [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout_s
-                ).values()
-            ]
-            out: dict[str, dict[tuple[str, int], int]] = {}
-            for group, fut in futures:
+        if not groups:
+            return
+        futures = [
+            (g, fut)
+            for g in groups
+            for fut in self._admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout_s
+            ).values()
+        ]
+        self.fetches += len(futures)
+        now = self.monotonic()
+        for group, fut in futures:
+            try:
                 result = fut.result(self.timeout_s)
+                offsets: dict[tuple[str, int], int] = {}
                 for tp in result.topic_partitions:
                     if tp.error is not None:
                         raise KafkaException(tp.error)
                     if tp.offset >= 0:  # -1001: no committed offset on that partition
-                        out.setdefault(group, {})[(tp.topic, tp.partition)] = tp.offset
-            return out
-        except Exception as exc:  # every failure means the same thing here: no delete this round
-            cause = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
-            text = cause.str() if hasattr(cause, "str") else str(cause)
-            raise DependencyUnavailable(
-                "Kafka (group offsets)", self.conn.bootstrap_servers, "--bootstrap-servers / bootstrap_servers", text
-            ) from None
+                        offsets[(tp.topic, tp.partition)] = tp.offset
+                self._fetched[group] = _Fetched(now, offsets)
+            except Exception as exc:
+                before = self._fetched.get(group)
+                self._fetched[group] = _Fetched(now, None, _text(exc), before.topics() if before else frozenset())
+
+    def _unavailable(self, exc: Exception) -> DependencyUnavailable:
+        return DependencyUnavailable(
+            "Kafka (group offsets)", self.conn.bootstrap_servers, "--bootstrap-servers / bootstrap_servers", _text(exc)
+        )
 
     def close(self) -> None:
         self._admin = None
+
+
+def _text(exc: Exception) -> str:
+    from confluent_kafka import KafkaException
+
+    cause = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
+    return cause.str() if hasattr(cause, "str") else str(cause)

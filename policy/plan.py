@@ -88,16 +88,29 @@ def send_check(
     return None
 
 
-def cluster_check(rec: ActionRecord, committed: Mapping[str, Mapping[int, int]], th: Thresholds) -> str | None:
+def cluster_check(
+    rec: ActionRecord,
+    committed: Mapping[str, Mapping[int, int]],
+    th: Thresholds,
+    unlisted: frozenset[str] = frozenset(),
+    strict: bool = False,
+) -> str | None:
     """Why a consumed-retention delete must not go, by the committed offsets the cluster itself holds (None: it may).
 
     `committed`: group -> partition -> offset on the record's topic, as OffsetFetch answers. The decision's group
     filters apply; a counted group that committed on the topic but not on this partition has an unknown position
     there (KIP-68's -1), which blocks the delete as it does in the state. Groups compactd knows only from its
-    commits topic are not Kafka groups: the state's check covers them.
+    commits topic are not Kafka groups: the state's check covers them. `unlisted`: groups compactd knows on the
+    topic that the cluster does not list (no Describe ACL, or gone); `strict` (cluster_check: strict): a counted
+    one holds the delete, since the cluster cannot vouch for its position.
     """
     if rec.action != "delete_records" or rec.reason != "consumed_retention" or rec.before_offset is None:
         return None
+    if strict:
+        for group in sorted(g for g in unlisted if group_counts(g, th)):
+            return (
+                f"group {group} counts on {rec.topic} but the cluster does not list it (ACLs?); cluster_check: strict"
+            )
     for group in sorted(committed):
         if not group_counts(group, th):
             continue

@@ -121,6 +121,11 @@ class RedisKeys:
         return f"{self.prefix}:topic-ids"
 
     @property
+    def unlisted(self) -> str:
+        """topic -> JSON {"at", "groups"}: counted groups the cluster did not list at the last delete check."""
+        return f"{self.prefix}:unlisted"
+
+    @property
     def resets(self) -> str:
         return f"{self.prefix}:resets"
 

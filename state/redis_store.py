@@ -792,6 +792,14 @@ class RedisState:
         pipe.execute()
         return parts
 
+    def note_unlisted(self, topic: str, groups: Sequence[str], now: int) -> None:
+        """Counted groups the cluster did not list at the last delete check of the topic, for `explain`."""
+        self.r.hset(self.keys.unlisted, topic, json.dumps({"at": now, "groups": list(groups)}))
+
+    def unlisted(self, topic: str) -> dict[str, Any] | None:
+        raw = self.r.hget(self.keys.unlisted, topic)
+        return None if raw is None else json.loads(raw)
+
     def reset_cause(self, topic: str) -> dict[str, Any] | None:
         """The topic's last reset ({"at", "why", "partitions"}), for `explain`; None if it never had one."""
         raw = self.r.hget(self.keys.resets, topic)

@@ -55,7 +55,7 @@ def controller(cluster, rclient: redis.Redis, topic: str, actions: str, clock: l
         AuditLog(conn, actions),
         Metrics(CollectorRegistry()),
         clock=lambda: clock[0],
-        cluster_offsets=offsets.committed,
+        cluster_offsets=offsets.check,
     )
 
 
@@ -106,3 +106,79 @@ def test_a_cluster_that_cannot_be_asked_means_no_delete_now_and_a_retry_later(cl
     assert cluster.watermarks(topic) == (0, 3000)
     [waiting] = RedisState(rclient).outbox()  # still in the outbox, due again at its retry time
     assert waiting.before_offset == 2000 and waiting.status == "pending"
+
+
+def alter_offsets(bootstrap: str, offsets: dict[str, tuple[str, int]]) -> None:
+    """Groups with committed offsets, set through the Admin API (thousands in well under a second)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = [
+        fut
+        for g, (topic, off) in offsets.items()
+        for fut in admin.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(g, [TopicPartition(topic, 0, off)])]
+        ).values()
+    ]
+    for fut in futures:
+        fut.result(30)
+
+
+def test_2000_groups_cost_one_request_each_per_ttl_and_only_the_topics_holders_after(cluster) -> None:
+    a, b = cluster.name("a"), cluster.name("b")
+    for t in (a, b):
+        cluster.create(t, 1)
+    on_a = {cluster.name(f"ga{i}"): (a, 10 + i) for i in range(10)}
+    on_b = {cluster.name(f"gb{i}"): (b, 5) for i in range(1990)}
+    alter_offsets(cluster.bootstrap, {**on_a, **on_b})
+    clock = [0.0]
+    mine = lambda groups: {g for g in groups if g.startswith(cluster.prefix)}  # noqa: E731 (other tests' groups)
+    offsets = ClusterGroupOffsets(
+        KafkaConnection(cluster.bootstrap), ttl_s=5.0, monotonic=lambda: clock[0], holders=lambda t: ()
+    )
+    first = offsets.check(a)
+    assert mine(first.committed) == set(on_a) and first.committed[cluster.name("ga3")] == {0: 13}
+    assert offsets.lists == 1 and offsets.fetches >= 2000  # every group once: none was known yet
+    base = offsets.fetches
+    offsets.check(a)
+    offsets.check(b)
+    assert (offsets.lists, offsets.fetches) == (1, base)  # within the ttl: nothing asked again
+
+    clock[0] += 5.0
+    again = offsets.check(a)
+    assert offsets.fetches - base == len(mine(again.committed)) == 10  # only the groups that hold `a`
+    new = cluster.name("g-new")
+    alter_offsets(cluster.bootstrap, {new: (a, 1)})
+    clock[0] += 5.0
+    assert offsets.check(a).committed[new] == {0: 1}  # a group first listed now is read, and holds `a`
+
+
+def test_a_counted_group_the_cluster_does_not_list(cluster, rclient) -> None:
+    """`ghost` is known to compactd (its commits topic) but not to the cluster (no Describe ACL, or gone): reported;
+    with cluster_check: strict it holds the delete."""
+    topic, actions = cluster.name("ghosted"), cluster.name("actions")
+    g1, ghost = cluster.name("g1"), cluster.name("ghost")
+    cluster.create(topic, 1, {"cleanup.policy": "delete"})
+    cluster.create(actions)
+    cluster.fill(topic, 3000)
+    kafka_commit(cluster.bootstrap, g1, topic, 2500)
+    clock = [int(time.time() * 1000)]
+    state = RedisState(rclient)
+    offsets = ClusterGroupOffsets(KafkaConnection(cluster.bootstrap), ttl_s=0, holders=state.groups)
+    ctl = controller(cluster, rclient, topic, actions, clock, offsets)
+    ctl.strict_groups = True
+    c = three_segments_and_g1(topic, g1, clock[0])
+    c.topic(topic).offsets.append((ghost, 0, 2600))
+    ctl.on_batch("s", 0, c)
+    [rec] = cluster.read_all(actions)
+    assert (rec["status"], rec["before_offset"]) == ("skipped", 2000)
+    assert rec["detail"]["why"].startswith(f"group {ghost} counts on {topic} but the cluster does not list it")
+    assert ctl.metrics.registry.get_sample_value("compactd_groups_unlisted", {"topic": topic}) == 1
+    assert state.unlisted(topic)["groups"] == [ghost]
+
+    ctl.strict_groups = False  # reported, not blocking: the state's own minimum (2500) allows the delete
+    clock[0] += ctl.thresholds(topic, 0).action_retry_ms + 1
+    ctl.evaluate([(topic, 0)], "test")
+    assert [(a["status"], a["before_offset"]) for a in cluster.read_all(actions)][1:] == [("sent", 2000)]
+    assert cluster.watermarks(topic) == (2000, 3000)
