@@ -56,7 +56,9 @@ class Settings(BaseSettings):
     trigger_interval_ms: int = Field(1000, gt=0)
     thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)
     topics: TopicNames = Field(default_factory=TopicNames)
-    offsets_source: Literal["commits", "consumer_offsets"] = "commits"
+    # consumer_offsets: Kafka's own record of every group (compacted by Kafka: a rebuild from its start sees every live
+    # commit); commits: a JSON topic some producer writes, where compactd may not read __consumer_offsets
+    offsets_source: Literal["commits", "consumer_offsets"] = "consumer_offsets"
     # extra librdkafka settings for every client; YAML ints and booleans are taken as they are written
     kafka: dict[str, KafkaValue] = Field(default_factory=dict)
     # HMAC secrets for config events (env COMPACTD_CONFIG_SECRETS as a JSON list); any verifies, the first signs

@@ -167,6 +167,7 @@ def batch_in_flight(spark_checkpoint: Path) -> bool:
 def job_settings(prefix: str, work: Path, broker: str, redis_url: str) -> tuple[Settings, Path]:
     """Settings with compactd topics, Redis prefix and checkpoint of their own; the topics exist; the config file."""
     settings = Settings(
+        offsets_source="commits",
         bootstrap_servers=broker,
         redis_url=redis_url,
         redis_prefix=prefix,

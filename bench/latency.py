@@ -69,6 +69,7 @@ def main() -> None:
     job = None
     try:
         settings = Settings(
+            offsets_source="commits",
             bootstrap_servers=f"127.0.0.1:{broker.port}",
             redis_url=f"redis://127.0.0.1:{redis_svc.port}/0",
             checkpoint_dir=str(work / "ckpt"),

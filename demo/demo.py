@@ -43,6 +43,7 @@ def demo_settings(bootstrap: str, redis_url: str, checkpoint: Path) -> Settings:
         redis_url=redis_url,
         checkpoint_dir=str(checkpoint),
         trigger_interval_ms=1000,
+        offsets_source="commits",  # the simulated cluster writes its groups' commits as JSON
         thresholds={
             "global": {"dry.run": False, "action.retry.ms": 15_000},
             "topic:orders": {"max.compaction.lag.ms": 20_000},

@@ -162,6 +162,7 @@ def job_settings(cluster: Cluster, redis_url: str, tmp_path: Path):
             checkpoint_dir=str(tmp_path / "ckpt"),
             trigger_interval_ms=500,
             topics=TopicNames(**names),
+            offsets_source="commits",  # the tests' groups commit through compactd's JSON commits topic
         )
         base.update(overrides)
         return Settings(**base)
