@@ -304,9 +304,10 @@ class Controller:
             self.metrics.partitions.forget((topic, n))
 
     def forget_scheduled(self) -> None:
-        """The state was wiped (a rebuild): store every deadline again."""
+        """The state was wiped (a rebuild): store every deadline again, record every topic ID again."""
         with self.lock:
             self.scheduled.forget()
+            self.lifecycle.forget_learned()
 
     def track_evaluated(self) -> None:
         """Remember which partitions this process evaluates, for `evaluate_rest` (`run --once`)."""
@@ -460,9 +461,11 @@ class Controller:
                 return 0
             self._nudges_checked_at = now
             queued = 0
-            for topic in dict.fromkeys(n.topic for n in self.state.nudges()):
+            since_by_topic: dict[str, int] = {}
+            for n in self.state.nudges():
+                since_by_topic[n.topic] = min(n.at, since_by_topic.get(n.topic, n.at))
+            for topic, since in since_by_topic.items():
                 th = self.thresholds(topic)
-                since = min(n.at for n in self.state.nudges() if n.topic == topic)
                 expired = now - since >= th.compaction_nudge_max_ms
                 if expired:
                     self.state.rest_nudges(topic, th.compaction_nudge_max_ms)

@@ -62,7 +62,7 @@ class Lifecycle:
         new = [t for t in topics if t not in self._learned]
         if not new:
             return
-        unknown = [t for t in new if self.state.topic_id(t) is None]
+        unknown = [t for t, known in zip(new, self.state.topic_ids(new), strict=True) if known is None]
         if unknown:
             seen = self.reader.describe(unknown)
             for topic, topic_id in seen.ids.items():
@@ -70,6 +70,10 @@ class Lifecycle:
                     self.state.set_topic_id(topic, now_id)
             new = [t for t in new if t not in seen.unknown]  # asked again at the next batch
         self._learned.update(new)
+
+    def forget_learned(self) -> None:
+        """The state was wiped (a rebuild): the IDs this process recorded went with it."""
+        self._learned.clear()
 
     def check(self, rec: ActionRecord, view: PartitionView | None) -> str | None:
         """Why `rec` must not go because its topic is not the log its state describes (None: it may go); the topic

@@ -758,6 +758,11 @@ class RedisState:
         raw = self.r.hget(self.keys.topic_ids, topic)
         return None if raw is None else _s(raw)
 
+    def topic_ids(self, topics: Sequence[str]) -> list[str | None]:
+        """`topic_id` of many topics, in one call."""
+        raws = self.r.hmget(self.keys.topic_ids, list(topics)) if topics else []
+        return [None if raw is None else _s(raw) for raw in raws]
+
     def set_topic_id(self, topic: str, topic_id: str) -> None:
         self.r.hset(self.keys.topic_ids, topic, topic_id)
 

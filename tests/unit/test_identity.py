@@ -4,7 +4,7 @@ log's own evidence against a real broker)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from prometheus_client import CollectorRegistry
 
@@ -56,6 +56,9 @@ class Store:
 
     def topic_id(self, topic: str) -> str | None:
         return self.ids.get(topic)
+
+    def topic_ids(self, topics: Sequence[str]) -> list[str | None]:
+        return [self.ids.get(t) for t in topics]
 
     def set_topic_id(self, topic: str, topic_id: str) -> None:
         self.ids[topic] = topic_id
