@@ -127,8 +127,11 @@ class Settings(BaseSettings):
         return [t.segments, t.commits, t.config, t.actions, t.dlq, t.compactions, t.nudges]
 
     def own_topic_configs(self) -> dict[str, dict[str, str]]:
-        """Config events are deltas: their topic keeps every one (no time retention, no compaction)."""
+        """Config events are deltas: their topic keeps every one (no time retention, no compaction). The commits
+        topic is compacted, keyed `<group>/<topic>/<partition>`: a rebuild from its start sees every group's last
+        commit on each partition however long ago it was made, where time retention would drop the quiet groups."""
         return {
+            self.topics.commits: {"cleanup.policy": "compact"},
             self.topics.config: {"retention.ms": "-1", "cleanup.policy": "delete"},
             self.topics.compactions: {"retention.ms": "-1", "cleanup.policy": "compact"},
             self.topics.nudges: {"retention.ms": "-1", "cleanup.policy": "compact"},

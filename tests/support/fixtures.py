@@ -96,11 +96,7 @@ class Cluster:
 
     def send(self, topic: str, events: list[dict], key: str | bytes | None = None) -> None:
         for ev in events:
-            k = (
-                key
-                if key is not None
-                else ev.get("group") or partition_key(str(ev.get("topic")), ev.get("partition", -1))
-            )
+            k = key if key is not None else event_key(ev)
             self.send_raw(topic, json.dumps(ev).encode(), k.encode() if isinstance(k, str) else k)
         self.flush()
 
@@ -140,6 +136,14 @@ class Cluster:
             return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
         finally:
             c.close()
+
+
+def event_key(ev: dict) -> str:
+    """The contract's key: `<group>/<topic>/<partition>` for a group's offset events (the commits topic is compacted
+    by it), the group for a group's deletion, `<topic>/<partition>` for segment events."""
+    if "group" in ev:
+        return f"{ev['group']}/{partition_key(str(ev['topic']), ev['partition'])}" if "topic" in ev else ev["group"]
+    return partition_key(str(ev.get("topic")), ev.get("partition", -1))
 
 
 @pytest.fixture
