@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +97,8 @@ class Application:
         self.state = settings.redis_state(timeout_s=CHECK_TIMEOUT_S)
         self.audit = AuditLog(conn, settings.topics.actions, cluster=settings.cluster)
         self.dlq = DeadLetters(conn, settings.topics.dlq, cluster=settings.cluster)
-        ledger = NudgeLedger(conn, settings.topics.nudges)
-        self.sink: ActionSink = sink or KafkaAdminSink(conn, self.state, ledger=ledger, clock=clock)
+        self.ledger = NudgeLedger(conn, settings.topics.nudges)
+        self.sink: ActionSink = sink or KafkaAdminSink(conn, self.state, ledger=self.ledger, clock=clock)
         self.readiness = Readiness(None)
         self.guard = StateGuard(self.state, settings.checkpoint_dir, self.spark_checkpoint)
         self.outage = RedisOutage(settings.redis_retry_max_ms / 1000, self._redis_down)
@@ -122,6 +122,7 @@ class Application:
             view_cap=lambda *args: self.compaction.view_cap(*args),
             topics=self.cluster_topics,
             strict_groups=settings.cluster_check == "strict",
+            on_reset=self._record_reset,
         )
         self.config = RuntimeConfig(self.state, settings.thresholds, settings.secrets(), self.controller, self.metrics)
         self.compaction = CompactionTrigger(
@@ -333,6 +334,8 @@ class Application:
                 where = check_executors(self.spark, self.settings.executor_check_timeout_ms / 1000)
                 log.info("executors import compactd %s from %s", compactd.__version__, ", ".join(where))
         s = self.settings
+        if starting_offsets == "earliest" and self.rebuilding:
+            self._supersede()
         spec = StreamSpec(
             conn=self.conn,
             topics=s.source_topics(),
@@ -614,6 +617,22 @@ class Application:
             self._admin = admin_client(self.conn)
         latest = list_end_offsets(self._admin, self.settings.source_topics(), "high")
         return all(end <= done.get(topic, {}).get(p, 0) for topic, parts in latest.items() for p, end in parts.items())
+
+    def _record_reset(self, topic: str, why: str, now: int) -> None:
+        """A topic's state was reset (a re-created topic): where the sources stand goes on the ledger, so that a
+        rebuild drops the topic's events from before it (`_supersede`). The planned end of the latest batch: a batch
+        planned and not yet merged is dropped too, which can only make a rebuilt state know less."""
+        self.ledger.record_reset(topic, now, why, batch_end_offsets(self.spark_checkpoint))
+
+    def _supersede(self) -> None:
+        """A rebuild reads the sources from their start: the events each recorded reset dropped are dropped again
+        (the decoder filters them where it reads), and the resets' causes are back for `explain`."""
+        resets = self.ledger.load_resets()
+        self.decoder = replace(self.decoder, superseded={t: r["positions"] for t, r in resets.items()})
+        for topic, r in resets.items():
+            self.state.restore_reset(topic, {"at": r["at"], "why": r["why"], "partitions": 0})
+        if resets:
+            log.info("rebuild: events of %d re-created topics from before their reset are dropped", len(resets))
 
     def _recover_nudges(self) -> None:
         """Nudges left on the cluster that Redis no longer knows (a state loss) come back from the ledger, to be put

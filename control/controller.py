@@ -108,6 +108,7 @@ class Controller:
         shares: int = 0,
         topics: TopicReader | None = None,
         strict_groups: bool = False,
+        on_reset: Callable[[str, str, int], None] | None = None,
     ) -> None:
         """`cluster_offsets(topic)`: the committed offsets of the topic's groups as the cluster has them, read right
         before each consumed-retention delete (None: no such check, for tests without a cluster); `strict_groups`: a
@@ -144,7 +145,7 @@ class Controller:
         self.io = IoAhead()
         # the deadlines this process stored: an evaluation writes the ones that changed (control/scheduled.py)
         self.scheduled = Scheduled()
-        self.lifecycle = Lifecycle(state, topics, metrics, self._forget_partitions)
+        self.lifecycle = Lifecycle(state, topics, metrics, self._forget_partitions, on_reset)
         self._nudges_checked_at = -NUDGE_CHECK_MS
 
     # ---- configuration ----

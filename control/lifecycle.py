@@ -44,7 +44,11 @@ class Lifecycle:
         reader: TopicReader | None,
         metrics: Metrics,
         on_change: Callable[[str, list[int]], None],
+        on_reset: Callable[[str, str, int], None] | None = None,
     ) -> None:
+        """`on_reset(topic, why, now)`: a reset is recorded beyond Redis (the application's ledger), before the topic's
+        state goes."""
+        self.on_reset = on_reset
         self.state = state
         self.reader = reader
         self.metrics = metrics
@@ -135,6 +139,8 @@ class Lifecycle:
         self._missing_once = set(seen.missing)
 
     def reset(self, topic: str, why: str, now: int) -> None:
+        if self.on_reset is not None:
+            self.on_reset(topic, why, now)
         parts = self.state.reset_topic(topic, why, now)
         self._learned.discard(topic)
         self.metrics.topic_resets.inc()

@@ -7,11 +7,17 @@ a crash between any two steps leaves an entry whose restore is harmless to repea
 configs, so the marker cannot live on the nudged topic itself.
 
 Key `<topic>|<config key>`; value `{"topic", "key", "original" (null: the broker's default), "value", "at"}`.
+
+The same topic keeps the other thing a state loss must not take: each topic's last reset (a re-created topic,
+control/lifecycle.py), key `reset/<topic>` ('/' is in no topic name), value `{"topic", "at", "why", "positions":
+{source topic: {partition: offset}}}`: where the sources stood when the reset dropped what their earlier events had
+built. A rebuild reads the sources again from their start and drops those events too (streaming/decode.py).
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import msgspec
 
@@ -19,6 +25,8 @@ from compactd.kafka.config import KafkaConnection
 from compactd.kafka.reader import read_to_end
 from compactd.kafka.writer import JsonTopicWriter
 from compactd.model import Nudge
+
+RESET = "reset/"
 
 
 def ledger_key(topic: str, key: str) -> str:
@@ -45,9 +53,34 @@ class NudgeLedger:
         self._writer.write(ledger_key(topic, key), None)
         self._writer.flush(self.timeout_s)
 
+    def record_reset(self, topic: str, at: int, why: str, positions: dict[str, dict[str, int]]) -> None:
+        """A topic's state was reset at these source positions (durable before the caller goes on)."""
+        value = {"topic": topic, "at": at, "why": why, "positions": positions}
+        self._writer.write(f"{RESET}{topic}", value)
+        self._writer.flush(self.timeout_s)
+
     def load(self) -> list[Nudge]:
         """Every nudge not yet put back, as the topic holds them (last record per key; a tombstone removes it)."""
-        live: dict[bytes, Nudge] = {}
+        out = []
+        for key, value in self._live().items():
+            try:
+                if not key.startswith(RESET.encode()):
+                    out.append(msgspec.convert(value, Nudge))
+            except msgspec.ValidationError:
+                continue  # not ours: a record someone else wrote to the topic
+        return out
+
+    def load_resets(self) -> dict[str, dict[str, Any]]:
+        """topic -> its last reset: {"at", "why", "positions"}."""
+        return {
+            value["topic"]: value
+            for key, value in self._live().items()
+            if key.startswith(RESET.encode()) and isinstance(value, dict) and "positions" in value
+        }
+
+    def _live(self) -> dict[bytes, Any]:
+        """The topic's records, the last per key (a tombstone removes it), as JSON."""
+        live: dict[bytes, Any] = {}
         for key, value in read_to_end(self.conn, self.topic, self.timeout_s * 3):
             if key is None:
                 continue
@@ -55,10 +88,10 @@ class NudgeLedger:
                 live.pop(key, None)
                 continue
             try:
-                live[key] = msgspec.convert(json.loads(value), Nudge)
-            except (ValueError, msgspec.ValidationError):
-                continue  # not ours: a record someone else wrote to the topic
-        return list(live.values())
+                live[key] = json.loads(value)
+            except ValueError:
+                continue
+        return live
 
     def close(self) -> None:
         self._writer.close()

@@ -805,6 +805,10 @@ class RedisState:
         raw = self.r.hget(self.keys.unlisted, topic)
         return None if raw is None else json.loads(raw)
 
+    def restore_reset(self, topic: str, cause: dict[str, Any]) -> None:
+        """A reset's cause read back from the ledger after a state loss, for `explain`."""
+        self.r.hset(self.keys.resets, topic, json.dumps(cause))
+
     def reset_cause(self, topic: str) -> dict[str, Any] | None:
         """The topic's last reset ({"at", "why", "partitions"}), for `explain`; None if it never had one."""
         raw = self.r.hget(self.keys.resets, topic)

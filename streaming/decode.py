@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -98,6 +98,10 @@ class Decoder:
     # Config events are rare and validated on the driver (signatures need the secrets, which stay there):
     # here they only pass through with their bytes.
     config_topic: str = "compactd.config"
+    # Events a topic's reset superseded (a re-created topic, control/lifecycle.py): topic -> source topic -> source
+    # partition -> the source offset the reset happened at. A rebuild reading the sources again drops the topic's
+    # events below it, as the running job's reset dropped what they had built: they describe the old log.
+    superseded: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict, hash=False)
 
     def binary_row(self, key: bytes | None, value: bytes | None) -> dict:
         """A `__consumer_offsets` record → the same rows as the JSON offset events."""
@@ -180,7 +184,16 @@ class Decoder:
     def rows(self, batch: pa.RecordBatch) -> list[dict]:
         """Kafka-shaped Arrow batch → one decoded row per record (the reference path; `n` = 1)."""
         cols = [batch.column(c).to_pylist() for c in ("topic", "partition", "offset", "key", "value")]
-        return [self.record_row(*rec) for rec in zip(*cols, strict=True)]
+        rows = [self.record_row(*rec) for rec in zip(*cols, strict=True)]
+        if not self.superseded:
+            return rows
+        return [r for r in rows if r.get("src_offset", 0) >= self._cuts(r["src_topic"], r["src_partition"]).get(
+            r.get("topic"), -1)]  # fmt: skip
+
+    def _cuts(self, src_topic: str, src_partition: int) -> dict[str, int]:
+        """topic -> the source offset below which its events on this source partition are superseded."""
+        p = str(src_partition)
+        return {t: b[src_topic][p] for t, b in self.superseded.items() if p in b.get(src_topic, {})}
 
     def table(
         self, src_topic: str, src_partition: int, offsets: list[int], keys: list[bytes | None],
@@ -220,7 +233,15 @@ class Decoder:
         if rest:
             rows = [self.record_row(src_topic, src_partition, offsets[i], keys[i], values[i]) for i in rest]
             parts.append(pa.Table.from_pylist(rows, schema=DECODED_SCHEMA))
-        return pa.concat_tables(parts) if parts else DECODED_SCHEMA.empty_table()
+        out = pa.concat_tables(parts) if parts else DECODED_SCHEMA.empty_table()
+        cuts = self._cuts(src_topic, src_partition) if self.superseded else {}
+        if not cuts or out.num_rows == 0:
+            return out
+        keep = pa.repeat(True, out.num_rows)
+        for topic, below in cuts.items():
+            old = pc.and_(pc.equal(out.column("topic"), topic), pc.less(out.column("src_offset"), below))
+            keep = pc.and_(keep, pc.invert(pc.fill_null(old, False)))
+        return out.filter(keep)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """`mapInArrow` over Kafka rows (Spark's own Kafka connector: `spark_source: kafka`)."""

@@ -12,8 +12,8 @@ is refused as stale state, anything else moves the log start. After every step:
   consumed retention and below every counted group's committed offset on this incarnation.
 
 The topic reports its ID (Kafka 2.8+; KRaft clusters always do). Not generated here: a state loss after a
-re-creation. The rebuild re-reads the old incarnation's events from the sources, which carry no topic ID; that
-case is guarded by the log's evidence only (docs/contract.md, "Topics deleted and created again").
+re-creation, whose rebuild must drop the old incarnation's events by the positions recorded on the ledger; a real job
+proves that (tests/e2e/test_lifecycle.py), since the decoder doing it runs where Spark reads.
 """
 
 from __future__ import annotations
