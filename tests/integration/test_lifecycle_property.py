@@ -11,9 +11,10 @@ is refused as stale state, anything else moves the log start. After every step:
   is at most the log start, or the end of the oldest segments of this incarnation past forced retention, or past
   consumed retention and below every counted group's committed offset on this incarnation.
 
-The topic reports its ID (Kafka 2.8+; KRaft clusters always do). Not generated here: a state loss after a
-re-creation, whose rebuild must drop the old incarnation's events by the positions recorded on the ledger; a real job
-proves that (tests/e2e/test_lifecycle.py), since the decoder doing it runs where Spark reads.
+The topic reports its ID (Kafka 2.8+; KRaft clusters always do). Redis also loses everything: deletes are held while
+the sources are read again from their start, and the events a reset superseded (recorded through the controller's
+`on_reset`, as the application records the sources' positions on its ledger) are dropped, as the decoder drops them
+where Spark reads (tests/unit/test_superseded.py; a real job: tests/e2e/test_lifecycle.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
@@ -125,6 +126,9 @@ step = st.one_of(
         st.just("restart"),
     ),
     st.tuples(st.just("sink_down"), st.booleans()),
+    st.tuples(
+        st.just("redis_lost"),
+    ),
 )
 
 
@@ -137,6 +141,9 @@ PROLOGUE: list[tuple[Any, ...]] = [
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(step, min_size=10, max_size=60))
+# the rebuild that must drop the old log's events: re-created, found by a sweep, the new log grown past the old
+# segments without rolling one, then Redis lost (replayed, the old segments would be deleted on the new log)
+@example(history=[("recreate", False), ("sweep",), ("produce", 0, 700), ("redis_lost",), ("time", 7 * H)])
 def test_no_delete_removes_what_no_rule_made_due_across_re_creations(
     rclient: redis.Redis, history: list[tuple[Any, ...]]
 ) -> None:
@@ -162,11 +169,15 @@ def test_no_delete_removes_what_no_rule_made_due_across_re_creations(
 
     sink = RecordingSink(answer)
     layers = {"global": {"dry.run": False, "consumed.retention.ms": CONSUMED, "forced.retention.ms": FORCED}}
+    merged: list[BatchChanges] = []  # what the sources hold, in order: a rebuild reads it all again
+    superseded: dict[str, int] = {}  # topic -> how many batches the sources held when it was reset
+    gate = [True]
 
     def new_controller() -> Controller:
         return Controller(
             RedisState(rclient), layers, sink, None, Metrics(CollectorRegistry()), clock=lambda: clock[0],
-            topics=Reader(sim),
+            topics=Reader(sim), deletes_allowed=lambda: gate[0],
+            on_reset=lambda topic, why, now: superseded.__setitem__(topic, len(merged)),
         )  # fmt: skip
 
     ctl, batch_id = new_controller(), 0
@@ -213,8 +224,18 @@ def test_no_delete_removes_what_no_rule_made_due_across_re_creations(
             ctl.tick()
         elif kind == "sink_down":
             down[0] = op[1]
+        elif kind == "redis_lost":
+            event("state lost" + (" after a reset" if superseded else ""))
+            rclient.flushall()
+            ctl, gate[0] = new_controller(), False  # the gate holds deletes until the rebuild has read the sources
+            for n, again in enumerate(merged):
+                if n >= superseded.get(TOPIC, 0):
+                    ctl.on_batch(f"rebuilt-{batch_id}", n, again)
+            gate[0] = True
+            ctl.evaluate_all()
         if batch.topics[TOPIC]:
             ctl.on_batch("s", batch_id, batch)
+            merged.append(batch)
             batch_id += 1
         assert not violations, violations
     down[0] = False
