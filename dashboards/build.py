@@ -410,6 +410,15 @@ def health() -> db.Dashboard:
             description="1 while a lost Redis state is rebuilt from the sources: deletes are on hold",
         )
     )
+    d = d.with_panel(
+        st(
+            "Topics re-created (1h)",
+            Query("sum(increase(compactd_topic_resets_total[1h]))"),
+            description="Topics whose log was not the one compactd's state described (deleted and created again): "
+            "their actions were skipped as stale state and their state reset; the job log's 'topic re-created:' line "
+            "names each",
+        )
+    )
     d = d.with_panel(st("Since last batch", Query("time() - max(compactd_last_batch_timestamp_seconds)"), "s"))
     d = d.with_panel(st("Heartbeat age", Query("time() - max(compactd_last_tick_timestamp_seconds)"), "s"))
     d = d.with_panel(st("Outbox", Query("sum(compactd_outbox_depth)")))
