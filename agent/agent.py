@@ -3,7 +3,9 @@
 Each scan publishes what changed since the last one: `segment_rolled` for closed segments (new, or rewritten by
 the cleaner), `compacted` when `cleaner-offset-checkpoint` advances, and `log_start` when
 `log-start-offset-checkpoint` advances or the oldest segments disappear. After a restart everything is published
-once more; the events are idempotent downstream.
+once more, and again every `full_every_ms` (a full re-announce): a state compactd rebuilt from a segments topic whose
+retention dropped old events, or reset because the topic was created again, learns every segment on disk within that
+time. The events are idempotent downstream.
 """
 
 from __future__ import annotations
@@ -24,10 +26,17 @@ log = logging.getLogger("compactd.agent")
 Event = dict[str, Any]
 
 
+FULL_EVERY_MS = 3_600_000
+
+
 class SegmentAgent:
-    def __init__(self, log_dirs: Iterable[Path], clock: Callable[[], int] = now_ms) -> None:
+    def __init__(
+        self, log_dirs: Iterable[Path], clock: Callable[[], int] = now_ms, full_every_ms: int = FULL_EVERY_MS
+    ) -> None:
         self.log_dirs = [Path(d) for d in log_dirs]
         self.clock = clock
+        self.full_every_ms = full_every_ms
+        self._full_at: int | None = None  # when the last full re-announce began
         self._segments: dict[tuple[str, int, int], tuple[int, int, int]] = {}
         self._cleaned: dict[tuple[str, int], int] = {}
         self._log_start: dict[tuple[str, int], int] = {}
@@ -43,6 +52,11 @@ class SegmentAgent:
 
     def scan(self) -> list[Event]:
         now = self.clock()
+        if self._full_at is None or now - self._full_at >= self.full_every_ms:
+            self._full_at = now  # forget what was published: this scan publishes everything on disk
+            self._segments.clear()
+            self._cleaned.clear()
+            self._log_start.clear()
         events: list[Event] = []
         for log_dir in self.log_dirs:
             try:

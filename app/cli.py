@@ -149,6 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--segments-topic", default=_env("segments_topic"), help="default: topics.segments")
     agent.add_argument("--interval-ms", type=int, default=int(_env("interval_ms") or 10_000), help="between scans")
     agent.add_argument("--once", action="store_true", help="scan once, publish, exit")
+    agent.add_argument(
+        "--full-every-ms",
+        type=int,
+        default=int(_env("full_every_ms") or 3_600_000),
+        help="publish every segment on disk again this often (a rebuilt or reset state learns them all)",
+    )
 
     segments = sub.add_parser("segments", help="Kafka log directories")
     seg_sub = segments.add_subparsers(dest="segments_command", required=True, parser_class=_Parser)
@@ -312,7 +318,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
     check_reachable(conn)
     publisher = KafkaPublisher(conn, args.segments_topic or settings.topics.segments)
     try:
-        run_agent(SegmentAgent(dirs), publisher, args.interval_ms / 1000, _stop_on_signals(), once=args.once)
+        agent = SegmentAgent(dirs, full_every_ms=args.full_every_ms)
+        run_agent(agent, publisher, args.interval_ms / 1000, _stop_on_signals(), once=args.once)
     finally:
         publisher.close()
     return 0

@@ -126,6 +126,25 @@ def test_agent_publishes_changes_once(tmp_path: Path) -> None:
     assert agent.scan() == [] and agent.scan() == [] and agent.errors == 1
 
 
+def test_everything_on_disk_is_published_again_every_full_interval(tmp_path: Path) -> None:
+    """A full re-announce: a state compactd rebuilt (the segments topic's retention dropped old events) or reset (the
+    topic was created again) learns every segment on disk within full_every_ms."""
+    p = tmp_path / "orders-0"
+    for base in (0, 10, 20):
+        segment(p, base, encode_batch_v2(base, T, T + 1))
+    write_checkpoint(tmp_path / "cleaner-offset-checkpoint", {("orders", 0): 10})
+    write_checkpoint(tmp_path / "log-start-offset-checkpoint", {("orders", 0): 5})
+    clock = [T]
+    agent = SegmentAgent([tmp_path], clock=lambda: clock[0], full_every_ms=60_000)
+    everything = sorted(e["type"] for e in agent.scan())
+    assert everything == ["compacted", "log_start", "segment_rolled", "segment_rolled"]
+    clock[0] += 59_999
+    assert agent.scan() == []
+    clock[0] += 1
+    assert sorted(e["type"] for e in agent.scan()) == everything
+    assert agent.scan() == []
+
+
 def test_segments_inspect_cli(tmp_path: Path, capsys) -> None:
     segment(tmp_path / "orders-0", 0, encode_batch_v2(0, T, T + 1))
     segment(tmp_path / "orders-0", 5, b"")
