@@ -591,7 +591,8 @@ class Controller:
         try:
             return self.lifecycle.check(rec, view)
         except Exception as exc:  # the cluster cannot say which log it holds: hold the action
-            raise DependencyUnavailable("Kafka", rec.topic, "the topic's Describe ACL", str(exc)) from None
+            why = str(exc)
+            raise DependencyUnavailable("Kafka (topic check)", rec.topic, "the topic's Describe ACL", why) from None
 
     def _cluster_says_no(self, rec: ActionRecord, th: Thresholds) -> str | None:
         """The last guard before a consumed-retention delete goes: the committed offsets of the topic's groups as
