@@ -37,6 +37,7 @@ from compactd.policy.rules import (
     consumed_retention_offset,
     decide_deletion,
     earliest_uncompacted_ts,
+    first_gap,
     forced_retention_offset,
     is_answered,
     live_segments,
@@ -312,6 +313,14 @@ def _deletion(
     blockers: list[dict[str, Any]] = []
     if consumed:
         out["now"], blockers = _group_causes(view, groups, held is not None, now)
+    gap = first_gap(view)
+    if gap is not None and now - gap[1].closed_at > ms and (end or ls) <= gap[0]:
+        lo, after = gap[0], gap[1].base_offset
+        why = (
+            f"offsets {lo}-{after} are in no segment compactd knows (their segment events were lost: a rebuild from a "
+            "segments topic past its retention?): deletes stop there until the agent's next full scan (--full-every-ms)"
+        )
+        blockers.append(_cause("segments_unknown", why, offsets={"from": lo, "to": after}))
     out.update(frees=frees, held_back=held)
     winner = facts.winner
     if frees is not None and winner is not None and winner.reason != rule and own is None:

@@ -78,7 +78,8 @@ def worst_figures(
         return bulk.per_row(np.add, np.where(inside, size, 0), starts, nums.nseg, 0)
 
     # `aged_prefix_end`: what consumed retention would free if no group held it back
-    by_age, age_found = bulk.prefix_end(seg_row, starts, nums.nseg, live, end, now - closed > limits.consumed[seg_row])
+    aged = bulk.gapless(seg_row, seg, ls) & (now - closed > limits.consumed[seg_row])
+    by_age, age_found = bulk.prefix_end(seg_row, starts, nums.nseg, live, end, aged)
     by_age_valid = limits.consumed_on & age_found
 
     # the delete the controller would decide now (`decide_deletion`), and what each retention frees

@@ -95,6 +95,25 @@ def segment_rows(nums: PartitionNumbers) -> tuple[np.ndarray, np.ndarray, np.nda
     return seg_row, row_starts(nums.nseg), seg
 
 
+def gapless(seg_row: np.ndarray, seg: np.ndarray, log_start: np.ndarray) -> np.ndarray:
+    """Per segment: it starts at or below what the row's log start and earlier segments reach (`rules._deletable_end`
+    stops at a gap). The running maximum of ends within each row is one accumulate over keys `row * n + rank(end)`,
+    which a later row's keys always exceed."""
+    n = len(seg)
+    if n == 0:
+        return np.ones(0, dtype=bool)
+    base, end = seg[:, 0], seg[:, 1]
+    order = np.argsort(end, kind="stable")
+    rank = np.empty(n, dtype=I64)
+    rank[order] = np.arange(n, dtype=I64)
+    offset = seg_row.astype(I64) * n
+    reach = end[order[np.maximum.accumulate(offset + rank) - offset]]  # the row's max end up to and including i
+    before = np.empty(n, dtype=I64)
+    before[0], before[1:] = NONE, reach[:-1]
+    before[np.r_[True, seg_row[1:] != seg_row[:-1]]] = NONE  # a row's first segment: nothing before it
+    return base <= np.maximum(before, log_start[seg_row])
+
+
 def row_starts(nseg: np.ndarray) -> np.ndarray:
     """Where each row's segments start in `PartitionNumbers.segments`."""
     starts = np.zeros(len(nseg), dtype=I64)
@@ -161,8 +180,9 @@ def quiet(nums: PartitionNumbers, limits: Limits, now: int) -> Quiet:
 
     The rules, over arrays (policy/rules.py is the reference): a segment is live when it ends above the log start;
     KIP-354's earliest is the smallest first-batch timestamp of live segments above the cleaned offset; compaction is
-    due when now - lag - earliest > 0; a delete is due when the first live segment qualifies under a retention
-    (`_deletable_end` stops at the first one that does not, so the prefix is empty exactly when the first fails).
+    due when now - lag - earliest > 0; a delete is due when the first live segment qualifies under a retention and
+    starts at or below the log start (`_deletable_end` stops at the first one that does not or at a gap, so the
+    prefix is empty exactly when the first fails).
     """
     rows, nseg = len(nums.partitions), nums.nseg
     seg_row, starts, seg = segment_rows(nums)
@@ -184,8 +204,11 @@ def quiet(nums: PartitionNumbers, limits: Limits, now: int) -> Quiet:
     at = np.minimum(first_live, max(len(idx) - 1, 0))
     f_end = end[at] if len(idx) else np.zeros(rows, dtype=I64)
     f_closed = closed[at] if len(idx) else np.zeros(rows, dtype=I64)
-    consumed_busy = limits.consumed_on & known & has_live & (f_end <= nums.lowest) & (now - f_closed > limits.consumed)
-    forced_busy = limits.forced_on & has_live & (now - f_closed > limits.forced)
+    f_joined = gapless(seg_row, seg, nums.log_start)[at] if len(idx) else np.zeros(rows, dtype=bool)
+    consumed_busy = (
+        limits.consumed_on & known & has_live & f_joined & (f_end <= nums.lowest) & (now - f_closed > limits.consumed)
+    )
+    forced_busy = limits.forced_on & has_live & f_joined & (now - f_closed > limits.forced)
 
     def next_future(times: np.ndarray, where: np.ndarray) -> np.ndarray:
         """The smallest of each row's `times` (per segment) above `now` where `where` holds; NONE if none."""
@@ -238,10 +261,11 @@ def due(nums: PartitionNumbers, limits: Limits, q: Quiet, now: int) -> Due:
     compact = limits.lag_on & has_earliest & (delay > 0)
 
     known = q.min_committed != NONE
-    c_ok = (now - closed > limits.consumed[seg_row]) & (end <= nums.lowest[seg_row])
+    joined = gapless(seg_row, seg, ls)
+    c_ok = joined & (now - closed > limits.consumed[seg_row]) & (end <= nums.lowest[seg_row])
     c_end, c_found = prefix_end(seg_row, starts, nseg, live, end, c_ok)
     c_valid = limits.consumed_on & known & c_found
-    f_end, f_found = prefix_end(seg_row, starts, nseg, live, end, now - closed > limits.forced[seg_row])
+    f_end, f_found = prefix_end(seg_row, starts, nseg, live, end, joined & (now - closed > limits.forced[seg_row]))
     f_valid = limits.forced_on & f_found
     forced = f_valid & (~c_valid | (f_end > c_end))
     before = np.where(forced, f_end, c_end)

@@ -49,16 +49,33 @@ def _deletable_end(view: PartitionView, age_ms: int, now: int, limit: int | None
     """End of the longest run of oldest segments that are older than age_ms and end at or below limit.
 
     deleteRecords removes everything below its offset, so the run must be a prefix: the first segment
-    that is too young or reaches past `limit` stops it.
+    that is too young or reaches past `limit` stops it. So does a gap: offsets between the log start or the segments
+    before and the next segment's base that no segment event told compactd about (a state rebuilt from a source that
+    lost events, before the agent's next full scan) are unknown, and unknown is never due.
     """
     end = None
+    reach = view.log_start
     for seg in live_segments(view):
+        if seg.base_offset > reach:
+            break
         if limit is not None and seg.end_offset > limit:
             break
         if now - seg.closed_at <= age_ms:
             break
         end = seg.end_offset
+        reach = max(reach, seg.end_offset)
     return end
+
+
+def first_gap(view: PartitionView) -> tuple[int, Segment] | None:
+    """(where, the segment after it): the first offsets above the log start that no known segment covers, which
+    stop every delete there (`_deletable_end`). `compactd explain` names them."""
+    reach = view.log_start
+    for seg in live_segments(view):
+        if seg.base_offset > reach:
+            return reach, seg
+        reach = max(reach, seg.end_offset)
+    return None
 
 
 def aged_prefix_end(view: PartitionView, age_ms: int, now: int) -> int | None:

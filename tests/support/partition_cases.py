@@ -38,8 +38,8 @@ def make_case(pick: Pick, n: int) -> Case:
     the rules compare (segment ends, the minimum, the log start, thresholds against segment ages)."""
     ms = [None, 0, H // 2, H, 2 * H, 4 * H]
     start, segments = pick([0, 0, 100, 300]), []
-    for _ in range(pick([0, 1, 2, 3, 3, 4, 5])):  # closed segments in offset order, mostly contiguous
-        start += pick([0, 0, 0, 50])
+    for _ in range(pick([0, 1, 2, 3, 3, 4, 5])):  # closed segments in offset order: mostly contiguous, some gaps
+        start = max(0, start + pick([0, 0, 0, 50, -30]))  # and overlaps (a cleaned segment beside the ones it merged)
         end = start + pick([50, 100, 100])
         closed = T0 - pick([0, H // 2, H, H + 1, 2 * H, 2 * H + 1, 3 * H, 5 * H])
         segments.append(Segment(start, end, closed - pick([0, 60_000, 2 * H]), pick([0, 1000, 2000, 1 << 20]), closed))

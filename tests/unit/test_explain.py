@@ -180,6 +180,17 @@ def test_forced_retention_deleting_further_covers_consumed_retention() -> None:
     assert forced["state"] == "due" and forced["frees"]["to"] == 200
 
 
+def test_offsets_in_no_known_segment_block_deletes_and_are_named() -> None:
+    """The middle segment's event was lost: forced retention frees [0,100) only and says what stops it."""
+    full = view(min_committed=300)
+    gap = PartitionView("orders", 3, (full.segments[0], full.segments[2]), None, 0, 300, 2)
+    r = explain(gap, {"forced.retention.ms": 10 * 60_000})["rules"]["forced_retention"]
+    assert r["frees"]["to"] == 100 and causes(r) == ["segments_unknown"]
+    assert r["blocked_by"][0]["offsets"] == {"from": 100, "to": 200}
+    whole = explain(full, {"forced.retention.ms": 10 * 60_000})["rules"]["forced_retention"]
+    assert whole["frees"]["to"] == 300 and causes(whole) == []
+
+
 def test_segment_too_young_waits_for_the_retention_crossing() -> None:
     r = explain(view(min_committed=300), {"consumed.retention.ms": 5 * H})["rules"]["consumed_retention"]
     assert r["state"] == "waiting" and r["frees"] is None

@@ -105,6 +105,22 @@ def test_young_segment_stops_the_prefix() -> None:
     assert decide_deletion(v, th(consumed_retention_ms=H), NOW).before_offset == 100
 
 
+def test_offsets_no_segment_event_covers_stop_the_prefix() -> None:
+    """A state rebuilt from a segments topic that lost events knows [0,100) and [200,300) of a log that also has
+    [100,200): the unknown middle is never deleted, whatever the others' ages; so is an unknown start."""
+    old = NOW - 3 * H
+    gap = view(seg(0, 100, old), seg(200, 300, old), min_committed=300)
+    for rule in (th(consumed_retention_ms=H), th(forced_retention_ms=H)):
+        assert decide_deletion(gap, rule, NOW).before_offset == 100
+        assert decide_deletion(view(seg(100, 200, old), min_committed=300), rule, NOW) is None
+        # a segment the cleaner merged, listed beside the ones it replaced, leaves no gap
+        merged = view(seg(0, 100, old), seg(0, 200, old), seg(100, 200, old), seg(200, 300, old), min_committed=300)
+        assert decide_deletion(merged, rule, NOW).before_offset == 300
+        assert (
+            decide_deletion(view(seg(100, 200, old), log_start=100, min_committed=300), rule, NOW).before_offset == 200
+        )
+
+
 def test_group_rewind_lowers_the_offset() -> None:
     segs = (seg(0, 100, NOW - 3 * H), seg(100, 200, NOW - 3 * H))
     assert decide_deletion(view(*segs, min_committed=200), th(consumed_retention_ms=H), NOW).before_offset == 200
