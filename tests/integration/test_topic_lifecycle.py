@@ -170,3 +170,23 @@ def test_a_deleted_topic_is_forgotten(cluster, rclient) -> None:
     assert ctl.state.partitions(kept) == [0]
     assert ctl.metrics.registry.get_sample_value("compactd_topics_forgotten_total") == 1
     assert not rclient.keys(f"cd:{{{topic}}}:*")
+
+
+def test_a_state_missing_segment_events_deletes_up_to_the_gap_then_all_after_the_full_scan(cluster, rclient) -> None:
+    """A rebuild from a segments topic that lost the event of [1000,2000): the known due segments on either side do
+    not make the unknown middle due. The agent's next full scan re-announces it, and the delete goes on."""
+    topic = cluster.name("gappy")
+    cluster.create(topic, 1, {"cleanup.policy": "delete"})
+    cluster.fill(topic, 3500)
+    clock = [T0]
+    ctl, actions = controller(cluster, rclient, clock, topic, {"forced.retention.ms": H})
+    old = T0 - 2 * H
+    known = [Segment(0, 1000, old, 100, old), Segment(2000, 3000, old, 100, old)]
+    ctl.on_batch("s", 0, batch(topic, known))
+    assert cluster.watermarks(topic) == (1000, 3500)  # [0,1000) only: nothing past the gap
+    [first] = cluster.read_all(actions)
+    assert (first["status"], first["before_offset"]) == ("sent", 1000)
+
+    ctl.on_batch("s", 1, batch(topic, [Segment(1000, 2000, old, 100, old)]))  # the full scan
+    assert cluster.watermarks(topic) == (3000, 3500)
+    assert cluster.read_all(actions)[-1]["before_offset"] == 3000
