@@ -106,6 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--strategy", default=None, help="offset|timestamp|header for this run (default: the topic's config)"
     )
     compact.add_argument("--header", default=None, help="header name for --strategy header")
+    over = compact.add_mutually_exclusive_group()
+    over.add_argument(
+        "--accept-gap",
+        action="store_true",
+        help="publish although the source lost offsets past the view's horizon: built from the view plus what the "
+        "source still holds, the gap (ranges, time, who) recorded in the manifest",
+    )
+    over.add_argument("--rebuild", action="store_true", help="start a new view from the source alone")
 
     read = sub.add_parser("read", help="read a topic as a compacted reader sees it", formatter_class=_Help)
     _job_flags(read)
@@ -282,8 +290,11 @@ def cmd_compact(args: argparse.Namespace) -> int:
     if words[0] == "status" and len(words) == 2:
         return compact_status(_settings(args), words[1])
     if len(words) != 1:
-        raise UsageError("usage: compactd compact TOPIC [--strategy S] [--header NAME] | compactd compact status TOPIC")
-    return compact(_settings(args), words[0], args.strategy, args.header)
+        raise UsageError(
+            "usage: compactd compact TOPIC [--strategy S] [--header NAME] [--accept-gap | --rebuild] "
+            "| compactd compact status TOPIC"
+        )
+    return compact(_settings(args), words[0], args.strategy, args.header, args.accept_gap, args.rebuild)
 
 
 def cmd_read(args: argparse.Namespace) -> int:

@@ -48,14 +48,21 @@ def compactor(settings: Settings, spark: Any = None) -> tuple[Any, Any]:
     return Compactor(settings, state.r, layers, get_spark), close
 
 
-def compact(settings: Settings, topic: str, strategy: str | None, header: str | None) -> int:
-    from compactd.compaction.service import Overrides
+def compact(
+    settings: Settings,
+    topic: str,
+    strategy: str | None,
+    header: str | None,
+    accept_gap: bool = False,
+    rebuild: bool = False,
+) -> int:
+    from compactd.compaction.service import Overrides, RunOptions
 
     if strategy is not None and strategy not in ("offset", "timestamp", "header"):
         raise UsageError(f"--strategy {strategy}: choose offset, timestamp or header")
     comp, close = compactor(settings)
     try:
-        summary = comp.run(topic, Overrides(strategy, header))
+        summary = comp.run(topic, Overrides(strategy, header), options=RunOptions(accept_gap, rebuild))
     finally:
         close()
     print(json.dumps(summary, sort_keys=True), flush=True)

@@ -105,9 +105,10 @@ class Settings(BaseSettings):
     redis_retry_max_ms: int = Field(10_000, gt=0)
     # how often the job checks the topics with compaction.service on for a due run (one ListOffsets per topic)
     compaction_check_interval_ms: int = Field(5_000, gt=0)
-    # a compaction run holds its topic's lease this long past its last renewal (renewed every quarter of it): a run
-    # killed with -9 blocks the next one for at most this long
-    compaction_lease_ms: int = Field(60_000, ge=1_000)
+    # a compaction run holds its topic's lease this long past its last renewal (renewed every quarter of it; a failed
+    # renewal ends the run): a run killed with -9 on another host blocks the next one for at most this long (on the
+    # same host its pid is seen gone at once)
+    compaction_lease_ms: int = Field(10_000, ge=1_000)
     # a compaction's reading task holds at most this many winners before Spark's shuffle takes them (its memory
     # bound); a run whose partitions all hold fewer records skips the shuffle
     compaction_task_records: int = Field(250_000, ge=1)

@@ -181,6 +181,13 @@ class Metrics:
             ["topic"],
             registry=registry,
         )
+        self.compaction_gap_records = Gauge(
+            "compactd_compaction_gap_records",
+            "Source offsets lost past the view's published horizon (the source's own retention): no run publishes "
+            "until `compactd compact TOPIC --accept-gap` or `--rebuild`",
+            ["topic"],
+            registry=registry,
+        )
         self.compaction_max_lag = Gauge(
             "compactd_compaction_max_lag_seconds",
             "max.compaction.lag.ms of a topic with the service on (the alert compares the age with it; 0 = none)",
@@ -218,13 +225,19 @@ class Metrics:
         nothing updates any more (a frozen age past the max lag would keep CompactdViewBehind firing)."""
         on = set(topics)
         for topic in self._compaction_topics - on:
-            for gauge in (self.compaction_beyond_records, self.compaction_beyond_age, self.compaction_max_lag):
+            for gauge in (
+                self.compaction_beyond_records,
+                self.compaction_beyond_age,
+                self.compaction_max_lag,
+                self.compaction_gap_records,
+            ):
                 with contextlib.suppress(KeyError):
                     gauge.remove(topic)
         for topic in on - self._compaction_topics:
             for status in labels.ACTION_STATUSES["compact_view"]:
                 self.compaction_runs.labels(topic, status)
             self.compaction_running.labels(topic)
+            self.compaction_gap_records.labels(topic)
         self._compaction_topics = on
 
     def serve(self, port: int) -> None:

@@ -20,10 +20,38 @@ class ClusterError(CompactdError):
 
 
 class CompactionCluster:
-    def __init__(self, conn: KafkaConnection, timeout_s: float = TIMEOUT_S) -> None:
+    def __init__(self, conn: KafkaConnection, timeout_s: float = TIMEOUT_S, replication_factor: int = -1) -> None:
         self.conn = conn
         self.timeout_s = timeout_s
+        # -1: the cluster's default.replication.factor (and its min.insync.replicas): below the horizon the view is
+        # the only copy of the data, never on one broker of a cluster that replicates
+        self.replication_factor = replication_factor
         self.admin: Any = admin_client(conn, timeout_s)
+
+    def topic_id(self, topic: str) -> str | None:
+        """The topic's ID (KIP-516), None where the broker reports none or cannot say."""
+        from compactd.kafka.topics import ClusterTopics
+        from compactd.policy.identity import known_id
+
+        topics = ClusterTopics(self.conn, self.timeout_s)
+        try:
+            return known_id(topics.describe([topic]).ids.get(topic))
+        except Exception:  # an older broker without DescribeTopics: the log's own evidence decides
+            return None
+        finally:
+            topics.close()
+
+    def add_partitions(self, topic: str, count: int) -> None:
+        """Grow `topic` to `count` partitions (CreatePartitions): the view of a source that grew."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import NewPartitions
+
+        futures = self.admin.create_partitions([NewPartitions(topic, count)], request_timeout=self.timeout_s)
+        for fut in futures.values():
+            try:
+                fut.result(self.timeout_s)
+            except KafkaException as exc:
+                raise ClusterError(f"cannot add partitions to {topic}: {exc.args[0].str()}") from None
 
     def partitions(self, topic: str) -> int | None:
         """The topic's partition count; None when it does not exist."""
@@ -60,7 +88,8 @@ class CompactionCluster:
         from confluent_kafka.admin import NewTopic
 
         futures = self.admin.create_topics(
-            [NewTopic(view, partitions, 1, config=VIEW_TOPIC_CONFIG)], request_timeout=self.timeout_s
+            [NewTopic(view, partitions, self.replication_factor, config=VIEW_TOPIC_CONFIG)],
+            request_timeout=self.timeout_s,
         )
         for fut in futures.values():
             try:
@@ -71,7 +100,7 @@ class CompactionCluster:
     def ensure_topic(self, topic: str, config: Mapping[str, str]) -> None:
         from compactd.kafka.admin import ensure_topics
 
-        ensure_topics(self.conn, [topic], 1, self.timeout_s, {topic: dict(config)})
+        ensure_topics(self.conn, [topic], 1, self.timeout_s, {topic: dict(config)}, self.replication_factor)
 
     def delete_below(self, topic: str, below: Mapping[int, int]) -> dict[int, int]:
         """deleteRecords up to each offset (never past the high watermark); the new low watermarks."""

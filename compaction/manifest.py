@@ -33,6 +33,20 @@ class PartitionView:
     bytes: int = 0
     # the earliest time a record beyond the horizon may have been written: bounds its age for max.compaction.lag.ms
     beyond_since: int = 0
+    source_low: int = 0  # the source's log start when the run began: a later one below it is another log
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Source offsets [start, end) of a partition lost before any generation held them: the source's own retention
+    (or anyone's deleteRecords) passed the published horizon. Published only with `compact --accept-gap`, and then
+    recorded in every later manifest of the lineage."""
+
+    partition: int
+    start: int
+    end: int
+    at: int = 0  # when the gap was accepted (epoch ms)
+    accepted_by: str = ""  # who accepted it: user@host
 
 
 @dataclass(frozen=True)
@@ -64,6 +78,12 @@ class Manifest:
     null_keys: int = 0
     created_view: bool = True  # compactd writes only into a view topic it created itself
     previous: Previous | None = None
+    # the run that published it (its lease token): of two manifests of one generation, the first on the topic wins
+    run: str = ""
+    lineage: int = 1  # a new lineage starts from the source alone: the source was re-created, or `--rebuild`
+    lineage_why: str = ""
+    source_id: str | None = None  # the source's topic ID (KIP-516) when the cluster reports one
+    gaps: tuple[Gap, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,6 +97,7 @@ class Manifest:
         data["partitions"] = {str(p): PartitionView(**v) for p, v in (data.get("partitions") or {}).items()}
         prev = data.get("previous")
         data["previous"] = None if not prev else Previous(**prev)
+        data["gaps"] = tuple(Gap(**g) for g in data.get("gaps") or ())
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -132,6 +153,43 @@ def plan_ranges(
         vs, ve = (pv.view_start, pv.view_end) if pv is not None else (0, 0)
         out.append(RunRange(p, vs, ve, start, new))
     return out
+
+
+def find_gaps(published: Manifest | None, source_low: Mapping[int, int]) -> list[Gap]:
+    """Partitions whose source lost offsets beyond the published horizon: a run over them would resurrect deleted
+    keys and keep superseded values (what the lost records replaced or deleted is gone), so it must not publish."""
+    if published is None or published.generation <= 0:
+        return []
+    return [
+        Gap(int(p), pv.horizon, source_low[int(p)])
+        for p, pv in sorted(published.partitions.items(), key=lambda kv: int(kv[0]))
+        if source_low.get(int(p), 0) > pv.horizon
+    ]
+
+
+def source_changed(
+    published: Manifest | None,
+    count: int,
+    low: Mapping[int, int],
+    high: Mapping[int, int],
+    topic_id: str | None,
+) -> str | None:
+    """Why the source is no longer the log the published generation was built from (None: nothing says so): its
+    topic ID changed, it has fewer partitions, or a partition's log ends below the horizon or starts below the log
+    start it had (within one log both only rise). A view of another log is never mixed with this one."""
+    if published is None or published.generation <= 0:
+        return None
+    if topic_id and published.source_id and topic_id != published.source_id:
+        return f"topic ID {published.source_id} is now {topic_id}"
+    had = 1 + max((int(p) for p in published.partitions), default=-1)
+    if count < had:
+        return f"{count} partitions, generation {published.generation} had {had}"
+    for p, pv in sorted(published.partitions.items(), key=lambda kv: int(kv[0])):
+        if high.get(int(p), 0) < pv.horizon:
+            return f"partition {p} ends at {high.get(int(p), 0)}, below the horizon {pv.horizon}"
+        if low.get(int(p), 0) < pv.source_low:
+            return f"partition {p} starts at {low.get(int(p), 0)}, below its log start {pv.source_low} then"
+    return None
 
 
 def garbage_below(manifest: Manifest, now: int, grace_ms: int) -> dict[int, int]:

@@ -17,9 +17,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from compactd.compaction.cluster import CompactionCluster
-from compactd.compaction.manifest import Manifest, PartitionView, Previous, garbage_below, plan_ranges
+from compactd.compaction.manifest import (
+    Gap,
+    Manifest,
+    PartitionView,
+    Previous,
+    find_gaps,
+    garbage_below,
+    plan_ranges,
+    source_changed,
+)
 from compactd.compaction.spark_run import ReadRange, WriteSpec, run_phases, split
-from compactd.compaction.store import MANIFEST_TOPIC_CONFIG, CompactionState, Lease, ManifestLog, now_ms
+from compactd.compaction.store import MANIFEST_TOPIC_CONFIG, CompactionState, Holder, Lease, ManifestLog, now_ms
 from compactd.compaction.strategy import Strategy
 from compactd.errors import CompactdError, ConfigError
 from compactd.policy.thresholds import Thresholds, resolve
@@ -31,6 +40,28 @@ PHASES = ("planned", "written", "published")  # where `on_phase` is called: the 
 
 class RunFailed(CompactdError):
     """A compaction run stopped before publishing; the previous generation is still the published one."""
+
+
+class ViewGap(RunFailed):
+    """The source lost offsets beyond the published horizon: a run would publish a view that resurrects deleted keys
+    and keeps superseded values, so it does not publish unless told (`--accept-gap`, or `--rebuild`)."""
+
+    def __init__(self, topic: str, gaps: list[Gap]) -> None:
+        self.gaps = gaps
+        lost = ", ".join(f"{g.partition}: [{g.start},{g.end})" for g in gaps)
+        super().__init__(
+            f"{topic}: the source lost offsets past the view's horizon ({lost}; its retention.ms/retention.bytes, or "
+            f"a deleteRecords): not published. `compactd compact {topic} --accept-gap` publishes over the gap, "
+            "`--rebuild` starts a new view from the source alone"
+        )
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What an operator chose for one run: publish over a gap (who accepted it), or start a new lineage."""
+
+    accept_gap: bool = False
+    rebuild: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,7 +114,7 @@ class Compactor:
     @property
     def cluster(self) -> CompactionCluster:
         if self._cluster is None:
-            self._cluster = CompactionCluster(self.conn)
+            self._cluster = CompactionCluster(self.conn, replication_factor=self.settings.topics_replication_factor)
         return self._cluster
 
     def thresholds(self, topic: str) -> Thresholds:
@@ -96,10 +127,15 @@ class Compactor:
 
     # -- one run
     def run(
-        self, topic: str, overrides: Overrides | None = None, on_phase: Callable[[str], None] | None = None
+        self,
+        topic: str,
+        overrides: Overrides | None = None,
+        on_phase: Callable[[str], None] | None = None,
+        options: RunOptions | None = None,
     ) -> dict[str, Any]:
         """One two-phase run now; the summary line of the contract. Raises RunInProgress when another run holds
-        the topic, RunFailed (status ERROR) when the run could not publish."""
+        the topic, RunFailed (status ERROR) when the run could not publish (ViewGap: the source lost records past
+        the horizon)."""
         self.check_eligible(topic)
         th = self.thresholds(topic)
         strategy = strategy_for(th, overrides)
@@ -107,8 +143,9 @@ class Compactor:
         started = self.clock()
         t0 = time.monotonic()
         try:
-            self.state.set_status(topic, "RUNNING", started_at=started, error=None)
-            summary = self._run(topic, th, strategy, lease, started, on_phase or (lambda _p: None))
+            self.state.set_status(topic, "RUNNING", started_at=started, error=None, gaps=[])
+            opts = options or RunOptions()
+            summary = self._run(topic, th, strategy, lease, started, on_phase or (lambda _p: None), opts)
         except Exception as exc:
             if isinstance(exc, CompactdError):
                 line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -116,8 +153,9 @@ class Compactor:
                 from compactd.streaming.job import root_cause
 
                 line = root_cause(f"{type(exc).__name__}: {exc}")
+            gaps = [g.__dict__ for g in exc.gaps] if isinstance(exc, ViewGap) else []
             with contextlib.suppress(Exception):  # Redis away: the run's failure is what the caller reports
-                self.state.set_status(topic, "ERROR", error=line, seconds=round(time.monotonic() - t0, 3))
+                self.state.set_status(topic, "ERROR", error=line, seconds=round(time.monotonic() - t0, 3), gaps=gaps)
             if isinstance(exc, CompactdError):
                 raise
             raise RunFailed(f"compaction of {topic} failed: {line}") from None
@@ -136,6 +174,7 @@ class Compactor:
         lease: Lease,
         started: int,
         on_phase: Callable[[str], None],
+        opts: RunOptions,
     ) -> dict[str, Any]:
         cluster = self.cluster
         cluster.ensure_topic(self.log.topic, MANIFEST_TOPIC_CONFIG)
@@ -143,18 +182,31 @@ class Compactor:
         count = cluster.partitions(topic)
         if count is None:
             raise RunFailed(f"topic {topic} does not exist")
-        manifest = self._claim_view(topic, manifest, count, strategy, started)
-        self.collect(manifest, th.compaction_view_grace_ms)
-
+        topic_id = cluster.topic_id(topic)
         low = cluster.offsets(topic, "earliest", count)
+        high = cluster.offsets(topic, "latest", count, committed=False)
+        published = manifest if manifest is not None and manifest.generation > 0 else None
+        changed = source_changed(published, count, low, high, topic_id)
+        lineage_why = f"the source is another log ({changed})" if changed else "--rebuild" if opts.rebuild else ""
+        if changed:
+            log.warning("compaction of %s: %s: a new view, the old one is garbage", topic, lineage_why)
+        gaps = [] if lineage_why else find_gaps(published, low)
+        if gaps and not opts.accept_gap:
+            raise ViewGap(topic, gaps)
+        manifest = self._claim_view(topic, manifest, count, strategy, started, bool(lineage_why))
+        self.collect(manifest, th.compaction_view_grace_ms)
+        self._still_held(lease, topic)
+
         stable = cluster.offsets(topic, "latest", count)
         lag = th.min_compaction_lag_ms
         young = cluster.offsets(topic, started - lag + 1, count) if lag > 0 else {}
-        published = manifest if manifest.generation > 0 else None
-        plan = plan_ranges(published, low, stable, young)
+        base = None if lineage_why else published  # a new lineage reads the source alone
+        plan = plan_ranges(base, low, stable, young)
         ranges: list[ReadRange] = []
         for r in plan:
             ranges += split(manifest.view, r.partition, r.view_start, r.view_end, True)
+            # past an accepted gap the source is read from what it still holds; elsewhere there is no gap to skip,
+            # and a record deleted under the run fails its read (never a silent jump)
             ranges += split(topic, r.partition, max(r.source_start, low.get(r.partition, 0)), r.horizon, False)
         on_phase("planned")
 
@@ -187,6 +239,7 @@ class Compactor:
             )
         }
         on_phase("written")
+        self._still_held(lease, topic)
 
         view_high = cluster.offsets(manifest.view, "latest", count, committed=False)
         parts: dict[str, PartitionView] = {}
@@ -215,6 +268,7 @@ class Compactor:
                 tombstones=int(rep["tombstones"]) if rep else 0,
                 bytes=int(rep["bytes_out"]) if rep else 0,
                 beyond_since=started - lag if held_back and lag > 0 else started,
+                source_low=low.get(r.partition, 0),
             )
 
         current = self.log.read(topic)
@@ -224,6 +278,11 @@ class Compactor:
         if not lease.check():
             raise RunFailed(f"{topic}: the run lost its lease (Redis wiped, or stalled past it); not published")
         finished = self.clock()
+        same_lineage = not lineage_why and published is not None
+        if gaps:
+            who = f"{lease.holder.user}@{lease.holder.host}" if lease.holder is not None else "unknown"
+            gaps = [Gap(g.partition, g.start, g.end, finished, who) for g in gaps]
+            log.warning("compaction of %s: publishing over a gap, accepted by %s: %s", topic, who, gaps)
         new = Manifest(
             topic=topic,
             view=manifest.view,
@@ -242,8 +301,18 @@ class Compactor:
             tombstones=totals["tombstones"],
             null_keys=totals["null_keys"],
             previous=self._retire(manifest, finished, th.compaction_view_grace_ms),
+            run=lease.run,
+            lineage=manifest.lineage + (1 if lineage_why and manifest.generation > 0 else 0),
+            lineage_why=lineage_why or (manifest.lineage_why if same_lineage else ""),
+            source_id=topic_id,
+            gaps=(manifest.gaps if same_lineage else ()) + tuple(gaps),
         )
-        self.log.write(new)
+        won = self.log.publish(new)
+        if won is None or won.run != new.run:
+            other = "another run" if won is None else f"run {won.run[:8]}"
+            raise RunFailed(
+                f"{topic}: {other} published generation {new.generation} first; this run's writes are garbage"
+            )
         self.state.mirror(new)
         on_phase("published")
         log.info(
@@ -258,6 +327,12 @@ class Compactor:
         return summary(new)
 
     @staticmethod
+    def _still_held(lease: Lease, topic: str) -> None:
+        """A run whose lease is gone (a renewal failed, or it stalled past the TTL) stops at its next step."""
+        if not lease.held:
+            raise RunFailed(f"{topic}: the run lost its lease (Redis away, or stalled past it); stopped, not published")
+
+    @staticmethod
     def _retire(manifest: Manifest, now: int, grace_ms: int) -> Previous | None:
         """What the new manifest remembers of the generation it replaces: its horizons (lowered to those of an
         older generation still within its grace), so source retention stays below every readable generation."""
@@ -269,9 +344,13 @@ class Compactor:
             horizons = {p: min(h, old.horizons.get(p, h)) for p, h in horizons.items()}
         return Previous(manifest.generation, now, horizons)
 
-    def _claim_view(self, topic: str, manifest: Manifest | None, count: int, strategy: Strategy, now: int) -> Manifest:
+    def _claim_view(
+        self, topic: str, manifest: Manifest | None, count: int, strategy: Strategy, now: int, new_lineage: bool
+    ) -> Manifest:
         """The view topic, created and claimed by compactd (a claim is a generation-0 manifest written first, so a
-        crash between the two is resumed, never mistaken for someone else's topic)."""
+        crash between the two is resumed, never mistaken for someone else's topic), with as many partitions as the
+        source: partitions added to the source are added to the view (a reader of an older generation reads the
+        partitions its manifest names). A view with more partitions serves a new lineage of a re-created source."""
         view = manifest.view if manifest is not None else f"{topic}{self.settings.topics.view_suffix}"
         have = self.cluster.partitions(view)
         if manifest is None:
@@ -287,7 +366,10 @@ class Compactor:
                 raise RunFailed(f"view topic {view} of {topic} is missing (generation {manifest.generation})")
             self.cluster.create_view(view, count)
             have = count
-        if have != count:
+        if have < count:
+            log.info("compaction of %s: %s grows from %d to %d partitions, as its source did", topic, view, have, count)
+            self.cluster.add_partitions(view, count)
+        elif have > count and not new_lineage and manifest.generation > 0:
             raise RunFailed(f"view topic {view} has {have} partitions and {topic} has {count}: nothing written")
         return manifest
 
@@ -315,6 +397,10 @@ class Compactor:
             "bytes_out": 0,
             "seconds": None,
             "error": None,
+            "lineage": 0,
+            "lineage_why": "",
+            "gaps": [],
+            "gap_pending": [],
         }
         if published is not None and published.generation > 0:
             out.update(summary(published))
@@ -322,14 +408,20 @@ class Compactor:
             out["seconds"] = round((published.finished_at - published.started_at) / 1000, 3)
         if st:
             status = st.get("status", "NOT_RUN")
-            if status == "RUNNING" and self.state.lease_holder(topic) is None:
+            holder = self.state.lease_holder(topic) if status == "RUNNING" else None
+            if status == "RUNNING" and holder is None:
                 status = "ERROR"  # the run died without a word: its lease expired
                 st["error"] = st.get("error") or "the run stopped without finishing (its lease expired)"
+            elif status == "RUNNING" and (dead := Holder.loads(holder)) is not None and dead.dead_here():
+                status = "ERROR"
+                st["error"] = st.get("error") or f"the run stopped without finishing ({dead.who()} is gone)"
             if status in ("RUNNING", "ERROR") or published is None or published.generation == 0:
                 out["status"] = status
             if status == "SUCCESS" and published is not None and st.get("generation") == published.generation:
                 out["seconds"] = st.get("seconds", out["seconds"])
             out["error"] = st.get("error")
+            if status == "ERROR" and st.get("gaps"):
+                out["gap_pending"] = st["gaps"]  # what stopped the last run: --accept-gap or --rebuild
         out.pop("tombstones", None)
         return out
 
@@ -347,4 +439,7 @@ def summary(m: Manifest) -> dict[str, Any]:
         "bytes_out": m.bytes_out,
         "seconds": round((m.finished_at - m.started_at) / 1000, 3),
         "horizon": {p: pv.horizon for p, pv in sorted(m.partitions.items(), key=lambda kv: int(kv[0]))},
+        "lineage": m.lineage,
+        "lineage_why": m.lineage_why,
+        "gaps": [g.__dict__ for g in m.gaps],  # accepted with --accept-gap: the ranges the view never saw
     }

@@ -167,7 +167,7 @@ class _InputReader(DataSourceReader):
             if combiner is None:
                 combiner = Combiner(where.partition, strategy, retain)
             rng = KafkaRange(where.topic, where.partition, where.start, where.end)
-            for msgs in read_messages(conf, rng, timeout_ms):
+            for msgs in read_messages(conf, rng, timeout_ms, strict=True):
                 combiner.add(msgs, where)
                 if combiner.held >= held_max:
                     yield combiner.emit()
@@ -464,7 +464,9 @@ def run_phases(
     per_partition: dict[int, int] = {}
     for r in ranges:
         per_partition[r.partition] = per_partition.get(r.partition, 0) + r.end - r.start
-    combined = max(per_partition.values()) <= held_max
+    # a partition larger than CHUNK is read by several tasks (`pack`): its winners must then meet in the shuffle,
+    # or two writers would each write part of the same view partition
+    combined = max(per_partition.values()) <= min(held_max, CHUNK)
     df = (
         spark.read.format(CompactionInput.name())
         .options(**spark_options)

@@ -1,12 +1,16 @@
 """Where a compaction's bookkeeping lives: the manifest topic (the truth), its mirror in Redis, the run lease, the
 status operators poll.
 
-The manifest topic is compacted and keyed by source topic: its last record per key is the published generation. A
-Redis mirror lets the controller read it on every tick; the mirror is only trusted when it is not older than the
-topic (`ManifestLog.read` is the authority, and the mirror is refreshed from it after a state loss).
+The manifest topic is compacted and keyed `<topic>/<generation>/<run>`: each run's manifest is a record of its own,
+and of two manifests of one generation the first on the topic is the published one (the partition's order is the
+same for every reader, and compaction keeps it). A run paused past its lease that publishes late loses to the run
+that published first, and knows it (`publish` reads its own generation back). Records two generations old are
+deleted (tombstones). Records keyed by the bare topic (before fencing) are read as before. A Redis mirror lets the
+controller read the published manifest on every tick; `ManifestLog.read` is the authority.
 
 Redis keys (one hash tag per topic, like the rest of the per-topic state):
-  <prefix>:{<topic>}:cv:lease     the run lease: a token, with a TTL renewed while the run lives
+  <prefix>:{<topic>}:cv:lease     the run lease: JSON {token, host, pid, started, boot}, with a short TTL renewed while
+                                  the run lives (a dead run on this host is seen at once: its pid is gone)
   <prefix>:{<topic>}:cv:status    hash: status, generation, started_at, error, summary (JSON of the last run)
   <prefix>:{<topic>}:cv:manifest  the published manifest (JSON)
   <prefix>:cv:topics              set of topics with a manifest (the controller's index)
@@ -15,20 +19,31 @@ Redis keys (one hash tag per topic, like the rest of the per-topic state):
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
+import logging
+import os
+import socket
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from compactd.compaction.manifest import Manifest
 from compactd.errors import CompactdError, DeliveryTimeout
 from compactd.kafka.config import KafkaConnection
 
+log = logging.getLogger("compactd.compaction")
+
 MANIFEST_TOPIC_CONFIG = {"cleanup.policy": "compact", "retention.ms": "-1"}
-LEASE_TTL_MS = 60_000
+LEASE_TTL_MS = 10_000
 RELEASE_LUA = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 RENEW_LUA = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
+TAKEOVER_LUA = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3]) end "
+    "return false"
+)
 
 
 class RunInProgress(CompactdError):
@@ -42,41 +57,93 @@ class ManifestLog:
         self.conn = conn
         self.topic = topic
 
-    def read_all(self, timeout_s: float = 30.0) -> dict[str, Manifest]:
+    def _scan(self, timeout_s: float) -> dict[str, Published]:
         from compactd.kafka.reader import read_to_end
 
-        out: dict[str, Manifest] = {}
+        out: dict[str, Published] = {}
         for key, value in read_to_end(self.conn, self.topic, timeout_s):
             if key is None:
                 continue
             name = key.decode("utf-8", errors="replace")
-            if value is None:
-                out.pop(name, None)
+            if "/" not in name:  # a record of before fencing, keyed by topic: the last one is the manifest
+                if value is None:
+                    out.pop(name, None)
+                    continue
+                manifest = _parse(value)
+                if manifest is not None:
+                    out[name] = Published(manifest, {**out[name].keys} if name in out else {})
                 continue
-            try:
-                out[name] = Manifest.loads(value)
-            except (ValueError, TypeError):
-                continue  # not a manifest compactd wrote: ignored, never trusted
+            if value is None:
+                continue  # an old generation's record deleted: it was never the newest
+            manifest = _parse(value)
+            if manifest is None:
+                continue
+            held = out.setdefault(manifest.topic, Published(manifest, {}))
+            first = held.keys.setdefault(manifest.generation, name)  # the first record of a generation wins
+            if first == name and manifest.generation > held.manifest.generation:
+                held.manifest = manifest
         return out
 
+    def read_all(self, timeout_s: float = 30.0) -> dict[str, Manifest]:
+        return {t: p.manifest for t, p in self._scan(timeout_s).items()}
+
     def read(self, topic: str, timeout_s: float = 30.0) -> Manifest | None:
-        return self.read_all(timeout_s).get(topic)
+        held = self._scan(timeout_s).get(topic)
+        return None if held is None else held.manifest
 
     def write(self, manifest: Manifest, timeout_s: float = 30.0) -> None:
+        """Write a manifest (a claim, generation 0, or a generation). Whether it is the published one: `publish`."""
+        self._produce([(manifest_key(manifest), manifest.dumps())], manifest.topic, timeout_s)
+
+    def publish(self, manifest: Manifest, timeout_s: float = 30.0) -> Manifest | None:
+        """Write `manifest` and read its generation back: the published manifest of that generation, which is this
+        one unless another run published the same generation first. Records two generations older are deleted."""
+        self.write(manifest, timeout_s)
+        held = self._scan(timeout_s).get(manifest.topic)
+        if held is None:
+            return None
+        stale = [(k, None) for g, k in held.keys.items() if g < manifest.generation - 1 and "/" in k]
+        if stale:
+            with contextlib.suppress(DeliveryTimeout):  # left for the next publish
+                self._produce(stale, manifest.topic, timeout_s)
+        key = held.keys.get(manifest.generation)
+        return manifest if key == manifest_key(manifest) else held.manifest
+
+    def _produce(self, records: list[tuple[str, bytes | None]], topic: str, timeout_s: float) -> None:
         from confluent_kafka import Producer
 
         failed: list[str] = []
         producer = Producer(self.conn.client("producer", {"acks": "all", "linger.ms": 0}))
-        producer.produce(
-            self.topic,
-            key=manifest.topic.encode(),
-            value=manifest.dumps(),
-            on_delivery=lambda err, _m: failed.append(str(err)) if err is not None else None,
-        )
+        for key, value in records:
+            producer.produce(
+                self.topic,
+                key=key.encode(),
+                value=value,
+                on_delivery=lambda err, _m: failed.append(str(err)) if err is not None else None,
+            )
         if producer.flush(timeout_s):
-            raise DeliveryTimeout(f"manifest of {manifest.topic} not delivered to {self.topic} within {timeout_s:g}s")
+            raise DeliveryTimeout(f"manifest of {topic} not delivered to {self.topic} within {timeout_s:g}s")
         if failed:
-            raise DeliveryTimeout(f"manifest of {manifest.topic} refused by {self.topic}: {failed[0]}")
+            raise DeliveryTimeout(f"manifest of {topic} refused by {self.topic}: {failed[0]}")
+
+
+@dataclass
+class Published:
+    """A topic's published manifest and, per generation, the key of its first (winning) record."""
+
+    manifest: Manifest
+    keys: dict[int, str]
+
+
+def manifest_key(m: Manifest) -> str:
+    return f"{m.topic}/{m.generation}/{m.run or 'claim'}"
+
+
+def _parse(value: bytes) -> Manifest | None:
+    try:
+        return Manifest.loads(value)
+    except (ValueError, TypeError):
+        return None  # not a manifest compactd wrote: ignored, never trusted
 
 
 class CompactionState:
@@ -95,10 +162,32 @@ class CompactionState:
 
     # -- the lease: at most one run per topic, whoever starts it (the job or the CLI)
     def take_lease(self, topic: str, ttl_ms: int = LEASE_TTL_MS) -> Lease:
-        token = uuid.uuid4().hex
-        if not self.r.set(self._key(topic, "lease"), token, nx=True, px=ttl_ms):
-            raise RunInProgress(f"a compaction of {topic} is already running (lease {self._key(topic, 'lease')})")
-        return Lease(self, topic, token, ttl_ms)
+        """The topic's lease, or RunInProgress naming who holds it and until when. A holder on this host whose
+        process is gone is taken over at once (a `kill -9`ed run): nothing waits for its TTL."""
+        key = self._key(topic, "lease")
+        holder = Holder.me()
+        value = holder.dumps()
+        if self.r.set(key, value, nx=True, px=ttl_ms):
+            return Lease(self, topic, value, ttl_ms)
+        raw, left = self.r.get(key), self.r.pttl(key)
+        if raw is None:  # released meanwhile
+            if self.r.set(key, value, nx=True, px=ttl_ms):
+                return Lease(self, topic, value, ttl_ms)
+            raw, left = self.r.get(key), self.r.pttl(key)
+        other = Holder.loads(raw)
+        if other is not None and other.dead_here() and self.r.eval(TAKEOVER_LUA, 1, key, raw, value, ttl_ms):
+            import logging
+
+            logging.getLogger("compactd.compaction").warning(
+                "compaction of %s: took over the lease of a run that is gone (pid %d on %s)",
+                topic,
+                other.pid,
+                other.host,
+            )
+            return Lease(self, topic, value, ttl_ms)
+        who = "another run" if other is None else f"{other.who()}"
+        until = f", lease for {max(0, int(left or 0)) / 1000:.1f} s more" if left and left > 0 else ""
+        raise RunInProgress(f"a compaction of {topic} is already running: {who}{until}")
 
     def lease_holder(self, topic: str) -> str | None:
         raw = self.r.get(self._key(topic, "lease"))
@@ -136,12 +225,70 @@ class CompactionState:
         return sorted(t.decode() if isinstance(t, bytes) else t for t in self.r.smembers(self.index))
 
 
+def _boot_time(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, /proc): a pid reused by another process differs."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a lease: the token is unique per run; host, pid and boot say whether its process still exists."""
+
+    token: str
+    host: str
+    pid: int
+    started: int
+    boot: str | None
+    user: str = ""
+
+    @classmethod
+    def me(cls) -> Holder:
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):  # no passwd entry (a container's arbitrary uid)
+            user = str(os.getuid())
+        return cls(uuid.uuid4().hex, socket.gethostname(), os.getpid(), now_ms(), _boot_time(os.getpid()), user)
+
+    def dumps(self) -> str:
+        return json.dumps(self.__dict__, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def loads(cls, raw: bytes | str | None) -> Holder | None:
+        try:
+            return cls(**json.loads(raw)) if raw is not None else None
+        except (ValueError, TypeError):
+            return None  # a lease of before this format: a plain token
+
+    def dead_here(self) -> bool:
+        """Its process was on this host and is gone (or its pid now belongs to another process)."""
+        if self.host != socket.gethostname():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+        return self.boot is not None and _boot_time(self.pid) != self.boot
+
+    def who(self) -> str:
+        started = time.strftime("%H:%M:%S", time.gmtime(self.started / 1000))
+        return f"pid {self.pid} on {self.host} since {started} UTC"
+
+
 class Lease:
-    """A run's hold on its topic, renewed in the background; `held` turns False if it was lost (Redis wiped, or
-    the run stalled past the TTL), and the run then does not publish."""
+    """A run's hold on its topic, renewed every quarter of its TTL; `held` turns False when it is lost (Redis wiped,
+    the run stalled past the TTL, or a renewal failed), and the run then stops at its next step, never publishing."""
 
     def __init__(self, state: CompactionState, topic: str, token: str, ttl_ms: int) -> None:
         self.state, self.topic, self.token, self.ttl_ms = state, topic, token, ttl_ms
+        holder = Holder.loads(token)
+        self.run = holder.token if holder is not None else token  # what the manifest records
+        self.holder = holder
         self.held = True
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew, name=f"compactd-lease-{topic}", daemon=True)
@@ -151,11 +298,12 @@ class Lease:
         key = self.state._key(self.topic, "lease")
         while not self._stop.wait(self.ttl_ms / 4000):
             try:
-                if not self.state.r.eval(RENEW_LUA, 1, key, self.token, self.ttl_ms):
-                    self.held = False
-                    return
-            except Exception:  # Redis away: the TTL decides; `check` asks again before publishing
-                continue
+                renewed = self.state.r.eval(RENEW_LUA, 1, key, self.token, self.ttl_ms)
+            except Exception:  # Redis away: the lease may expire and another run start; this one stops
+                renewed = False
+            if not renewed:
+                self.held = False
+                return
 
     def check(self) -> bool:
         """Still ours, asked of Redis now."""

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from compactd.compaction.manifest import Manifest
+from compactd.compaction.manifest import Manifest, source_changed
 from compactd.compaction.reduce import Record
 from compactd.compaction.spark_run import ReadRange, message_fields
 from compactd.compaction.strategy import Strategy, order_key
@@ -65,7 +65,7 @@ def _records(conf: dict[str, Any], topic: str, p: int, start: int, end: int, fro
     if end <= start:
         return
     where = ReadRange(topic, p, start, end, from_view)
-    for msgs in read_messages(conf, KafkaRange(topic, p, start, end), READ_TIMEOUT_MS):
+    for msgs in read_messages(conf, KafkaRange(topic, p, start, end), READ_TIMEOUT_MS, strict=True):
         for m in msgs:
             offset, ts, headers = message_fields(m, from_view, where)
             yield Record(offset, ts, m.key(), m.value(), tuple(headers))
@@ -137,6 +137,14 @@ class CompactedReader:
         manifest = self.manifests.read(topic)
         low = self.cluster.offsets(topic, "earliest", count)
         high = self.cluster.offsets(topic, "latest", count)
+        if manifest is not None and manifest.generation > 0:
+            uncommitted = self.cluster.offsets(topic, "latest", count, committed=False)
+            changed = source_changed(manifest, count, low, uncommitted, self.cluster.topic_id(topic))
+            if changed:
+                raise ViewGone(
+                    f"{topic}: its view (generation {manifest.generation}) was built from another log ({changed}): "
+                    f"nothing read; `compactd compact {topic}` starts a view of this one"
+                )
         return manifest, plan(manifest, topic, low, high)
 
     def partition_records(
@@ -146,8 +154,9 @@ class CompactedReader:
         manifest, segs = self.segments(topic)
         rule = strategy or (manifest.strategy_rule if manifest is not None else Strategy())
         view_low: dict[int, int] = {}
-        if manifest is not None and manifest.generation > 0:
-            view_low = self.cluster.offsets(manifest.view, "earliest", len(segs), committed=False)
+        if manifest is not None and manifest.generation > 0:  # the view's partitions the generation names
+            named = 1 + max((int(p) for p in manifest.partitions), default=-1)
+            view_low = self.cluster.offsets(manifest.view, "earliest", named, committed=False)
         source_low = self.cluster.offsets(topic, "earliest", len(segs), committed=False)
         for seg in segs:
             low = {"view": view_low.get(seg.partition, 0), "source": source_low.get(seg.partition, 0)}

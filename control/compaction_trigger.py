@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from compactd.compaction.manifest import Manifest, garbage_below, retention_cap, run_due
-from compactd.compaction.service import Compactor, eligible
+from compactd.compaction.manifest import Due, Manifest, find_gaps, garbage_below, retention_cap, run_due, source_changed
+from compactd.compaction.service import Compactor, ViewGap, eligible
 from compactd.compaction.store import RunInProgress
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord
@@ -57,6 +57,9 @@ class CompactionTrigger:
         self.cap_moved = cap_moved
         self.running: dict[str, threading.Thread] = {}
         self.said_dry: set[str] = set()
+        self.said_gap: set[str] = set()
+        # topics whose source is another log than their published view's: deletes capped at 0 until a new view
+        self.changed: set[str] = set()
         self._checked_at = 0.0
         self._mirrored = False
         self.stopping = threading.Event()
@@ -113,6 +116,8 @@ class CompactionTrigger:
             manifest = self._manifests[topic]
         if manifest is None and th.compaction_service and not self._mirrored:
             manifest = self._manifests[topic] = self.manifest(topic)
+        if topic in self.changed:
+            return 0  # the view is of another log: nothing of this one is in it yet
         return retention_cap(manifest, th.compaction_service, partition, now, th.compaction_view_grace_ms)
 
     # -- the tick
@@ -150,6 +155,28 @@ class CompactionTrigger:
                 self.cap_moved(topic)  # the previous generation's grace is over: its horizon no longer caps
         stable = cluster.offsets(topic, "latest", count)
         due = run_due(manifest, stable, now, th.compaction_threshold_bytes, th.max_compaction_lag_ms)
+        if manifest is not None and manifest.generation > 0:
+            low = cluster.offsets(topic, "earliest", count)
+            high = cluster.offsets(topic, "latest", count, committed=False)
+            changed = source_changed(manifest, count, low, high, cluster.topic_id(topic))
+            gaps = [] if changed else find_gaps(manifest, low)
+            self.metrics.compaction_gap_records.labels(topic).set(sum(g.end - g.start for g in gaps))
+            if changed:
+                if topic not in self.changed:
+                    log.warning("compaction of %s: the source is another log (%s): deletes wait for a new view",
+                                topic, changed)  # fmt: skip
+                    self.changed.add(topic)
+                    self.cap_moved(topic)
+                due = Due(True, f"the source is another log than the view's ({changed})")
+            elif gaps:
+                if topic not in self.said_gap and topic not in self.running:
+                    self.said_gap.add(topic)
+                    why = str(ViewGap(topic, gaps))
+                    log.warning("compaction of %s: %s", topic, why)
+                    self._finish(self._record(topic, th, now, "compaction_threshold", why, due).with_status(
+                        "skipped", why=why, gaps=[g.__dict__ for g in gaps]))  # fmt: skip
+                return
+            self.said_gap.discard(topic)
         self.metrics.compaction_beyond_records.labels(topic).set(due.beyond_records)
         self.metrics.compaction_beyond_age.labels(topic).set(due.beyond_age_ms / 1000)
         self.metrics.compaction_max_lag.labels(topic).set((th.max_compaction_lag_ms or 0) / 1000)
@@ -157,22 +184,12 @@ class CompactionTrigger:
             return
         reason = (
             "first_generation"
-            if manifest is None or manifest.generation <= 0
+            if manifest is None or manifest.generation <= 0 or topic in self.changed
             else "max_compaction_lag"
             if "max.compaction.lag.ms" in due.why
             else "compaction_threshold"
         )
-        rec = ActionRecord(
-            id=f"compact-view-{topic}-{now}",
-            action="compact_view",
-            topic=topic,
-            partition=-1,
-            reason=reason,  # type: ignore[arg-type]
-            dry_run=th.dry_run,
-            decided_at=now,
-            status="pending",
-            detail={"why": due.why, "beyond_records": due.beyond_records, "beyond_bytes": due.beyond_bytes},
-        )
+        rec = self._record(topic, th, now, reason, due.why, due)
         if th.dry_run:
             if topic not in self.said_dry:
                 self.said_dry.add(topic)
@@ -186,6 +203,20 @@ class CompactionTrigger:
             self.running[topic] = thread
         self.metrics.compaction_running.labels(topic).set(1)
         thread.start()
+
+    @staticmethod
+    def _record(topic: str, th: Thresholds, now: int, reason: str, why: str, due: Due) -> ActionRecord:
+        return ActionRecord(
+            id=f"compact-view-{topic}-{now}",
+            action="compact_view",
+            topic=topic,
+            partition=-1,
+            reason=reason,  # type: ignore[arg-type]
+            dry_run=th.dry_run,
+            decided_at=now,
+            status="pending",
+            detail={"why": why, "beyond_records": due.beyond_records, "beyond_bytes": due.beyond_bytes},
+        )
 
     def _run(self, rec: ActionRecord) -> None:
         topic = rec.topic
@@ -205,6 +236,7 @@ class CompactionTrigger:
             for figure in ("keys", "records_in", "records_out", "bytes_in", "bytes_out", "seconds", "generation"):
                 self.metrics.compaction_last.labels(topic, figure).set(out[figure])
             self._cache_at = -CACHE_S  # decisions read the new manifest
+            self.changed.discard(topic)  # a new view of the new log: its horizon caps from now
             self.cap_moved(topic)
             self._finish(
                 rec.with_status(

@@ -188,13 +188,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._admin = None
 
 
-def read_messages(conf: dict[str, Any], rng: KafkaRange, timeout_ms: int, chunk: int = 100_000) -> Iterator[list]:
+def read_messages(
+    conf: dict[str, Any], rng: KafkaRange, timeout_ms: int, chunk: int = 100_000, strict: bool = False
+) -> Iterator[list]:
     """Read offsets [start, end) of one partition: lists of up to `chunk` confluent-kafka messages, in log order.
 
     Offsets may be missing inside the range (compaction, transaction markers), so the loop ends on the
     consumer position, not on a message count. A range that cannot be read in time fails the task:
     Spark retries it, and nothing is silently skipped. Per message only what Kafka itself costs: callers take the
     fields they need with one comprehension each.
+
+    `strict`: offsets of the range deleted before they are read fail the read (a compaction must never skip records
+    the source's retention took: what they replaced or deleted would come back); otherwise the read goes on from the
+    log start, as a stream does.
     """
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -203,7 +209,7 @@ def read_messages(conf: dict[str, Any], rng: KafkaRange, timeout_ms: int, chunk:
         {
             **conf,
             "group.id": f"compactd-read-{uuid.uuid4()}",
-            "auto.offset.reset": "earliest",
+            "auto.offset.reset": "error" if strict else "earliest",
             "enable.partition.eof": True,
         }
     )
@@ -226,6 +232,11 @@ def read_messages(conf: dict[str, Any], rng: KafkaRange, timeout_ms: int, chunk:
                     err = m.error()
                     if err is None:
                         continue
+                    if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                        raise SourceReadError(
+                            f"{rng.topic}/{rng.partition}: offsets from {position} were deleted before they were read "
+                            "(the topic's retention, or a deleteRecords)"
+                        )
                     if err.code() != KafkaError._PARTITION_EOF:
                         raise SourceReadError(f"{rng.topic}/{rng.partition}: {err.str()}")
                     position = max(position, m.offset())

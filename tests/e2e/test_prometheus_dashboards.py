@@ -129,7 +129,7 @@ def test_every_panel_query_returns_series_from_a_real_prometheus(
                 png = render(prom_url, tmp_path / "img", "overview", range_s=300)
                 assert png.stat().st_size > 20_000
                 rules = json.load(urllib.request.urlopen(f"{prom_url}/api/v1/rules", timeout=10))["data"]["groups"]
-                assert len(rules[0]["rules"]) == 12 and all(r["health"] == "ok" for r in rules[0]["rules"])
+                assert len(rules[0]["rules"]) == 13 and all(r["health"] == "ok" for r in rules[0]["rules"])
             finally:
                 stop.set()
                 runner.join(120)

@@ -37,6 +37,9 @@ SUMMARY_KEYS = {
     "bytes_out",
     "seconds",
     "horizon",
+    "lineage",  # beyond the contract's keys: the view's lineage and the gaps accepted in it
+    "lineage_why",
+    "gaps",
 }
 BIN_KEY, BIN_VALUE = b"\xff\xfek", b"\x80v\xff"  # not UTF-8: printed as key_b64 / value_b64
 
@@ -224,7 +227,8 @@ def test_exit_codes_and_error_lines(cluster, redis_url) -> None:
     finally:
         lease.release()
     assert held.returncode == 1 and held.stdout == ""
-    assert "already running" in one_error_line(held)
+    line = one_error_line(held)  # who holds it (this test's live process) and for how long
+    assert "already running" in line and f"pid {os.getpid()} on " in line and "lease for " in line, line
 
     never = cli(env, "compact", "status", topic)  # the held run never started: still never run
     assert never.returncode == 0, never.stderr[-3000:]

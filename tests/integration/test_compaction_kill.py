@@ -1,6 +1,7 @@
 """`kill -9` of a `compactd compact` process in the middle of its run (planned, about to start Spark): the previous
-generation stays published and readable, the dead run's lease holds the topic until it expires, `compact status`
-then says the run died, and the next run publishes and leaves the view topic holding exactly its generation.
+generation stays published and readable; the dead run's lease names a process of this host that is gone, so
+`compact status` says the run died and the next run takes the lease over at once (issue 27: it waited 69 s for the
+lease to expire), publishes, and leaves the view topic holding exactly its generation.
 
 (A run that dies after writing the view is in the property test, at every phase boundary; a real `kill -9` there
 would start a second Spark JVM, the most expensive thing a test here can do.)"""
@@ -24,7 +25,7 @@ LEASE_MS = 2_000
 
 
 @pytest.mark.spark
-def test_a_killed_run_leaves_the_previous_generation_and_its_lease_expires(
+def test_a_killed_run_leaves_the_previous_generation_and_the_next_run_takes_over_at_once(
     cluster, job_settings, redis_url, spark
 ) -> None:
     topic = cluster.name("killed")
@@ -58,14 +59,10 @@ def test_a_killed_run_leaves_the_previous_generation_and_its_lease_expires(
     for p in (0, 1):
         assert got[p] == [(r.offset, r.key, r.value) for r in table(sent[p] + more[p], Strategy())]
 
-    until = time.monotonic() + 10 * LEASE_MS / 1000
-    while comp.state.lease_holder(topic) is not None:
-        assert time.monotonic() < until, "the dead run's lease never expired"
-        time.sleep(0.1)
+    # the lease names a process of this host that is gone: status says so, and the next run takes over at once
     status = comp.status(topic)
     assert (status["status"], status["generation"]) == ("ERROR", 1), status
-    assert "lease expired" in status["error"]
-
+    assert "is gone" in status["error"]
     out = comp.run(topic)
     assert out["generation"] == 2
     second = comp.log.read(topic)

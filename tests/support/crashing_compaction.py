@@ -18,12 +18,14 @@ from compactd.compaction import service
 def install(phase: str) -> None:
     run = service.Compactor.run
 
-    def killed_at(self: service.Compactor, topic: str, overrides: Any = None, on_phase: Callable | None = None) -> Any:
+    def killed_at(
+        self: service.Compactor, topic: str, overrides: Any = None, on_phase: Callable | None = None, **kw: Any
+    ) -> Any:
         def probe(at: str) -> None:
             if at == phase:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-        return run(self, topic, overrides, probe)
+        return run(self, topic, overrides, probe, **kw)
 
     service.Compactor.run = killed_at  # type: ignore[method-assign]
 
