@@ -3,6 +3,7 @@ topic's creation, and deleteRecords on the view for garbage collection."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,6 +53,11 @@ class CompactionCluster:
                 fut.result(self.timeout_s)
             except KafkaException as exc:
                 raise ClusterError(f"cannot add partitions to {topic}: {exc.args[0].str()}") from None
+        deadline = time.monotonic() + self.timeout_s
+        while (self.partitions(topic) or 0) < count:  # the client's metadata learns them (ListOffsets needs it)
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{topic}: the partitions added are not in the cluster's metadata yet")
+            time.sleep(0.1)
 
     def partitions(self, topic: str) -> int | None:
         """The topic's partition count; None when it does not exist."""

@@ -412,9 +412,12 @@ class Compactor:
             if status == "RUNNING" and holder is None:
                 status = "ERROR"  # the run died without a word: its lease expired
                 st["error"] = st.get("error") or "the run stopped without finishing (its lease expired)"
-            elif status == "RUNNING" and (dead := Holder.loads(holder)) is not None and dead.dead_here():
-                status = "ERROR"
-                st["error"] = st.get("error") or f"the run stopped without finishing ({dead.who()} is gone)"
+            elif status == "RUNNING" and (run := Holder.loads(holder)) is not None:
+                if published is not None and published.run == run.token:
+                    status, st["error"] = "SUCCESS", None  # it published; only its garbage collection is left
+                elif run.dead_here():
+                    status = "ERROR"
+                    st["error"] = st.get("error") or f"the run stopped without finishing ({run.who()} is gone)"
             if status in ("RUNNING", "ERROR") or published is None or published.generation == 0:
                 out["status"] = status
             if status == "SUCCESS" and published is not None and st.get("generation") == published.generation:
