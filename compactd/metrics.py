@@ -188,6 +188,13 @@ class Metrics:
             ["topic"],
             registry=registry,
         )
+        self.compaction_retention_left = Gauge(
+            "compactd_compaction_retention_left_seconds",
+            "Until the source's own retention.ms may delete records beyond the view's horizon (a run starts at half "
+            "of retention.ms; absent where the topic has no time retention)",
+            ["topic"],
+            registry=registry,
+        )
         self.compaction_max_lag = Gauge(
             "compactd_compaction_max_lag_seconds",
             "max.compaction.lag.ms of a topic with the service on (the alert compares the age with it; 0 = none)",
@@ -230,6 +237,7 @@ class Metrics:
                 self.compaction_beyond_age,
                 self.compaction_max_lag,
                 self.compaction_gap_records,
+                self.compaction_retention_left,
             ):
                 with contextlib.suppress(KeyError):
                     gauge.remove(topic)

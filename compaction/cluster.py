@@ -42,6 +42,23 @@ class CompactionCluster:
         finally:
             topics.close()
 
+    def retention_ms(self, topic: str) -> int | None:
+        """The topic's own time retention (`retention.ms`; None: none, -1, or not readable). Time-based retention
+        is what deletes under a view every week by default; `retention.bytes` has no time a run could beat."""
+        from confluent_kafka.admin import ConfigResource, ResourceType
+
+        res = ConfigResource(ResourceType.TOPIC, topic)
+        try:
+            entries = self.admin.describe_configs([res], request_timeout=self.timeout_s)[res].result(self.timeout_s)
+        except Exception:  # no DescribeConfigs permission, or the broker away: the runs' other triggers remain
+            return None
+        entry = entries.get("retention.ms")
+        try:
+            value = int(entry.value) if entry is not None and entry.value is not None else -1
+        except ValueError:
+            return None
+        return value if value > 0 else None
+
     def add_partitions(self, topic: str, count: int) -> None:
         """Grow `topic` to `count` partitions (CreatePartitions): the view of a source that grew."""
         from confluent_kafka import KafkaException

@@ -217,6 +217,9 @@ def retention_cap(manifest: Manifest | None, service_on: bool, partition: int, n
     return cap
 
 
+RETENTION_SHARE = 0.5  # a run starts once records beyond the horizon may be this share of retention.ms old
+
+
 @dataclass(frozen=True)
 class Due:
     due: bool
@@ -224,6 +227,7 @@ class Due:
     beyond_bytes: int = 0
     beyond_records: int = 0
     beyond_age_ms: int = 0
+    retention_left_ms: int | None = None  # until the source's retention.ms may reach past the horizon
 
 
 def run_due(
@@ -233,6 +237,7 @@ def run_due(
     threshold_bytes: int | None,
     max_lag_ms: int | None,
     beyond_bytes: int | None = None,
+    retention_ms: int | None = None,
 ) -> Due:
     """Whether the controller starts a run for a topic with the service on.
 
@@ -255,10 +260,16 @@ def run_due(
         if str(p) in manifest.partitions and hi > manifest.horizon(p)
     ]
     age = max(0, now - min(since)) if since else 0
+    left = None if retention_ms is None else retention_ms - age
     if any(str(p) not in manifest.partitions and hi > 0 for p, hi in stable.items()):
-        return Due(True, "a partition with records has no view yet", 0, records, age)
+        return Due(True, "a partition with records has no view yet", 0, records, age, left)
     if max_lag_ms is not None and age >= max_lag_ms:
-        return Due(True, f"records beyond the horizon for {age} ms ≥ max.compaction.lag.ms", nbytes, records, age)
+        why = f"records beyond the horizon for {age} ms ≥ max.compaction.lag.ms"
+        return Due(True, why, nbytes, records, age, left)
+    if retention_ms is not None and age >= retention_ms * RETENTION_SHARE:
+        why = f"records beyond the horizon for {age} ms: retention.ms ({retention_ms}) reaches them in {left} ms"
+        return Due(True, why, nbytes, records, age, left)
     if threshold_bytes is not None and nbytes >= threshold_bytes:
-        return Due(True, f"{nbytes} bytes beyond the horizon ≥ compaction.threshold.bytes", nbytes, records, age)
-    return Due(False, "below compaction.threshold.bytes", nbytes, records, age)
+        why = f"{nbytes} bytes beyond the horizon ≥ compaction.threshold.bytes"
+        return Due(True, why, nbytes, records, age, left)
+    return Due(False, "below compaction.threshold.bytes", nbytes, records, age, left)

@@ -30,6 +30,7 @@ log = logging.getLogger("compactd.compaction")
 
 CHECK_EVERY_S = 5.0  # how often topics are checked for a run (one ListOffsets per topic with the service on)
 CACHE_S = 1.0  # how long decisions reuse the manifests they read (the send-time check always reads them)
+RETENTION_TTL_S = 60.0  # how long a source's retention.ms is reused
 POOL = "compactd-compaction"  # Spark fair-scheduler pool of the runs: the stream's batches keep their share
 
 
@@ -60,6 +61,7 @@ class CompactionTrigger:
         self.said_gap: set[str] = set()
         # topics whose source is another log than their published view's: deletes capped at 0 until a new view
         self.changed: set[str] = set()
+        self._retentions: dict[str, tuple[float, int | None]] = {}
         self._checked_at = 0.0
         self._mirrored = False
         self.stopping = threading.Event()
@@ -154,7 +156,10 @@ class CompactionTrigger:
                 self.compactor.collect(manifest, th.compaction_view_grace_ms)
                 self.cap_moved(topic)  # the previous generation's grace is over: its horizon no longer caps
         stable = cluster.offsets(topic, "latest", count)
-        due = run_due(manifest, stable, now, th.compaction_threshold_bytes, th.max_compaction_lag_ms)
+        retention = self._retention(topic)
+        due = run_due(manifest, stable, now, th.compaction_threshold_bytes, th.max_compaction_lag_ms, None, retention)
+        if due.retention_left_ms is not None:
+            self.metrics.compaction_retention_left.labels(topic).set(due.retention_left_ms / 1000)
         if manifest is not None and manifest.generation > 0:
             low = cluster.offsets(topic, "earliest", count)
             high = cluster.offsets(topic, "latest", count, committed=False)
@@ -203,6 +208,13 @@ class CompactionTrigger:
             self.running[topic] = thread
         self.metrics.compaction_running.labels(topic).set(1)
         thread.start()
+
+    def _retention(self, topic: str) -> int | None:
+        """The source's retention.ms, read every RETENTION_TTL_S (one DescribeConfigs)."""
+        held = self._retentions.get(topic)
+        if held is None or time.monotonic() - held[0] >= RETENTION_TTL_S:
+            held = self._retentions[topic] = (time.monotonic(), self.compactor.cluster.retention_ms(topic))
+        return held[1]
 
     @staticmethod
     def _record(topic: str, th: Thresholds, now: int, reason: str, why: str, due: Due) -> ActionRecord:

@@ -3,17 +3,22 @@ a run is due, and the delete cap in the partition plan."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from compactd.compaction.manifest import (
+    Gap,
     Manifest,
     PartitionView,
     Previous,
+    find_gaps,
     garbage_below,
     plan_ranges,
     retention_cap,
     run_due,
+    source_changed,
 )
 from compactd.model import PartitionView as StateView
 from compactd.model import Segment
@@ -90,6 +95,36 @@ def test_run_due_by_first_generation_bytes_and_lag() -> None:
     assert lag.due and "max.compaction.lag.ms" in lag.why and lag.beyond_age_ms == 1000
     assert not run_due(m, {0: 101}, NOW, None, 1001).due
     assert run_due(m, {0: 100, 1: 5}, NOW, None, None).due  # a partition without a view
+
+
+def test_run_due_before_the_sources_retention_reaches_the_horizon() -> None:
+    m = manifest({0: 100}, records_in=100, bytes_in=10_000)  # records beyond the horizon for 1000 ms
+    early = run_due(m, {0: 101}, NOW, None, None, retention_ms=2001)
+    assert not early.due and early.retention_left_ms == 1001
+    half = run_due(m, {0: 101}, NOW, None, None, retention_ms=2000)
+    assert half.due and "retention.ms" in half.why and half.retention_left_ms == 1000
+    assert run_due(m, {0: 101}, NOW, None, None).retention_left_ms is None  # no time retention: no deadline
+
+
+def test_a_gap_is_what_the_source_lost_past_the_published_horizon() -> None:
+    m = manifest({0: 100, 1: 50})
+    assert find_gaps(m, {0: 100, 1: 0}) == []  # retention up to the horizon: nothing lost
+    assert find_gaps(m, {0: 150, 1: 51}) == [Gap(0, 100, 150), Gap(1, 50, 51)]
+    assert find_gaps(manifest({0: 100}, generation=0), {0: 500}) == []  # nothing published: nothing to lose
+    assert find_gaps(None, {0: 500}) == []
+
+
+def test_a_source_that_is_another_log_is_told_apart() -> None:
+    m = manifest({0: 100, 1: 50}, source_id="A")
+    parts = {str(p): PartitionView(h, 0, 5, source_low=10) for p, h in ((0, 100), (1, 50))}
+    low = replace(m, partitions=parts)
+    same = source_changed(m, 2, {0: 0, 1: 0}, {0: 100, 1: 80}, "A")
+    assert same is None and source_changed(m, 3, {0: 0, 1: 0}, {0: 100, 1: 80}, None) is None  # grown: same log
+    assert "topic ID A is now B" in str(source_changed(m, 2, {}, {0: 100, 1: 80}, "B"))
+    assert "1 partitions" in str(source_changed(m, 1, {}, {0: 100}, "A"))
+    assert "ends at 40, below the horizon 50" in str(source_changed(m, 2, {}, {0: 100, 1: 40}, None))
+    assert "starts at 0, below its log start 10" in str(source_changed(low, 2, {0: 0}, {0: 100, 1: 50}, None))
+    assert source_changed(replace(m, generation=0), 1, {}, {}, "B") is None
 
 
 def view_with(log_start: int = 0) -> StateView:
