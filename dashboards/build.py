@@ -297,6 +297,19 @@ def compaction_service(d: db.Dashboard) -> db.Dashboard:
             "above it for 15 minutes fires CompactdViewBehind",
         )
     )
+    d = d.with_panel(
+        ts(
+            "Source retention vs the horizon",
+            [
+                Query("min by (topic) (compactd_compaction_retention_left_seconds)", "{{topic}} time left"),
+                Query("max by (topic) (compactd_compaction_gap_records > 0)", "{{topic}} offsets lost (gap)"),
+            ],
+            "s",
+            description="Time left before the source's own retention.ms may delete records the view does not hold "
+            "yet (a run starts at half of retention.ms), and the offsets already lost past the horizon: no run "
+            "publishes over them until `compactd compact TOPIC --accept-gap` or `--rebuild` (CompactdViewGap)",
+        )
+    )
     return d
 
 
