@@ -250,8 +250,8 @@ def run_due(
         records = sum(stable.values())
         return Due(records > 0, "no generation yet" if records else "source is empty", beyond_records=records)
     records = sum(max(0, hi - manifest.horizon(p)) for p, hi in stable.items())
-    if records == 0:
-        return Due(False, "nothing beyond the horizon")
+    if records == 0:  # the source's retention reaches the next record beyond the horizon retention.ms after it
+        return Due(False, "nothing beyond the horizon", retention_left_ms=retention_ms)
     per_record = manifest.bytes_in / manifest.records_in if manifest.records_in else 0.0
     nbytes = beyond_bytes if beyond_bytes is not None else int(records * per_record)
     since = [

@@ -302,7 +302,7 @@ def compaction_service(d: db.Dashboard) -> db.Dashboard:
             "Source retention vs the horizon",
             [
                 Query("min by (topic) (compactd_compaction_retention_left_seconds)", "{{topic}} time left"),
-                Query("max by (topic) (compactd_compaction_gap_records > 0)", "{{topic}} offsets lost (gap)"),
+                Query("max by (topic) (compactd_compaction_gap_records)", "{{topic}} offsets lost (gap)"),
             ],
             "s",
             description="Time left before the source's own retention.ms may delete records the view does not hold "

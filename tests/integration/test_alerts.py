@@ -18,7 +18,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_alert_rules_are_valid() -> None:
     out = promtool("check", "rules", "alerts.yaml")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 12 rules found" in out.stdout
+    assert "SUCCESS: 13 rules found" in out.stdout
 
 
 def test_alert_rules_fire_when_they_should_and_only_then() -> None:

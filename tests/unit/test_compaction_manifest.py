@@ -104,6 +104,7 @@ def test_run_due_before_the_sources_retention_reaches_the_horizon() -> None:
     half = run_due(m, {0: 101}, NOW, None, None, retention_ms=2000)
     assert half.due and "retention.ms" in half.why and half.retention_left_ms == 1000
     assert run_due(m, {0: 101}, NOW, None, None).retention_left_ms is None  # no time retention: no deadline
+    assert run_due(m, {0: 100}, NOW, None, None, retention_ms=5000).retention_left_ms == 5000  # nothing beyond
 
 
 def test_a_gap_is_what_the_source_lost_past_the_published_horizon() -> None:
