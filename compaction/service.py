@@ -36,6 +36,7 @@ from compactd.policy.thresholds import Thresholds, resolve
 log = logging.getLogger("compactd.compaction")
 
 PHASES = ("planned", "written", "published")  # where `on_phase` is called: the boundaries a crash test kills at
+CHECKED = "checked"  # also called: the run's checks passed, its manifest not written yet (where a race is tested)
 
 
 class RunFailed(CompactdError):
@@ -307,6 +308,7 @@ class Compactor:
             source_id=topic_id,
             gaps=(manifest.gaps if same_lineage else ()) + tuple(gaps),
         )
+        on_phase(CHECKED)
         won = self.log.publish(new)
         if won is None or won.run != new.run:
             other = "another run" if won is None else f"run {won.run[:8]}"

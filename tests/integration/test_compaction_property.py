@@ -1,29 +1,38 @@
-"""Property: whatever the history and wherever runs die, the view is KIP-280 over the whole history.
+"""Property: whatever the history, the cluster and the runs do, the view is KIP-280 over what the source held.
 
 Generated histories (keys reused, tombstones, null keys, headers present/absent/equal, timestamps out of order)
 are appended between runs on the real broker; runs go through the real Redis and Spark and some die at a phase
-boundary (after planning, after writing the view, after publishing). After every step:
-- the published view holds exactly the winners of every source record below its horizon (the reference model:
-  `strategy.order_key` over the whole history, not the run's own reduction);
-- `--table` (view + tail) equals the model's live keys over the whole history;
-- a run that died before publishing left the previous generation published and readable;
+boundary (after planning, after writing the view, after publishing). Between them the cluster acts (issue 27): the
+source's retention deletes a prefix (sometimes past the horizon), partitions are added, the topic is deleted and
+created again; a run is paused past its lease while another runs. After every step:
+- the published view holds exactly the winners of the records its lineage read (each generation: the previous view
+  plus what the source held from the previous horizon or its log start; a new lineage: the source alone) — the
+  reference model, `strategy.order_key` over those records, not the run's own reduction;
+- no generation is published over a gap unless the run was told `accept_gap`; a new lineage starts on `rebuild`
+  and on a re-created source;
+- at most one run publishes each generation (the paused one never does);
+- `--table` (view + tail) equals the model's live keys, or the read refuses when the tail has a gap;
 - after a complete run nothing is left unpublished: the view topic is exactly the published ranges.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import Any
 
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import NewPartitions
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from compactd.compaction.reduce import Record
-from compactd.compaction.service import PHASES, Compactor, Overrides
+from compactd.compaction.service import CHECKED, PHASES, Compactor, Overrides, RunFailed, RunOptions, ViewGap
+from compactd.compaction.store import CompactionState
 from compactd.compaction.strategy import Strategy, order_key
-from compactd.compaction.view import CompactedReader, table
+from compactd.compaction.view import CompactedReader, ViewGone, _records, table
 from tests.support.compaction import history, produce
 
 PARTITIONS = 2
@@ -33,11 +42,66 @@ class Crash(BaseException):
     """A run dying at a phase boundary (BaseException: nothing in the run may catch it)."""
 
 
-def winners(records: list[Record], strategy: Strategy, below: int) -> list[tuple]:
-    """The model: per key, the record with the largest KIP-280 order key among those below the horizon."""
+step = st.one_of(
+    st.tuples(st.just("append"), st.integers(1, 120), st.integers(3, 40)),
+    st.tuples(st.just("run"), st.sampled_from([None, *PHASES[:2], PHASES[2]]), st.sampled_from(["", "", "accept"])),
+    st.tuples(st.just("run"), st.just(None), st.sampled_from(["rebuild", "race", "late"])),
+    st.tuples(st.just("retention"), st.integers(0, 3), st.integers(0, 100)),  # partition, % of the log to delete
+    st.tuples(st.just("grow"), st.just(0), st.just(0)),
+    st.tuples(st.just("recreate"), st.integers(1, 10), st.just(0)),
+)
+LIFECYCLE = [  # every kind of step at least once, whatever hypothesis draws
+    ("run", None, ""),
+    ("append", 60, 10),
+    ("retention", 0, 100),  # past the horizon: the next run is refused
+    ("run", None, ""),
+    ("run", "published", "accept"),
+    ("grow", 0, 0),
+    ("append", 40, 10),
+    ("run", None, "race"),
+    ("append", 10, 5),
+    ("run", None, "late"),
+    ("recreate", 5, 0),
+    ("run", None, "rebuild"),
+]
+
+
+class Model:
+    """What the source holds and what the view's lineage has read, per partition."""
+
+    def __init__(self, partitions: int) -> None:
+        self.sent: dict[int, list[Record]] = {p: [] for p in range(partitions)}
+        self.low: dict[int, int] = dict.fromkeys(range(partitions), 0)
+        self.seen: dict[int, list[Record]] = {p: [] for p in range(partitions)}
+        self.horizon: dict[int, int] = {}
+        self.generation = 0
+        self.lineage = 0
+
+    def end(self, p: int) -> int:
+        return self.sent[p][-1].offset + 1 if self.sent[p] else 0
+
+    def gap(self) -> bool:
+        return any(self.low[p] > h for p, h in self.horizon.items())
+
+    def publish(self, new_lineage: bool) -> None:
+        """A generation built now: the source's records from the previous horizon (or the log start) to its end."""
+        self.generation += 1
+        if new_lineage or not self.lineage:
+            self.lineage += 1
+            self.seen = {p: [] for p in self.sent}
+            self.horizon = {}
+        for p, recs in self.sent.items():
+            start = max(self.horizon.get(p, 0), self.low[p])
+            self.seen.setdefault(p, [])
+            self.seen[p] += [r for r in recs if start <= r.offset]
+            self.horizon[p] = self.end(p)
+
+
+def winners(records: list[Record], strategy: Strategy) -> list[tuple]:
+    """The model: per key, the record with the largest KIP-280 order key."""
     best: dict[bytes, tuple[Any, Record]] = {}
     for r in records:
-        if r.key is None or r.offset >= below:
+        if r.key is None:
             continue
         rank = order_key(strategy, r.offset, r.timestamp, r.headers)
         if r.key not in best or rank > best[r.key][0]:
@@ -45,70 +109,144 @@ def winners(records: list[Record], strategy: Strategy, below: int) -> list[tuple
     return sorted((r.offset, r.key, r.value) for _, r in best.values())
 
 
-step = st.one_of(
-    st.tuples(st.just("append"), st.integers(1, 120), st.integers(3, 40)),
-    st.tuples(st.just("run"), st.sampled_from([None, *PHASES[:2], PHASES[2]]), st.just(0)),
-)
-
-
 @pytest.mark.spark
-@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), derandomize=False)
+@settings(
+    max_examples=int(os.environ.get("COMPACTD_COMPACTION_EXAMPLES", "3")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=False,
+)
 @given(
     held=st.sampled_from([250_000, 7]),  # 7: tasks hand partial combines to Spark's reduce (the shuffle path)
     kind=st.sampled_from(["offset", "timestamp", "header"]),
     steps=st.lists(step, min_size=3, max_size=6),
     seed=st.integers(0, 10_000),
 )
-def test_view_is_kip280_over_the_whole_history_across_killed_runs(
+@example(held=7, kind="header", steps=LIFECYCLE, seed=1)
+def test_view_is_kip280_over_what_the_source_held_across_its_lifecycle(
     cluster, job_settings, redis_url, spark, held: int, kind: str, steps: list, seed: int
 ) -> None:
     topic = cluster.name(f"prop{uuid.uuid4().hex[:8]}")  # hypothesis may run an example again (shrinking)
     cluster.create(topic, PARTITIONS)
     s = job_settings(compaction_task_records=held)
     layers = {"global": {"compaction.view.grace.ms": 0}}
-    comp = Compactor(s, redis.Redis.from_url(redis_url), lambda: layers, lambda: spark)
+    r = redis.Redis.from_url(redis_url)
+    comp = Compactor(s, r, lambda: layers, lambda: spark)
     reader = CompactedReader(comp.conn, s.topics.compactions)
     strategy = Strategy.of(kind, "v")  # type: ignore[arg-type]
     overrides = Overrides(kind, "v")
-    sent: dict[int, list[Record]] = {p: [] for p in range(PARTITIONS)}
-    published = 0
-    steps = [("append", 80, 20), *steps, ("run", None, 0)]  # something to compact, and a complete run at the end
-    for i, (what, n, keys) in enumerate(steps):
+    m = Model(PARTITIONS)
+    steps = [("append", 80, 20), *steps, ("run", None, "accept")]  # something to compact, a complete run at the end
+    for i, (what, n, mode) in enumerate(steps):
+        where = steps[: i + 1]
         if what == "append":
-            for p, recs in produce(cluster, topic, history(seed + i, n, keys, start_ts=i * 1000), PARTITIONS).items():
-                sent[p] += recs
+            batch = history(seed + i, n, mode, start_ts=i * 1000, partitions=len(m.sent))
+            for p, recs in produce(cluster, topic, batch, len(m.sent)).items():
+                m.sent[p] += recs
             continue
+        if what == "retention":  # the source's own retention (or anyone's deleteRecords) takes a prefix
+            p = n % len(m.sent)
+            upto = m.low[p] + (m.end(p) - m.low[p]) * mode // 100
+            if upto > m.low[p]:
+                for fut in cluster.admin.delete_records([TopicPartition(topic, p, upto)]).values():
+                    fut.result(30)
+                m.low[p] = upto
+            continue
+        if what == "grow":
+            for fut in cluster.admin.create_partitions([NewPartitions(topic, len(m.sent) + 1)]).values():
+                fut.result(30)
+            m.sent[len(m.sent)], m.low[len(m.low)] = [], 0
+            continue
+        if what == "recreate":  # detectable without topic IDs: the new log ends below a horizon of the old one
+            if max(m.horizon.values(), default=0) <= n:
+                continue
+            recreate(cluster, topic, len(m.sent))
+            m.sent = {p: [] for p in m.sent}
+            m.low = dict.fromkeys(m.sent, 0)
+            batch = history(seed + i, n, 3, start_ts=i * 1000, partitions=len(m.sent))
+            for p, recs in produce(cluster, topic, batch, len(m.sent)).items():
+                m.sent[p] += recs
+            m.horizon = {p: h + 1_000_000 for p, h in m.horizon.items()}  # the model's mark: another log now
+            n, mode = None, ""  # and a run at once: appended to, the new log could outgrow the old one's horizons
         crash_at = n
+        other_published: list[bool] = []
 
-        def on_phase(phase: str, crash_at: str | None = crash_at) -> None:
+        def on_phase(
+            phase: str, crash_at: str | None = crash_at, mode: str = mode, other: list[bool] = other_published
+        ) -> None:
+            # paused past its lease (before its checks, or after them: only the manifest's fence stops it then),
+            # another run takes the topic and publishes
+            if (mode, phase) in (("race", "written"), ("late", CHECKED)):
+                r.delete(CompactionState(r, s.key_prefix)._key(topic, "lease"))
+                comp.run(topic, overrides)
+                other.append(True)
             if phase == crash_at:
                 raise Crash(phase)
 
+        recreated = any(h >= 1_000_000 for h in m.horizon.values())
+        gap = m.gap() and not recreated and mode != "rebuild"
         try:
-            comp.run(topic, overrides, on_phase)
+            out = comp.run(
+                topic, overrides, on_phase, RunOptions(accept_gap=mode == "accept", rebuild=mode == "rebuild")
+            )
             died = None
         except Crash as exc:
-            died = str(exc)
-        manifest = comp.log.read(topic)
+            died, out = str(exc), None
+        except ViewGap:
+            assert gap and mode != "accept", (where, m.low, m.horizon)
+            died, out = "gap", None
+        except RunFailed:
+            assert mode in ("race", "late") and other_published, where  # the paused run lost: published nothing
+            died, out = "fenced", None
+        assert not (gap and mode != "accept" and died != "gap"), ("published over a gap", where)
+        if other_published:
+            m.publish(recreated)  # the run that took the topic meanwhile
         if died in (None, "published"):
-            published += 1
-        assert (manifest.generation if manifest else 0) == published, (steps[: i + 1], died)
+            m.publish(recreated or mode == "rebuild")
+        manifest = comp.log.read(topic)
+        assert (manifest.generation if manifest else 0) == m.generation, (where, died)
+        if out is not None:
+            assert out["lineage"] == m.lineage, (where, out["lineage_why"])
         if manifest is None or manifest.generation == 0:
             continue
-        # the published generation (view only: the records before each horizon) is the model
-        view: dict[int, list[tuple]] = {p: [] for p in range(PARTITIONS)}
-        for p, rec in reader.partition_records(topic):
-            if rec.offset < manifest.horizon(p):
-                view[p].append((rec.offset, rec.key, rec.value))
-        for p in range(PARTITIONS):
-            assert view[p] == winners(sent[p], strategy, manifest.horizon(p)), (p, steps[: i + 1], died)
-        # the table: view + tail, live keys of the whole history
-        got: dict[int, list[tuple]] = {p: [] for p in range(PARTITIONS)}
-        for p, rec in reader.partition_records(topic, table_mode=True):
-            got[p].append((rec.offset, rec.key, rec.value))
-        for p in range(PARTITIONS):
-            assert got[p] == [(r.offset, r.key, r.value) for r in table(sent[p], strategy)], (p, steps[: i + 1])
+        assert manifest.lineage == m.lineage and {int(p): h for p, h in manifest.horizons().items()} == m.horizon
+        # the published generation, read from the view topic itself, is the model of what its lineage read
+        for p in m.sent:
+            pv = manifest.partitions.get(str(p))
+            got = [] if pv is None else [
+                (rec.offset, rec.key, rec.value)
+                for rec in _records(reader.conf, manifest.view, p, pv.view_start, pv.view_end, True)
+            ]  # fmt: skip
+            assert got == winners(m.seen.get(p, []), strategy), (p, where, died)
+        # the table: view + tail; refused when the source lost records past the horizon
+        try:
+            table_rows: dict[int, list[tuple]] = {p: [] for p in m.sent}
+            for p, rec in reader.partition_records(topic, table_mode=True):
+                table_rows[p].append((rec.offset, rec.key, rec.value))
+        except ViewGone:
+            assert m.gap(), where
+            continue
+        assert not m.gap(), ("read across a gap", where)
+        for p in m.sent:
+            tail = [x for x in m.sent[p] if x.offset >= m.horizon.get(p, 0)]
+            want = [(x.offset, x.key, x.value) for x in table(m.seen.get(p, []) + tail, strategy)]
+            assert table_rows[p] == want, (p, where)
         if died is None:  # a complete publish collected every older range: the view topic is the generation
-            for p in range(PARTITIONS):
-                pv = manifest.partitions[str(p)]
-                assert cluster.watermarks(manifest.view, p) == (pv.view_start, pv.view_end), (p, steps[: i + 1])
+            for p, pv in manifest.partitions.items():
+                assert cluster.watermarks(manifest.view, int(p)) == (pv.view_start, pv.view_end), (p, where)
+
+
+def recreate(cluster, topic: str, partitions: int) -> None:
+    import time
+
+    for fut in cluster.admin.delete_topics([topic]).values():
+        fut.result(30)
+    deadline = time.monotonic() + 10
+    while True:  # the broker may refuse the name for a moment while the old topic goes
+        try:
+            cluster.create(topic, partitions)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
