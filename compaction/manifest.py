@@ -66,6 +66,7 @@ class Manifest:
     strategy: str = "offset"
     strategy_header: str | None = None
     strategy_header_format: str = "long"
+    strategy_tombstone: str = "version"  # `compaction.strategy.tombstone`: version (KIP-280) or latest
     partitions: dict[str, PartitionView] = field(default_factory=dict)
     started_at: int = 0
     finished_at: int = 0
@@ -107,7 +108,12 @@ class Manifest:
 
     @property
     def strategy_rule(self) -> Strategy:
-        return Strategy.of(self.strategy, self.strategy_header, self.strategy_header_format)  # type: ignore[arg-type]
+        return Strategy.of(
+            self.strategy,  # type: ignore[arg-type]
+            self.strategy_header,
+            self.strategy_header_format,  # type: ignore[arg-type]
+            self.strategy_tombstone,  # type: ignore[arg-type]
+        )
 
     def horizon(self, partition: int) -> int:
         """Source offsets below it are in the view; 0 when nothing was published for the partition."""

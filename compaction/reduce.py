@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from compactd.compaction.strategy import Headers, Strategy, order_key
+from compactd.compaction.strategy import Headers, Strategy, order_key, replaces
 
 DELETED_AT = "compactd.deleted_at"  # when a tombstone first entered the view (epoch ms, decimal ASCII)
 
@@ -87,8 +87,8 @@ def reduce_partition(
     delete_retention_ms: int = 86_400_000,
     retain_null_key: bool = False,
 ) -> tuple[list[Record], Counts]:
-    """The next generation of one partition: the previous generation's records and the delta's, one winner per key,
-    in source-offset order; and what was counted on the way."""
+    """The next generation of one partition: the previous generation's records and the delta's (each in log order,
+    the previous generation's first), one winner per key, in source-offset order; and what was counted on the way."""
     counts = Counts()
     best: dict[bytes, tuple[tuple[int, int, int], Record]] = {}
     kept_null: list[Record] = []
@@ -101,7 +101,7 @@ def reduce_partition(
             continue
         rank = order_key(strategy, rec.offset, rec.timestamp, rec.headers)
         held = best.get(rec.key)
-        if held is None or rank > held[0]:
+        if held is None or replaces(strategy, held[0], held[1].tombstone, rank, rec.tombstone):
             best[rec.key] = (rank, rec)
     out: list[Record] = list(kept_null)
     for _, rec in best.values():

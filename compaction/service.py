@@ -88,7 +88,12 @@ def strategy_for(th: Thresholds, overrides: Overrides | None = None) -> Strategy
     header = o.header if o.header is not None else th.compaction_strategy_header
     if kind not in ("offset", "timestamp", "header"):
         raise ConfigError(f"unknown compaction strategy {kind!r}: choose offset, timestamp or header")
-    return Strategy.of(kind, header, th.compaction_strategy_header_format)  # type: ignore[arg-type]
+    return Strategy.of(
+        kind,  # type: ignore[arg-type]
+        header,
+        th.compaction_strategy_header_format,
+        th.compaction_strategy_tombstone,
+    )
 
 
 class Compactor:
@@ -225,7 +230,12 @@ class Compactor:
             now=started,
             delete_retention_ms=th.delete_retention_ms,
         )
-        strategy_opts = {"kind": strategy.kind, "header": strategy.header, "header_format": strategy.header_format}
+        strategy_opts = {
+            "kind": strategy.kind,
+            "header": strategy.header,
+            "header_format": strategy.header_format,
+            "tombstone": strategy.tombstone,
+        }
         reports = {
             int(r["partition"]): r
             for r in run_phases(
@@ -291,6 +301,7 @@ class Compactor:
             strategy=strategy.kind,
             strategy_header=strategy.header,
             strategy_header_format=strategy.header_format,
+            strategy_tombstone=strategy.tombstone,
             partitions=parts,
             started_at=started,
             finished_at=finished,
@@ -360,7 +371,16 @@ class Compactor:
                 raise RunFailed(
                     f"view topic {view} exists and compactd did not create it: delete it or change topics.view_suffix"
                 )
-            manifest = Manifest(topic, view, 0, strategy.kind, strategy.header, strategy.header_format, started_at=now)
+            manifest = Manifest(
+                topic,
+                view,
+                0,
+                strategy.kind,
+                strategy.header,
+                strategy.header_format,
+                strategy.tombstone,
+                started_at=now,
+            )
             self.log.write(manifest)
             self.state.mirror(manifest)
         if have is None:

@@ -45,11 +45,12 @@ INPUT_SCHEMA = pa.schema(
         ("nk", pa.int64()),
         ("n", pa.int64()),
         ("size", pa.int64()),
+        ("t_off", pa.int64()),  # `tombstone: latest`: the key's last tombstone the task read (-1: none)
     ]
 )
 INPUT_DDL = (
     "partition int, key binary, value binary, headers array<struct<key:string,value:binary>>, timestamp bigint, "
-    "offset bigint, k1 bigint, k2 bigint, k3 bigint, nk bigint, n bigint, size bigint"
+    "offset bigint, k1 bigint, k2 bigint, k3 bigint, nk bigint, n bigint, size bigint, t_off bigint"
 )
 WRITTEN_SCHEMA = pa.schema(
     [
@@ -218,11 +219,12 @@ class Combiner:
 
     def add(self, msgs: list[Any], where: ReadRange) -> None:
         """Records read from `where`, in its log order (a partition's view ranges come before its source ranges)."""
-        from compactd.compaction.strategy import order_key
+        from compactd.compaction.strategy import order_key, replaces
 
         best, strategy = self.best, self.strategy
         # offset: a later record of a key always wins (view records are older than the source beyond the horizon)
         fast = strategy.kind == "offset"
+        latest = strategy.tombstone == "latest"
         for m in msgs:
             key, value = m.key(), m.value()
             size = len(key or b"") + len(value or b"")
@@ -233,10 +235,15 @@ class Combiner:
                     self.null_n, self.null_size = self.null_n + 1, self.null_size + size
                 continue
             held = best.get(key)
+            tomb_at = -1
+            if latest and value is None:  # where the key's last tombstone is, for Spark's merge of combines
+                tomb_at = message_fields(m, where.from_view, where)[0]
             if held is None:  # ranks are computed only when a key repeats (never in a view: one record per key)
-                best[key] = [None, m, None, 1, size, where]
+                best[key] = [None, m, None, 1, size, where, tomb_at]
                 continue
             held[3], held[4] = held[3] + 1, held[4] + size
+            if tomb_at >= 0:
+                held[6] = tomb_at
             if fast:
                 held[1], held[2], held[5] = m, None, where
                 continue
@@ -245,7 +252,7 @@ class Combiner:
                 held[0] = order_key(strategy, *held[2])
             fields = message_fields(m, where.from_view, where)
             rank = order_key(strategy, *fields)
-            if rank > held[0]:
+            if replaces(strategy, held[0], held[1].value() is None, rank, value is None):
                 held[0], held[1], held[2], held[5] = rank, m, fields, where
 
     def emit(self) -> pa.RecordBatch:
@@ -265,11 +272,12 @@ class Combiner:
         nks: list[int] = []
         ns: list[int] = []
         sizes: list[int] = []
+        t_offs: list[int] = []
         h_bounds = [0]
         h_names: list[str] = []
         h_values: list[bytes | None] = []
 
-        def add(m: Any, fields: Any, nk: int | None, n: int, size: int, where: ReadRange) -> None:
+        def add(m: Any, fields: Any, nk: int | None, n: int, size: int, where: ReadRange, t_off: int = -1) -> None:
             offset, ts, headers = fields if fields is not None else message_fields(m, where.from_view, where)
             if strategy.kind == "offset":
                 k1s.append(offset)
@@ -287,13 +295,14 @@ class Combiner:
             nks.append(offset if nk is None else nk)
             ns.append(n)
             sizes.append(size)
+            t_offs.append(t_off)
             for name, raw in headers:
                 h_names.append(name)
                 h_values.append(raw)
             h_bounds.append(len(h_names))
 
-        for _, m, fields, n, size, where in self.best.values():
-            add(m, fields, -1, n, size, where)
+        for _, m, fields, n, size, where, t_off in self.best.values():
+            add(m, fields, -1, n, size, where, t_off)
         for m, size, where in self.kept_null:
             add(m, None, None, 1, size, where)  # nk = its offset: each kept null key is a group of its own
         if self.null_n:  # the null keys dropped: one row that counts them
@@ -303,6 +312,7 @@ class Combiner:
                 col.append(value)
             ns.append(self.null_n)
             sizes.append(self.null_size)
+            t_offs.append(-1)
             h_bounds.append(len(h_names))
         self.best, self.kept_null, self.null_n, self.null_size = {}, [], 0, 0
         headers = pa.ListArray.from_arrays(
@@ -317,7 +327,7 @@ class Combiner:
             pa.array(keys, pa.binary()),
             pa.array(values, pa.binary()),
             headers,
-            *(pa.array(col, pa.int64()) for col in (stamps, offsets, k1s, k2s, k3s, nks, ns, sizes)),
+            *(pa.array(col, pa.int64()) for col in (stamps, offsets, k1s, k2s, k3s, nks, ns, sizes, t_offs)),
         ]
         return pa.RecordBatch.from_arrays(columns, schema=INPUT_SCHEMA)
 
@@ -480,10 +490,26 @@ def run_phases(
     if combined:
         ordered = df.select(*columns).sortWithinPartitions("partition", "offset")
     else:
+        rank = F.struct("k1", "k2", "k3")
+        n, size = F.sum("n"), F.sum("size")
+        if strategy.get("tombstone") == "latest":
+            # each task's row of a key is its winner after the last tombstone it read (`t_off`): the key's records
+            # before its last tombstone anywhere are out, and of the rest any record beats that tombstone
+            from pyspark.sql import Window
+
+            key = Window.partitionBy("partition", "key", "nk")
+            df = (
+                df.withColumn("t_last", F.max("t_off").over(key))
+                .withColumn("n_all", F.sum("n").over(key))  # the rows dropped still count as records read
+                .withColumn("size_all", F.sum("size").over(key))
+                .where(F.col("offset") >= F.col("t_last"))
+            )
+            rank = F.struct(F.col("value").isNotNull().cast("int"), "k1", "k2", "k3")
+            n, size = F.max("n_all"), F.max("size_all")
         winners = df.groupBy("partition", "key", "nk").agg(
-            F.max_by(F.struct("value", "headers", "timestamp", "offset"), F.struct("k1", "k2", "k3")).alias("w"),
-            F.sum("n").alias("n"),
-            F.sum("size").alias("size"),
+            F.max_by(F.struct("value", "headers", "timestamp", "offset"), rank).alias("w"),
+            n.alias("n"),
+            size.alias("size"),
         )
         flat = winners.select("partition", "key", "nk", "w.value", "w.headers", "w.timestamp", "w.offset", "n", "size")
         writers = max(1, min(partitions, 2 * parallelism))  # a writing task writes its partitions one after another

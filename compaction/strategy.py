@@ -9,6 +9,12 @@ the same rule reduces a key's records in any order and in any grouping — per S
 generation and the new delta, or record by record (Pulsar's `shouldKeepLeft` is the pairwise form of it). Tombstones
 compete like any record with their own version, so a late record with a lower version never brings a deleted key back
 while the tombstone is kept (Pulsar's event-time compactor drops the tombstone's version and resurrects keys).
+
+That is KIP-280's literal rule (`tombstone: version`). Its trade-off: a tombstone without the version header (what
+Debezium and most producers write for a delete) loses to any versioned record of its key, so under `header` the key
+stays live. `tombstone: latest` settles deletes by the log instead: a tombstone deletes its key when it is the key's
+latest record, and only the records after a key's last tombstone compete by version (`replaces`, applied in log
+order). A later record of a lower version can then bring a deleted key back, which is what the producer wrote.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Literal
 
 Kind = Literal["offset", "timestamp", "header"]
 HeaderFormat = Literal["long", "decimal"]
+TombstoneRule = Literal["version", "latest"]
 Headers = Sequence[tuple[str, bytes | None]]
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 
@@ -28,13 +35,20 @@ class Strategy:
     kind: Kind = "offset"
     header: str | None = None
     header_format: HeaderFormat = "long"
+    tombstone: TombstoneRule = "version"
 
     @classmethod
-    def of(cls, kind: Kind, header: str | None = None, header_format: HeaderFormat = "long") -> Strategy:
+    def of(
+        cls,
+        kind: Kind,
+        header: str | None = None,
+        header_format: HeaderFormat = "long",
+        tombstone: TombstoneRule = "version",
+    ) -> Strategy:
         """The strategy a topic's config names; `header` without a header name is KIP-280's fallback, `offset`."""
         if kind == "header" and not header:
-            return cls("offset")
-        return cls(kind, header if kind == "header" else None, header_format)
+            return cls("offset", tombstone=tombstone)
+        return cls(kind, header if kind == "header" else None, header_format, tombstone)
 
 
 def header_version(headers: Headers, name: str, fmt: HeaderFormat = "long") -> int | None:
@@ -65,6 +79,16 @@ def order_key(strategy: Strategy, offset: int, timestamp: int, headers: Headers 
         version = header_version(headers, strategy.header, strategy.header_format)
         return (0, 0, offset) if version is None else (1, version, offset)
     return (offset, 0, 0)
+
+
+def replaces(
+    strategy: Strategy, held: tuple[int, int, int], held_tombstone: bool, rank: tuple[int, int, int], tombstone: bool
+) -> bool:
+    """Whether a key's record (`rank`, `tombstone`), later in the log than the one held, takes its place. Under
+    `tombstone: latest` a tombstone always does, and so does any record after a held tombstone."""
+    if strategy.tombstone == "latest" and (tombstone or held_tombstone):
+        return True
+    return rank > held
 
 
 def winner(strategy: Strategy, records: Iterable[tuple[int, int, Headers]]) -> tuple[int, int, Headers] | None:

@@ -23,7 +23,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from compactd.compaction.manifest import Manifest, source_changed
 from compactd.compaction.reduce import Record
 from compactd.compaction.spark_run import ReadRange, message_fields
-from compactd.compaction.strategy import Strategy, order_key
+from compactd.compaction.strategy import Strategy, order_key, replaces
 from compactd.errors import CompactdError
 
 READ_TIMEOUT_MS = 120_000
@@ -105,14 +105,15 @@ def first_offsets(conf: dict[str, Any], seg: Segment) -> dict[str, int]:
 
 
 def table(records: Iterable[Record], strategy: Strategy) -> list[Record]:
-    """One record per live key under the strategy (winning tombstones remove their key; null keys are no key)."""
+    """One record per live key under the strategy (winning tombstones remove their key; null keys are no key);
+    `records` in log order (view, then tail)."""
     best: dict[bytes, tuple[tuple[int, int, int], Record]] = {}
     for rec in records:
         if rec.key is None:
             continue
         rank = order_key(strategy, rec.offset, rec.timestamp, rec.headers)
         held = best.get(rec.key)
-        if held is None or rank > held[0]:
+        if held is None or replaces(strategy, held[0], held[1].tombstone, rank, rec.tombstone):
             best[rec.key] = (rank, rec)
     return sorted((r for _, r in best.values() if not r.tombstone), key=lambda r: r.offset)
 

@@ -17,6 +17,7 @@ from compactd.keys import parse_partition_key, partition_key
 NudgeKey = Literal["max.compaction.lag.ms", "min.cleanable.dirty.ratio", "segment.ms"]
 StrategyKind = Literal["offset", "timestamp", "header"]  # KIP-280
 HeaderFormat = Literal["long", "decimal"]
+TombstoneRule = Literal["version", "latest"]  # how a tombstone competes (compaction/strategy.py)
 
 DEFAULT_RETRY_MS = 300_000
 # No real retention or lag is longer than ten years; a larger value is a typo (seconds for ms, an extra zero).
@@ -55,6 +56,7 @@ class Thresholds(BaseModel):
     compaction_strategy: StrategyKind = Field("offset", alias="compaction.strategy")
     compaction_strategy_header: str | None = Field(None, alias="compaction.strategy.header", max_length=255)
     compaction_strategy_header_format: HeaderFormat = Field("long", alias="compaction.strategy.header.format")
+    compaction_strategy_tombstone: TombstoneRule = Field("version", alias="compaction.strategy.tombstone")
     compaction_threshold_bytes: int | None = Field(None, alias="compaction.threshold.bytes", ge=0)
     min_compaction_lag_ms: int = Field(0, alias="min.compaction.lag.ms", ge=0, le=MAX_DURATION_MS)
     delete_retention_ms: int = Field(86_400_000, alias="delete.retention.ms", ge=0, le=MAX_DURATION_MS)

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from compactd.compaction.reduce import Record
 from compactd.compaction.service import CHECKED, PHASES, Compactor, Overrides, RunFailed, RunOptions, ViewGap
 from compactd.compaction.store import CompactionState
-from compactd.compaction.strategy import Strategy, order_key
+from compactd.compaction.strategy import Strategy, order_key, replaces
 from compactd.compaction.view import CompactedReader, ViewGone, _records, table
 from tests.support.compaction import history, produce
 
@@ -98,13 +98,14 @@ class Model:
 
 
 def winners(records: list[Record], strategy: Strategy) -> list[tuple]:
-    """The model: per key, the record with the largest KIP-280 order key."""
+    """The model: per key, the survivor of its records in log order under KIP-280's order key (and, with
+    `tombstone: latest`, a tombstone that is a key's last record deletes it)."""
     best: dict[bytes, tuple[Any, Record]] = {}
     for r in records:
         if r.key is None:
             continue
         rank = order_key(strategy, r.offset, r.timestamp, r.headers)
-        if r.key not in best or rank > best[r.key][0]:
+        if r.key not in best or replaces(strategy, best[r.key][0], best[r.key][1].tombstone, rank, r.tombstone):
             best[r.key] = (rank, r)
     return sorted((r.offset, r.key, r.value) for _, r in best.values())
 
@@ -119,21 +120,22 @@ def winners(records: list[Record], strategy: Strategy) -> list[tuple]:
 @given(
     held=st.sampled_from([250_000, 7]),  # 7: tasks hand partial combines to Spark's reduce (the shuffle path)
     kind=st.sampled_from(["offset", "timestamp", "header"]),
+    tombstone=st.sampled_from(["version", "latest"]),
     steps=st.lists(step, min_size=3, max_size=6),
     seed=st.integers(0, 10_000),
 )
-@example(held=7, kind="header", steps=LIFECYCLE, seed=1)
+@example(held=7, kind="header", tombstone="latest", steps=LIFECYCLE, seed=1)
 def test_view_is_kip280_over_what_the_source_held_across_its_lifecycle(
-    cluster, job_settings, redis_url, spark, held: int, kind: str, steps: list, seed: int
+    cluster, job_settings, redis_url, spark, held: int, kind: str, tombstone: str, steps: list, seed: int
 ) -> None:
     topic = cluster.name(f"prop{uuid.uuid4().hex[:8]}")  # hypothesis may run an example again (shrinking)
     cluster.create(topic, PARTITIONS)
     s = job_settings(compaction_task_records=held)
-    layers = {"global": {"compaction.view.grace.ms": 0}}
+    layers = {"global": {"compaction.view.grace.ms": 0, "compaction.strategy.tombstone": tombstone}}
     r = redis.Redis.from_url(redis_url)
     comp = Compactor(s, r, lambda: layers, lambda: spark)
     reader = CompactedReader(comp.conn, s.topics.compactions)
-    strategy = Strategy.of(kind, "v")  # type: ignore[arg-type]
+    strategy = Strategy.of(kind, "v", tombstone=tombstone)  # type: ignore[arg-type]
     overrides = Overrides(kind, "v")
     m = Model(PARTITIONS)
     steps = [("append", 80, 20), *steps, ("run", None, "accept")]  # something to compact, a complete run at the end

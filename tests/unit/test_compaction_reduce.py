@@ -34,7 +34,8 @@ history = st.lists(
     ),
     max_size=30,
 )
-strategies = st.sampled_from([Strategy.of("offset"), Strategy.of("timestamp"), Strategy.of("header", "v")])
+LATEST = [Strategy.of("timestamp", tombstone="latest"), Strategy.of("header", "v", tombstone="latest")]
+strategies = st.sampled_from([Strategy.of("offset"), Strategy.of("timestamp"), Strategy.of("header", "v"), *LATEST])
 
 
 @given(strategies, history, st.data())
@@ -47,6 +48,41 @@ def test_an_incremental_run_equals_a_full_run_over_the_whole_history(strategy, e
     assert plain(incremental) == plain(full)
     assert counts.keys == len({r.key for r in full if r.value is not None})
     assert [r.offset for r in incremental] == sorted(r.offset for r in incremental)
+
+
+def latest_model(records: list[Record], strategy: Strategy) -> dict[bytes, Record]:
+    """`tombstone: latest` written out plainly: a key whose last record is a tombstone is deleted; otherwise the
+    KIP-280 winner among its records after its last tombstone."""
+    from compactd.compaction.strategy import order_key
+
+    out: dict[bytes, Record] = {}
+    for key in {r.key for r in records if r.key is not None}:
+        mine = [r for r in records if r.key == key]
+        tombs = [r.offset for r in mine if r.tombstone]
+        after = [r for r in mine if not r.tombstone and r.offset > max(tombs, default=-1)]
+        if after:
+            out[key] = max(after, key=lambda r: order_key(strategy, r.offset, r.timestamp, r.headers))
+        else:
+            out[key] = mine[-1]  # the last tombstone
+    return out
+
+
+@given(st.sampled_from(["timestamp", "header"]), history)
+def test_latest_tombstones_delete_their_key_whatever_the_versions(kind, events) -> None:
+    strategy = Strategy.of(kind, "v", tombstone="latest")  # type: ignore[arg-type]
+    records = [rec(i, k, v, ts, ver) for i, (k, v, ts, ver) in enumerate(events)]
+    got, _ = reduce_partition([], records, strategy, NOW)
+    want = latest_model(records, strategy)
+    assert {r.key: r.offset for r in got if r.key is not None} == {k: r.offset for k, r in want.items()}
+
+
+def test_a_tombstone_without_a_version_deletes_a_versioned_key_only_under_latest() -> None:
+    """Debezium's delete: a tombstone with no version header after a versioned row."""
+    rows = [rec(0, "a", "1", version=7), rec(1, "a", None)]
+    version, _ = reduce_partition([], rows, Strategy.of("header", "v"), NOW)
+    latest, _ = reduce_partition([], rows, Strategy.of("header", "v", tombstone="latest"), NOW)
+    assert [(r.offset, r.value) for r in version] == [(0, b"1")]  # KIP-280's literal rule: the key stays live
+    assert [(r.offset, r.value) for r in latest] == [(1, None)]  # deleted
 
 
 def test_a_tombstone_stays_for_delete_retention_and_holds_the_key_deleted_meanwhile() -> None:

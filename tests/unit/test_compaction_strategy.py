@@ -107,7 +107,14 @@ def test_the_compaction_service_keys_are_config_keys_with_the_contracts_defaults
     validate_layer("topic:cdc", layer)
     th = resolve({"topic:cdc": layer}, "cdc", 0)
     rule = Strategy.of(th.compaction_strategy, th.compaction_strategy_header, th.compaction_strategy_header_format)
-    assert rule == Strategy("header", "lsn", "long")
+    assert rule == Strategy("header", "lsn", "long") and th.compaction_strategy_tombstone == "version"
+    validate_layer("topic:cdc", {"compaction.strategy.tombstone": "latest"})
+    try:
+        validate_layer("topic:cdc", {"compaction.strategy.tombstone": "newest"})
+    except ConfigError as exc:
+        assert "compaction.strategy.tombstone" in str(exc)
+    else:
+        raise AssertionError("an unknown tombstone rule was accepted")
     for bad in ({"compaction.strategy": "lsn"}, {"delete.retention.ms": -1}, {"compaction.threshold.bytes": -5}):
         try:
             validate_layer("topic:cdc", bad)
