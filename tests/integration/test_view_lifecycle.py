@@ -48,7 +48,7 @@ def events(partition: int, pairs: list[tuple[str, str | None]], ts: int) -> list
     return [Event(partition, k.encode(), None if v is None else v.encode(), ts + i) for i, (k, v) in enumerate(pairs)]
 
 
-def test_retention_past_the_horizon_never_publishes_silently(cluster, redis_url, monkeypatch, capsys) -> None:
+def test_retention_past_the_horizon_never_publishes_silently(cluster, redis_url, spark, monkeypatch, capsys) -> None:
     """The issue's `prices`: keys k0..k99, generation 1; then k5 deleted, k6 updated and 200 updates more; the
     source loses [0,150). Before: SUCCESS, generation 2, k5 live again. Now: ERROR naming the gap, generation 1
     still published, the compacted read refuses in one line; `--accept-gap` publishes with the gap recorded, and
@@ -91,7 +91,7 @@ def test_retention_past_the_horizon_never_publishes_silently(cluster, redis_url,
     assert "k5" not in {k for _, k, _ in model(kept)}
 
 
-def test_partitions_added_to_the_source_are_added_to_the_view(cluster, redis_url, monkeypatch, capsys) -> None:
+def test_partitions_added_to_the_source_are_added_to_the_view(cluster, redis_url, spark, monkeypatch, capsys) -> None:
     """The issue's `acct`: 2 partitions, generation 1, then 4. Before: every run and every read failed for good."""
     topic = cluster.name("acct")
     cluster.create(topic, 2)
@@ -120,7 +120,7 @@ def test_partitions_added_to_the_source_are_added_to_the_view(cluster, redis_url
         assert mine == model(sent[p]), p
 
 
-def test_a_recreated_source_gets_a_new_view_never_the_old_one(cluster, redis_url, monkeypatch, capsys) -> None:
+def test_a_recreated_source_gets_a_new_view_never_the_old_one(cluster, redis_url, spark, monkeypatch, capsys) -> None:
     topic = cluster.name("cv")
     cluster.create(topic, 1)
     env = cli_env(cluster, redis_url)
