@@ -162,7 +162,7 @@ def test_view_is_kip280_over_what_the_source_held_across_its_lifecycle(
         if what == "recreate":  # detectable without topic IDs: the new log ends below a horizon of the old one
             if max(m.horizon.values(), default=0) <= n:
                 continue
-            recreate(cluster, topic, len(m.sent))
+            cluster.recreate(topic, len(m.sent))
             m.sent = {p: [] for p in m.sent}
             m.low = dict.fromkeys(m.sent, 0)
             batch = history(seed + i, n, 3, start_ts=i * 1000, partitions=len(m.sent))
@@ -236,19 +236,3 @@ def test_view_is_kip280_over_what_the_source_held_across_its_lifecycle(
         if died is None:  # a complete publish collected every older range: the view topic is the generation
             for p, pv in manifest.partitions.items():
                 assert cluster.watermarks(manifest.view, int(p)) == (pv.view_start, pv.view_end), (p, where)
-
-
-def recreate(cluster, topic: str, partitions: int) -> None:
-    import time
-
-    for fut in cluster.admin.delete_topics([topic]).values():
-        fut.result(30)
-    deadline = time.monotonic() + 10
-    while True:  # the broker may refuse the name for a moment while the old topic goes
-        try:
-            cluster.create(topic, partitions)
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)

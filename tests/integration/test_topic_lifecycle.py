@@ -6,8 +6,6 @@ state (issue 26: it lost all of them when a delete past the log end was clamped 
 
 from __future__ import annotations
 
-import time
-
 from confluent_kafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
@@ -53,17 +51,7 @@ def batch(topic: str, segs: list[Segment], log_start: int | None = None, offsets
 
 
 def recreate(cluster, topic: str, records: int) -> None:
-    for fut in cluster.admin.delete_topics([topic]).values():
-        fut.result(30)
-    deadline = time.monotonic() + 10
-    while True:  # the broker may refuse the name for a moment while the old topic goes
-        try:
-            cluster.create(topic, 1, {"cleanup.policy": "delete"})
-            break
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+    cluster.recreate(topic, 1, {"cleanup.policy": "delete"})
     cluster.fill(topic, records)
 
 

@@ -127,16 +127,7 @@ def test_a_recreated_source_gets_a_new_view_never_the_old_one(cluster, redis_url
     ts = int(time.time() * 1000) - 60_000
     produce(cluster, topic, events(0, [(f"old{i}", "x") for i in range(300)], ts), partitions=1)
     assert in_process(monkeypatch, capsys, env, "compact", topic).returncode == 0
-    for fut in cluster.admin.delete_topics([topic]).values():
-        fut.result(30)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            cluster.create(topic, 1)
-            break
-        except Exception:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+    cluster.recreate(topic, 1)
     new = produce(cluster, topic, events(0, [(f"new{i % 10}", f"n{i}") for i in range(100)], ts + 1000), 1)[0]
 
     read = in_process(monkeypatch, capsys, env, "read", topic, "--compacted", "--table")

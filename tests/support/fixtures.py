@@ -94,6 +94,20 @@ class Cluster:
         for fut in self.admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})]).values():
             fut.result(30)
 
+    def recreate(self, topic: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+        """Delete `topic` and create it again: a new, empty log under the same name."""
+        for fut in self.admin.delete_topics([topic]).values():
+            fut.result(30)
+        deadline = time.monotonic() + 10
+        while True:  # the broker may refuse the name for a moment while the old topic goes
+            try:
+                self.create(topic, partitions, config)
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
     def send(self, topic: str, events: list[dict], key: str | bytes | None = None) -> None:
         for ev in events:
             k = key if key is not None else event_key(ev)
