@@ -28,19 +28,19 @@ class CompactionCluster:
         # the only copy of the data, never on one broker of a cluster that replicates
         self.replication_factor = replication_factor
         self.admin: Any = admin_client(conn, timeout_s)
+        self._topics: Any = None  # kafka.topics.ClusterTopics, made on first use
 
     def topic_id(self, topic: str) -> str | None:
         """The topic's ID (KIP-516), None where the broker reports none or cannot say."""
         from compactd.kafka.topics import ClusterTopics
         from compactd.policy.identity import known_id
 
-        topics = ClusterTopics(self.conn, self.timeout_s)
+        if self._topics is None:  # one for the cluster's life: the job asks every check of every viewed topic
+            self._topics = ClusterTopics(self.conn, self.timeout_s)
         try:
-            return known_id(topics.describe([topic]).ids.get(topic))
+            return known_id(self._topics.describe([topic]).ids.get(topic))
         except Exception:  # an older broker without DescribeTopics: the log's own evidence decides
             return None
-        finally:
-            topics.close()
 
     def retention_ms(self, topic: str) -> int | None:
         """The topic's own time retention (`retention.ms`; None: none, -1, or not readable). Time-based retention
