@@ -173,7 +173,10 @@ class CompactionTrigger:
                     self.changed.add(topic)
                     self.cap_moved(topic)
                 due = Due(True, f"the source is another log than the view's ({changed})")
-            elif gaps:
+            elif topic in self.changed:  # a new view was published (here or by `compactd compact`): it caps again
+                self.changed.discard(topic)
+                self.cap_moved(topic)
+            if gaps:
                 if topic not in self.said_gap and topic not in self.running:
                     self.said_gap.add(topic)
                     why = str(ViewGap(topic, gaps))

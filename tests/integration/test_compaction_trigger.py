@@ -74,3 +74,34 @@ def test_the_delete_cap_comes_from_the_published_manifest(cluster, job_settings,
     assert t2.compactor.state.manifest(topic) == manifest
     # a topic whose service was turned off keeps its cap while its view exists
     assert t2.view_cap(topic, 0, resolve({}, topic), now, fresh=True) == 40
+
+
+def test_a_recreated_source_caps_deletes_at_zero_until_a_new_view_is_published(
+    cluster, job_settings, redis_url
+) -> None:
+    """The view describes the old log: nothing of the new one is in it, so nothing of it may be deleted, whoever then
+    publishes the new view (here: a manifest written as `compactd compact` would)."""
+    topic = cluster.name("reborn")
+    cluster.create(topic, 1)
+    cluster.create(f"{topic}.compacted", 1)
+    produce(cluster, topic, history(seed=4, n=50, keys=5, partitions=1), partitions=1)
+    on = {f"topic:{topic}": {"compaction.service": True, "dry.run": True}}
+    t, published = trigger(job_settings, redis_url, on, [topic])
+    th, now = resolve(on, topic), t.clock()
+    old = Manifest(topic, f"{topic}.compacted", 1, partitions={"0": PartitionView(50, 0, 5)}, finished_at=now, run="a")
+    t.compactor.log.write(old)
+    t.compactor.state.mirror(old)
+    t.tick(now=True)
+    assert t.view_cap(topic, 0, th, now, fresh=True) == 50  # the same log: its horizon caps
+
+    cluster.recreate(topic, 1)
+    produce(cluster, topic, history(seed=5, n=10, keys=5, partitions=1), partitions=1)  # ends below the horizon
+    t.tick(now=True)
+    assert t.view_cap(topic, 0, th, now, fresh=True) == 0
+    assert published[-1].reason == "first_generation" and published[-1].status == "dry_run"
+
+    new = Manifest(topic, f"{topic}.compacted", 2, partitions={"0": PartitionView(10, 5, 9)}, finished_at=now, run="b")
+    t.compactor.log.write(new)
+    t.compactor.state.mirror(new)
+    t.tick(now=True)
+    assert t.view_cap(topic, 0, th, now, fresh=True) == 10
