@@ -25,7 +25,7 @@ from typing import Any
 from compactd.app.explain_rank import Deletes, Limits, worst_order
 from compactd.app.settings import Settings
 from compactd.clock import now_ms
-from compactd.compaction.manifest import Manifest, retention_cap
+from compactd.compaction.manifest import RETENTION_SHARE, Manifest, retention_cap, retention_left
 from compactd.compaction.store import CompactionState
 from compactd.errors import UsageError
 from compactd.keys import parse_partition_key, partition_key
@@ -358,6 +358,28 @@ def _view_horizon(rules: dict[str, dict[str, Any]], cap: int, log_start: int) ->
             r["state"], r["next"] = "blocked", None
 
 
+def view_report(
+    manifest: Manifest | None, retention: Mapping[str, Any] | None, view: PartitionView, now: int
+) -> dict[str, Any] | None:
+    """The partition's compacted view (compaction service): its generation and horizon, and how long until the
+    source's own retention.ms may delete a record the view does not hold yet (a run starts at RETENTION_SHARE of
+    it; past it the view has a gap). None: the topic has no published view."""
+    if manifest is None or manifest.generation <= 0:
+        return None
+    horizon = manifest.horizon(view.partition)
+    retention_ms = None if retention is None else retention.get("retention_ms")
+    beyond = any(s.end_offset > horizon for s in view.segments)
+    left = retention_left(manifest, view.partition, retention_ms, now, beyond)
+    return {
+        "generation": manifest.generation,
+        "horizon": horizon,
+        "source_retention_ms": retention_ms,
+        "retention_read_at": None if retention is None else retention.get("at"),
+        "retention_left_ms": left,
+        "run_by_ms": None if left is None or retention_ms is None else left - int(retention_ms * (1 - RETENTION_SHARE)),
+    }
+
+
 def explain_partition(
     view: PartitionView,
     th: Thresholds,
@@ -594,10 +616,28 @@ def format_text(e: Mapping[str, Any]) -> str:
             f"  groups    {', '.join(u['groups'])} counted here but not listed by the cluster at "
             f"{_at(u['at'], now)} (no Describe ACL, or gone): the cluster cannot vouch for them"
         )
+    if e.get("compacted_view"):
+        lines.append(f"  view      {_view_text(e['compacted_view'])}")
     lines.append(f"  last      {_describe(e['last_action'], now) if e['last_action'] else 'no action yet'}")
     nxt = e["next"]
     lines.append(f"  next      {_at(nxt['at'], now)}: {nxt['what']}" if nxt else "  next      nothing scheduled")
     return "\n".join(lines)
+
+
+def _view_text(v: Mapping[str, Any]) -> str:
+    head = f"generation {v['generation']}, horizon {v['horizon']}"
+    if v["source_retention_ms"] is None:
+        return head + "; the source has no time retention that compactd could read (retention.ms)"
+    left = v["retention_left_ms"]
+    if left <= 0:
+        return (
+            f"{head}; the source's retention.ms ({_dur(v['source_retention_ms'])}) may already have deleted records "
+            "beyond the horizon: `compactd compact status TOPIC` names any gap"
+        )
+    return (
+        f"{head}; the source's retention.ms ({_dur(v['source_retention_ms'])}) reaches past the horizon in "
+        f"{_dur(left)} at the earliest; a run starts by then{'' if v['run_by_ms'] > 0 else ' (due now)'}"
+    )
 
 
 # ---- IO -----------------------------------------------------------------------------------------
@@ -638,6 +678,7 @@ class Target:
     manifest: Manifest | None = None  # the compacted view's published generation (compaction service), from Redis
     reset: dict[str, Any] | None = None  # the topic's last reset (a re-created topic): {"at", "why", "partitions"}
     unlisted: dict[str, Any] | None = None  # counted groups the cluster did not list at the last delete check
+    retention: dict[str, Any] | None = None  # the source's retention.ms as the job last read it: {retention_ms, at}
 
     def rules(self, n: int) -> tuple[Thresholds, dict[str, str], str | None]:
         """Partition n's thresholds, their sources and its exclusion: the topic's unless a partition scope exists."""
@@ -668,10 +709,11 @@ def read_target(state: RedisState, settings: Settings, target: str) -> Target:
     prefix = f"partition:{topic}/"
     scoped = frozenset(int(s[len(prefix) :]) for s in layers if s.startswith(prefix) and s[len(prefix) :].isdigit())
     th = resolve(layers, topic)
+    cv = CompactionState(state.r, settings.key_prefix)
     return Target(
         topic, partition, layers, applied, groups, state.gate(), Caps(g.actions_per_second, g.max_concurrent_nudges),
         own, scoped, (th, threshold_sources(layers, applied, topic, None), topic_excluded(topic, th, own)),
-        CompactionState(state.r, settings.key_prefix).manifest(topic), reset, state.unlisted(topic),
+        cv.manifest(topic), reset, state.unlisted(topic), cv.retention(topic),
     )  # fmt: skip
 
 
@@ -706,6 +748,7 @@ def explanations(state: RedisState, t: Target, partitions: Sequence[int], now: i
                 d.view, th, src, here, t.gate, d.records, d.last, d.deadline, now, excluded, caps, cap
             )
             e["reset"], e["unlisted_groups"] = t.reset, t.unlisted
+            e["compacted_view"] = view_report(t.manifest, t.retention, d.view, now)
             yield e
 
 

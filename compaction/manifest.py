@@ -226,6 +226,20 @@ def retention_cap(manifest: Manifest | None, service_on: bool, partition: int, n
 RETENTION_SHARE = 0.5  # a run starts once records beyond the horizon may be this share of retention.ms old
 
 
+def retention_left(
+    manifest: Manifest | None, partition: int, retention_ms: int | None, now: int, beyond: bool
+) -> int | None:
+    """How long until the source's `retention.ms` may delete a record beyond the partition's horizon (None: no
+    view of it, or no time retention). `beyond`: records are known beyond the horizon; the oldest of them was written
+    no earlier than the partition's `beyond_since`. With none, the next record has the whole retention ahead."""
+    if manifest is None or manifest.generation <= 0 or retention_ms is None or retention_ms < 0:
+        return None
+    pv = manifest.partitions.get(str(partition))
+    if pv is None:
+        return None
+    return retention_ms - max(0, now - pv.beyond_since) if beyond else retention_ms
+
+
 @dataclass(frozen=True)
 class Due:
     due: bool

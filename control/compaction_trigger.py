@@ -217,6 +217,10 @@ class CompactionTrigger:
         held = self._retentions.get(topic)
         if held is None or time.monotonic() - held[0] >= RETENTION_TTL_S:
             held = self._retentions[topic] = (time.monotonic(), self.compactor.cluster.retention_ms(topic))
+            try:
+                self.compactor.state.set_retention(topic, held[1], self.clock())  # what `explain` shows
+            except Exception as exc:  # Redis away: the gauge and the run's trigger still have it
+                log.debug("retention of %s not mirrored: %s", topic, exc)
         return held[1]
 
     @staticmethod

@@ -105,3 +105,36 @@ def test_a_recreated_source_caps_deletes_at_zero_until_a_new_view_is_published(
     t.compactor.state.mirror(new)
     t.tick(now=True)
     assert t.view_cap(topic, 0, th, now, fresh=True) == 10
+
+
+def test_explain_shows_when_the_sources_retention_reaches_past_the_horizon(cluster, job_settings, redis_url) -> None:
+    """The job reads the source's retention.ms from the cluster (DescribeConfigs) and mirrors it; `explain`, which
+    reads Redis only, shows the time left before that retention may delete what the view does not hold yet."""
+    from compactd.app.explain import explain, format_text
+    from compactd.model import Segment
+    from compactd.state.changes import BatchChanges
+    from compactd.state.redis_store import RedisState
+
+    day = 86_400_000
+    topic = cluster.name("aging")
+    cluster.create(topic, 1, {"retention.ms": str(day)})
+    cluster.create(f"{topic}.compacted", 1)
+    produce(cluster, topic, history(seed=6, n=30, keys=5, partitions=1), partitions=1)
+    on = {f"topic:{topic}": {"compaction.service": True, "dry.run": True}}
+    t, _ = trigger(job_settings, redis_url, on, [topic])
+    now = t.clock()
+    parts = {"0": PartitionView(20, 0, 5, beyond_since=now - 3_600_000)}
+    published = Manifest(topic, f"{topic}.compacted", 1, partitions=parts, finished_at=now, run="a")
+    t.compactor.log.write(published)
+    t.compactor.state.mirror(published)
+    t.tick(now=True)
+    assert t.compactor.state.retention(topic)["retention_ms"] == day  # read from the broker's topic config
+
+    s = job_settings()
+    st = RedisState(redis.Redis.from_url(redis_url), s.key_prefix)
+    changes = BatchChanges()
+    changes.topic(topic).segments.append((0, Segment(0, 30, now - 3_600_000, 100, now - 3_000_000)))
+    st.merge("s", 0, changes, lambda g, tp: True)
+    [e] = explain(st, s, f"{topic}/0", now)
+    assert e["compacted_view"]["generation"] == 1 and e["compacted_view"]["retention_left_ms"] == day - 3_600_000
+    assert "reaches past the horizon in 23h00m at the earliest" in format_text(e)

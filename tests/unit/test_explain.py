@@ -264,3 +264,29 @@ def test_a_compacted_views_horizon_is_named_where_it_stops_a_delete() -> None:
     beyond = explain_partition(v, th, src, GroupsHere(), OPEN, (), None, None, T0, None, Caps(), 500)
     assert "view_horizon" not in causes(beyond["rules"]["forced_retention"])
     assert "view_horizon" not in causes(explain(v, {"forced.retention.ms": 2 * H})["rules"]["forced_retention"])
+
+
+def test_the_view_line_says_when_the_sources_retention_reaches_past_the_horizon() -> None:
+    from compactd.app.explain import view_report
+    from compactd.compaction.manifest import Manifest, PartitionView as ViewPart
+
+    week = 7 * 24 * H
+    published = Manifest("orders", "orders.compacted", 3, partitions={"3": ViewPart(250, 0, 10, beyond_since=T0 - H)})
+    v = view()  # segments reach offset 300: records beyond the horizon 250, the oldest written at T0 - 1h at most
+    report = view_report(published, {"retention_ms": week, "at": T0}, v, T0)
+    assert report is not None and report["retention_left_ms"] == week - H and report["horizon"] == 250
+    assert report["run_by_ms"] == week // 2 - H  # a run is due at half the retention
+    e = explain(v, {"forced.retention.ms": 2 * H})
+    e["compacted_view"] = report
+    assert "view      generation 3, horizon 250; the source's retention.ms (7d00h) reaches past the horizon in 6d23h" in (
+        format_text(e)
+    )
+    quiet = PartitionView("orders", 3, v.segments[:2], 300, 0, 150, 2)  # nothing known beyond the horizon
+    assert view_report(published, {"retention_ms": week, "at": T0}, quiet, T0)["retention_left_ms"] == week
+    late = view_report(published, {"retention_ms": H // 2, "at": T0}, v, T0)
+    e["compacted_view"] = late
+    assert late["retention_left_ms"] < 0 and "may already have deleted records beyond the horizon" in format_text(e)
+    e["compacted_view"] = view_report(published, {"retention_ms": None, "at": T0}, v, T0)
+    assert "no time retention that compactd could read" in format_text(e)
+    assert view_report(None, None, v, T0) is None
+    assert view_report(Manifest("orders", "orders.compacted", 0), None, v, T0) is None
