@@ -4,7 +4,10 @@ The simulated cluster stands in for the segment agent and the broker's cleaner:
 - producers write to `orders` (compacted) and `clicks` (delete policy) and roll a segment every few seconds;
 - groups `billing` (keeps up) and `analytics` (lags behind) commit on `clicks`;
 - a "cleaner" answers each sent compact action with a `compacted` event a few seconds later;
-- log start offsets are polled from the broker, so a deleteRecords shows up as a `log_start` event.
+- log start offsets are polled from the broker, so a deleteRecords shows up as a `log_start` event;
+- the compaction service is on for `orders`: the job publishes generations of its compacted view `orders.compacted`
+  (one as soon as it starts, the next once records beyond the horizon are older than max.compaction.lag.ms), and the
+  screen shows the last one and a few of its keys.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def demo_settings(bootstrap: str, redis_url: str, checkpoint: Path) -> Settings:
         offsets_source="commits",  # the simulated cluster writes its groups' commits as JSON
         thresholds={
             "global": {"dry.run": False, "action.retry.ms": 15_000},
-            "topic:orders": {"max.compaction.lag.ms": 20_000},
+            "topic:orders": {"max.compaction.lag.ms": 20_000, "compaction.service": True},
             "topic:clicks": {"consumed.retention.ms": 10_000, "forced.retention.ms": 60_000},
         },
     )
@@ -90,8 +93,9 @@ class SimulatedCluster:
     def step(self) -> None:
         now = now_ms()
         for (topic, p), st in self.parts.items():
-            for i in range(50):
-                self.producer.produce(topic, key=f"k{i % 20}".encode(), value=b"v", partition=p)
+            for i in range(50):  # the value names its offset: the view's table shows which record won
+                value = f"v{st.end + i}".encode()
+                self.producer.produce(topic, key=f"k{i % 20}".encode(), value=value, partition=p)
             st.end += 50
             st.first_ts = st.first_ts or now
             if time.monotonic() - st.last_roll >= ROLL_EVERY_S:
@@ -188,26 +192,80 @@ LEGEND = (
 )
 
 
-def _printer(settings: Settings, sim: SimulatedCluster, stop: threading.Event, started: float) -> None:
+VIEW_TOPIC = "orders"  # the demo topic with the compaction service on
+VIEW_KEYS = 4  # keys of the view's table shown
+
+
+class ViewWatch:
+    """The compacted view of `orders` as a reader sees it: the published generation (the manifest mirror in Redis)
+    and, read once per new generation, a few keys of its table (view + source tail, `compactd read --table`)."""
+
+    def __init__(self, settings: Settings, sim: SimulatedCluster) -> None:
+        from compactd.compaction.store import CompactionState
+
+        self.s = settings
+        self.sim = sim
+        self.cv = CompactionState(settings.redis_state().r, settings.key_prefix)
+        self.generation = 0
+        self.lines: list[str] = ["compacted view: (the first generation is published once Spark has started)"]
+
+    def refresh(self) -> list[str]:
+        from compactd.compaction.view import CompactedReader
+
+        manifest = self.cv.manifest(VIEW_TOPIC)
+        if manifest is None or manifest.generation <= self.generation:
+            return self.lines
+        self.generation = manifest.generation
+        reader = CompactedReader(self.s.kafka_connection(), self.s.topics.compactions)
+        live = sorted(
+            ((p, rec) for p, rec in reader.partition_records(VIEW_TOPIC, table_mode=True)),
+            key=lambda pr: pr[1].key or b"",
+        )
+        horizons = " ".join(f"{p}:{pv.horizon}" for p, pv in sorted(manifest.partitions.items()))
+        shown = "  ".join(
+            f"{(rec.key or b'').decode()}={(rec.value or b'').decode()} (p{p}@{rec.offset})"
+            for p, rec in live[:VIEW_KEYS]
+        )
+        self.lines = [
+            f"compacted view {manifest.view}: generation {manifest.generation}, {manifest.records_in} records in, "
+            f"{manifest.records_out} out, horizon {horizons}",
+            f"  its table ({len(live)} live keys, view + tail): {shown} ...",
+        ]
+        self.sim.log.append(
+            f"compaction service: {VIEW_TOPIC} generation {manifest.generation} published "
+            f"({manifest.keys} keys below the horizon)"
+        )
+        return self.lines
+
+
+def _printer(settings: Settings, watch: ViewWatch, stop: threading.Event, started: float) -> None:
     state = settings.redis_state()
     tty = sys.stdout.isatty()
+    sim = watch.sim
     while not stop.wait(2.0):
         rows = status_rows(state, settings.thresholds, now_ms())
+        try:
+            view_lines = watch.refresh()
+        except Exception as exc:  # the screen goes on; the next refresh tries again
+            view_lines = [f"compacted view: not read ({type(exc).__name__}: {(str(exc).splitlines() or [''])[0]})"]
         out = ["\x1b[2J\x1b[H"] if tty else []
         out.append(f"compactd demo — {time.monotonic() - started:5.0f}s — Ctrl-C to stop")
         out.append(format_table(rows) if rows else "(waiting for the job's first batch: Spark takes ~20 s to start)")
         out.append(LEGEND)
+        out.append("")
+        out.extend(view_lines)
         out.append("")
         out.extend(sim.log[-8:])
         print("\n".join(out), flush=True)
 
 
 def _until_closed(sim: SimulatedCluster, stop: threading.Event) -> None:
-    """Stop once both loops have closed: the cleaner compacted what a compact action asked, and the broker's log
-    start moved after a delete_records; then two more refreshes so the final table shows the answers."""
+    """Stop once both loops have closed — the cleaner compacted what a compact action asked, and the broker's log
+    start moved after a delete_records — and the compaction service published a generation; then two more
+    refreshes so the final table shows the answers."""
     while not stop.wait(0.5):
         text = "\n".join(sim.log)
-        if "compacted up to" in text and "log start moved" in text:
+        if "compacted up to" in text and "log start moved" in text and "compaction service:" in text:
             stop.wait(4.0)
             stop.set()
 
@@ -247,9 +305,10 @@ def run_demo(
         sim = SimulatedCluster(settings)
         sim.create_topics()
         started = time.monotonic()
+        watch = ViewWatch(settings, sim)
         threads = [
             threading.Thread(target=sim.run, args=(stop,), daemon=True),
-            threading.Thread(target=_printer, args=(settings, sim, stop, started), daemon=True),
+            threading.Thread(target=_printer, args=(settings, watch, stop, started), daemon=True),
         ]
         if duration_s:
             threads.append(threading.Thread(target=lambda: stop.wait(duration_s) or stop.set(), daemon=True))
@@ -271,6 +330,7 @@ def run_demo(
             t.join(10)
         state = settings.redis_state()
         print("\nfinal state:\n" + format_table(status_rows(state, settings.thresholds, now_ms())), flush=True)
+        print("\n".join(watch.lines), flush=True)
         return 0
     finally:
         stop.set()

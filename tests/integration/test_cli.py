@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -85,5 +86,8 @@ def test_demo_closes_both_loops(tmp_path: Path) -> None:
     final = out.stdout.split("final state:")[1]
     assert "delete_records" in final and "compact sent" in final
     assert "compacted up to" in out.stdout and "log start moved" in out.stdout
+    # the compaction service on `orders`: a generation published, and its table read back (20 keys per partition)
+    assert re.search(r"compaction service: orders generation \d+ published", out.stdout)
+    assert re.search(r"compacted view orders.compacted: generation \d+, .*\n  its table \(40 live keys", final)
     leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
     assert leftover == "", "demo left processes behind"
