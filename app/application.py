@@ -22,6 +22,7 @@ from compactd.app import share_task
 from compactd.app.settings import Settings
 from compactd.clock import now_ms
 from compactd.compaction.service import Compactor
+from compactd.compaction.takeover import Takeovers
 from compactd.control.compaction_trigger import POOL, CompactionTrigger
 from compactd.control.controller import Controller, Probe, RunShares, _no_probe
 from compactd.control.runtime_config import ConfigOutcome, RuntimeConfig
@@ -136,7 +137,13 @@ class Application:
             cap_moved=lambda topic: self.controller.evaluate(
                 [(topic, p) for p in self.state.partitions(topic)], "compaction"
             ),
+            takeover_moved=self._takeover_moved,
+            segments_known=lambda topic: any(  # a few partitions tell: segment events come for all or none
+                v.segments for v in self.state.views([(topic, p) for p in self.state.partitions(topic)[:8]])
+            ),
         )
+        self.compaction.takeovers = Takeovers(lambda: self.compaction.compactor.cluster, self.ledger, clock)
+        self.config.overlay = self.compaction.overlay
         self.decoder = Decoder(
             settings.topics.segments,
             settings.topics.commits,
@@ -155,6 +162,11 @@ class Application:
         self._slow_worker_restarts = 0  # queries restarted because Spark's Python worker started too slowly
         self._sampled_at = 0.0
         self._topics_checked_at = 0.0
+
+    def _takeover_moved(self, topic: str) -> None:
+        """A retention takeover began or ended: the topic's forced retention changed (`RuntimeConfig.overlay`)."""
+        self.controller.set_layers(self.config.effective())
+        self.controller.evaluate([(topic, p) for p in self.state.partitions(topic)], "compaction")
 
     def _compaction_spark(self) -> SparkSession:
         """A session of its own for a compaction run, next to the stream's, in a fair-scheduler pool of its own:

@@ -27,6 +27,7 @@ from compactd.app.settings import Settings
 from compactd.clock import now_ms
 from compactd.compaction.manifest import RETENTION_SHARE, Manifest, retention_cap, retention_left
 from compactd.compaction.store import CompactionState
+from compactd.compaction.takeover import Takeover, overlay
 from compactd.errors import UsageError
 from compactd.keys import parse_partition_key, partition_key
 from compactd.model import ActionRecord, Decision, PartitionView, Segment
@@ -368,6 +369,7 @@ def view_report(
         return None
     horizon = manifest.horizon(view.partition)
     retention_ms = None if retention is None else retention.get("retention_ms")
+    taken = None if retention is None else retention.get("takeover")
     beyond = any(s.end_offset > horizon for s in view.segments)
     left = retention_left(manifest, view.partition, retention_ms, now, beyond)
     return {
@@ -377,6 +379,7 @@ def view_report(
         "retention_read_at": None if retention is None else retention.get("at"),
         "retention_left_ms": left,
         "run_by_ms": None if left is None or retention_ms is None else left - int(retention_ms * (1 - RETENTION_SHARE)),
+        "retention_takeover": taken,
     }
 
 
@@ -626,6 +629,13 @@ def format_text(e: Mapping[str, Any]) -> str:
 
 def _view_text(v: Mapping[str, Any]) -> str:
     head = f"generation {v['generation']}, horizon {v['horizon']}"
+    taken = v.get("retention_takeover")
+    if taken:
+        was = taken["original"] if taken["original"] is not None else "the broker's default"
+        return (
+            f"{head}; the source's retention.ms ({was}) is taken over (compaction.retention.takeover): -1 on the "
+            f"topic, applied by compactd as forced retention ({_dur(taken['applies_ms'])}) that stops at the horizon"
+        )
     if v["source_retention_ms"] is None:
         return head + "; the source has no time retention that compactd could read (retention.ms)"
     left = v["retention_left_ms"]
@@ -694,6 +704,11 @@ def read_target(state: RedisState, settings: Settings, target: str) -> Target:
     topic, partition = parse_target(target)
     applied = {s: AppliedLayer.from_json(v) for s, v in state.config_layers().items()}
     layers = effective_layers(settings.thresholds, applied)  # what the job applies: the file, then config events
+    cv = CompactionState(state.r, settings.key_prefix)
+    retention = cv.retention(topic)
+    taken = Takeover.from_json((retention or {}).get("takeover") or {})
+    if taken is not None:  # the source's retention.ms, taken over: applied as forced retention, as the job does
+        layers = overlay(layers, [taken])
     groups = state.topic_groups(topic, partition)
     reset = state.reset_cause(topic)
     if not groups.size:
@@ -709,11 +724,10 @@ def read_target(state: RedisState, settings: Settings, target: str) -> Target:
     prefix = f"partition:{topic}/"
     scoped = frozenset(int(s[len(prefix) :]) for s in layers if s.startswith(prefix) and s[len(prefix) :].isdigit())
     th = resolve(layers, topic)
-    cv = CompactionState(state.r, settings.key_prefix)
     return Target(
         topic, partition, layers, applied, groups, state.gate(), Caps(g.actions_per_second, g.max_concurrent_nudges),
         own, scoped, (th, threshold_sources(layers, applied, topic, None), topic_excluded(topic, th, own)),
-        cv.manifest(topic), reset, state.unlisted(topic), cv.retention(topic),
+        cv.manifest(topic), reset, state.unlisted(topic), retention,
     )  # fmt: skip
 
 

@@ -48,10 +48,11 @@ INPUT_KINDS: Final[dict[str, tuple[str, ...]]] = {
 ACTION_REASONS: Final[dict[ActionKind, tuple[Reason, ...]]] = {
     "compact": ("max_compaction_lag",),
     "delete_records": ("consumed_retention", "forced_retention"),
-    "restore_config": ("compacted", "nudge_expired"),
+    "restore_config": ("compacted", "nudge_expired", "takeover_ended"),
     # a run of the compaction service (compaction/): the view's first generation, bytes beyond its horizon, or
     # records beyond its horizon for max.compaction.lag.ms
     "compact_view": ("first_generation", "compaction_threshold", "max_compaction_lag"),
+    "take_retention": ("retention_takeover",),
 }
 # Final statuses an action is counted with (never "pending"); a restore is never dry-run and no guard skips it
 ACTION_STATUSES: Final[dict[ActionKind, tuple[Status, ...]]] = {
@@ -59,6 +60,7 @@ ACTION_STATUSES: Final[dict[ActionKind, tuple[Status, ...]]] = {
     "delete_records": ("dry_run", "sent", "failed", "skipped"),
     "restore_config": ("sent", "failed"),
     "compact_view": ("dry_run", "sent", "failed", "skipped"),
+    "take_retention": ("sent",),
 }
 ACTION_OUTCOMES: Final[tuple[tuple[ActionKind, Reason, Status], ...]] = tuple(
     (action, reason, status)

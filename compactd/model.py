@@ -13,7 +13,7 @@ import numpy as np
 
 from compactd.keys import partition_key
 
-ActionKind = Literal["compact", "delete_records", "restore_config", "compact_view"]
+ActionKind = Literal["compact", "delete_records", "restore_config", "compact_view", "take_retention"]
 Reason = Literal[
     "max_compaction_lag",
     "consumed_retention",
@@ -22,6 +22,8 @@ Reason = Literal[
     "nudge_expired",
     "first_generation",
     "compaction_threshold",
+    "retention_takeover",
+    "takeover_ended",
 ]
 Status = Literal["pending", "dry_run", "sent", "failed", "skipped"]
 

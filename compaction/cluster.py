@@ -42,22 +42,19 @@ class CompactionCluster:
         except Exception:  # an older broker without DescribeTopics: the log's own evidence decides
             return None
 
-    def retention_ms(self, topic: str) -> int | None:
-        """The topic's own time retention (`retention.ms`; None: none, -1, or not readable). Time-based retention
-        is what deletes under a view every week by default; `retention.bytes` has no time a run could beat."""
-        from confluent_kafka.admin import ConfigResource, ResourceType
+    def topic_config(self, topic: str) -> tuple[str | None, int | None, str]:
+        """(the topic's own retention.ms or None for the broker's default, the effective value in ms or None for no
+        time retention, cleanup.policy): one DescribeConfigs. Time retention is what deletes under a view every week
+        by default; `retention.bytes` has no time a run could beat."""
+        from compactd.compaction.takeover import TopicConfig
 
-        res = ConfigResource(ResourceType.TOPIC, topic)
-        try:
-            entries = self.admin.describe_configs([res], request_timeout=self.timeout_s)[res].result(self.timeout_s)
-        except Exception:  # no DescribeConfigs permission, or the broker away: the runs' other triggers remain
-            return None
-        entry = entries.get("retention.ms")
-        try:
-            value = int(entry.value) if entry is not None and entry.value is not None else -1
-        except ValueError:
-            return None
-        return value if value > 0 else None
+        return TopicConfig(self.admin, self.timeout_s).read(topic)
+
+    def set_retention(self, topic: str, value: str | None) -> None:
+        """Set the topic's retention.ms (None: remove the topic's own value, the broker's default applies)."""
+        from compactd.compaction.takeover import TopicConfig
+
+        TopicConfig(self.admin, self.timeout_s).alter(topic, value)
 
     def add_partitions(self, topic: str, count: int) -> None:
         """Grow `topic` to `count` partitions (CreatePartitions): the view of a source that grew."""

@@ -13,7 +13,8 @@ Redis keys (one hash tag per topic, like the rest of the per-topic state):
                                   the run lives (a dead run on this host is seen at once: its pid is gone)
   <prefix>:{<topic>}:cv:status    hash: status, generation, started_at, error, summary (JSON of the last run)
   <prefix>:{<topic>}:cv:manifest  the published manifest (JSON)
-  <prefix>:{<topic>}:cv:retention the source's retention.ms as the controller last read it: JSON {retention_ms, at}
+  <prefix>:{<topic>}:cv:retention the source's retention.ms as the controller last read it, and its takeover:
+                                  JSON {retention_ms, at, takeover}
   <prefix>:cv:topics              set of topics with a manifest (the controller's index)
 """
 
@@ -223,11 +224,15 @@ class CompactionState:
         return None if raw is None else Manifest.loads(raw)
 
     # -- the source's retention, as the controller read it (for `explain`, which reads Redis only)
-    def set_retention(self, topic: str, retention_ms: int | None, at: int) -> None:
-        self.r.set(self._key(topic, "retention"), json.dumps({"retention_ms": retention_ms, "at": at}))
+    def set_retention(
+        self, topic: str, retention_ms: int | None, at: int, takeover: dict[str, Any] | None = None
+    ) -> None:
+        value = {"retention_ms": retention_ms, "at": at, "takeover": takeover}
+        self.r.set(self._key(topic, "retention"), json.dumps(value))
 
     def retention(self, topic: str) -> dict[str, Any] | None:
-        """{"retention_ms": int | None, "at": epoch ms} (None: never read)."""
+        """{"retention_ms": int | None, "at": epoch ms, "takeover": the takeover in force or None} (None: never
+        read)."""
         raw = self.r.get(self._key(topic, "retention"))
         return None if raw is None else json.loads(raw)
 

@@ -22,6 +22,7 @@ from typing import Any
 from compactd.compaction.manifest import Due, Manifest, find_gaps, garbage_below, retention_cap, run_due, source_changed
 from compactd.compaction.service import Compactor, ViewGap, eligible
 from compactd.compaction.store import RunInProgress
+from compactd.compaction.takeover import Takeover, Takeovers, overlay, wanted
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord
 from compactd.policy.thresholds import Thresholds, parse_scope, resolve, resolve_global
@@ -45,9 +46,14 @@ class CompactionTrigger:
         clock: Callable[[], int],
         check_every_s: float = CHECK_EVERY_S,
         cap_moved: Callable[[str], None] = lambda _topic: None,
+        takeovers: Takeovers | None = None,
+        takeover_moved: Callable[[str], None] = lambda _topic: None,
+        segments_known: Callable[[str], bool] | None = None,
     ) -> None:
         """`cap_moved(topic)`: the published horizon (or the end of a grace) moved the topic's delete cap: its
-        partitions are evaluated again, as a config change would have them."""
+        partitions are evaluated again, as a config change would have them. `takeovers`: the retention takeovers
+        (None: none are made); `takeover_moved(topic)`: one began or ended, the thresholds (`overlay`) changed;
+        `segments_known(topic)`: compactd has segment events of the topic (default: it knows the topic at all)."""
         self.compactor = compactor
         self.metrics = metrics
         self.layers = layers
@@ -56,12 +62,15 @@ class CompactionTrigger:
         self.clock = clock
         self.check_every_s = check_every_s
         self.cap_moved = cap_moved
+        self.takeovers = takeovers
+        self.takeover_moved = takeover_moved
+        self.segments_known = segments_known or (lambda topic: topic in set(known_topics()))
         self.running: dict[str, threading.Thread] = {}
         self.said_dry: set[str] = set()
         self.said_gap: set[str] = set()
         # topics whose source is another log than their published view's: deletes capped at 0 until a new view
         self.changed: set[str] = set()
-        self._retentions: dict[str, tuple[float, int | None]] = {}
+        self._retentions: dict[str, tuple[float, tuple[str | None, int | None, str] | None]] = {}
         self._checked_at = 0.0
         self._mirrored = False
         self.stopping = threading.Event()
@@ -141,6 +150,72 @@ class CompactionTrigger:
                 self._check(topic, th, limit)
             except Exception as exc:  # one topic's trouble never stops the others, nor the stream
                 log.warning("compaction check of %s failed: %s", topic, (str(exc).splitlines() or [""])[0])
+        if self.takeovers is not None:
+            try:
+                for topic in sorted(set(self.takeovers.current()) - set(topics)):
+                    self._give_back(topic, "compaction.service is off")
+            except Exception as exc:
+                log.warning("retention takeovers not checked: %s", (str(exc).splitlines() or [""])[0])
+
+    # -- the retention takeover (compaction/takeover.py)
+    def overlay(self, layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The layers with every retention taken over applied as forced retention (as they are until the ledger is
+        read: the safe side, less is deleted)."""
+        if self.takeovers is None or self.takeovers.held is None or not self.takeovers.held:
+            return layers
+        return overlay(layers, self.takeovers.held.values())
+
+    def _takeover(self, topic: str, th: Thresholds, manifest: Manifest | None) -> None:
+        if self.takeovers is None:
+            return
+        read = self._topic_config(topic)
+        if read is None:
+            return
+        why_not = wanted(th, manifest, topic in self.changed, read[2], self.segments_known(topic))
+        held = topic in self.takeovers.current()
+        if why_not is None and not held:
+            tk = self.takeovers.take(topic)
+            if tk is not None:
+                self._retentions.pop(topic, None)
+                self._mirror_retention(topic, None, tk)
+                self._finish(self._takeover_record(topic, "take_retention", "retention_takeover", tk))
+                self.takeover_moved(topic)
+        elif why_not is not None and held:
+            self._give_back(topic, why_not)
+
+    def _give_back(self, topic: str, why: str) -> None:
+        assert self.takeovers is not None
+        tk = self.takeovers.current()[topic]
+        if self.compactor.cluster.partitions(topic) is None:
+            self.takeovers.forget(topic)  # the topic is gone: nothing to put back
+            done = "the topic is gone: nothing to put back"
+        else:
+            done = self.takeovers.give_back(topic, why)
+        self._retentions.pop(topic, None)
+        self._mirror_retention(topic, None, None)
+        self._finish(self._takeover_record(topic, "restore_config", "takeover_ended", tk).with_status(
+            "sent", why=why, restored=done))  # fmt: skip
+        self.takeover_moved(topic)
+
+    def _takeover_record(self, topic: str, action: str, reason: str, tk: Takeover) -> ActionRecord:
+        now = self.clock()
+        return ActionRecord(
+            id=f"{action}-{topic}-{now}",
+            action=action,  # type: ignore[arg-type]
+            topic=topic,
+            partition=-1,
+            reason=reason,  # type: ignore[arg-type]
+            dry_run=False,
+            decided_at=now,
+            status="sent",
+            detail={"key": "retention.ms", "original": tk.original, "applies_ms": tk.applies_ms},
+        )
+
+    def _mirror_retention(self, topic: str, retention_ms: int | None, tk: Takeover | None) -> None:
+        try:  # what `explain` shows
+            self.compactor.state.set_retention(topic, retention_ms, self.clock(), None if tk is None else tk.to_json())
+        except Exception as exc:  # Redis away: the gauge and the run's trigger still have it
+            log.debug("retention of %s not mirrored: %s", topic, exc)
 
     def _check(self, topic: str, th: Thresholds, limit: int) -> None:
         cluster = self.compactor.cluster
@@ -156,7 +231,8 @@ class CompactionTrigger:
                 self.compactor.collect(manifest, th.compaction_view_grace_ms)
                 self.cap_moved(topic)  # the previous generation's grace is over: its horizon no longer caps
         stable = cluster.offsets(topic, "latest", count)
-        retention = self._retention(topic)
+        read = self._topic_config(topic)
+        retention = None if read is None else read[1]
         due = run_due(manifest, stable, now, th.compaction_threshold_bytes, th.max_compaction_lag_ms, None, retention)
         if due.retention_left_ms is not None:
             self.metrics.compaction_retention_left.labels(topic).set(due.retention_left_ms / 1000)
@@ -176,6 +252,7 @@ class CompactionTrigger:
             elif topic in self.changed:  # a new view was published (here or by `compactd compact`): it caps again
                 self.changed.discard(topic)
                 self.cap_moved(topic)
+            self._takeover(topic, th, manifest)
             if gaps:
                 if topic not in self.said_gap and topic not in self.running:
                     self.said_gap.add(topic)
@@ -212,15 +289,19 @@ class CompactionTrigger:
         self.metrics.compaction_running.labels(topic).set(1)
         thread.start()
 
-    def _retention(self, topic: str) -> int | None:
-        """The source's retention.ms, read every RETENTION_TTL_S (one DescribeConfigs)."""
+    def _topic_config(self, topic: str) -> tuple[str | None, int | None, str] | None:
+        """The source's own retention.ms, its effective value in ms and its cleanup.policy, read every
+        RETENTION_TTL_S (one DescribeConfigs; None: not readable, no DescribeConfigs permission or the broker away)."""
         held = self._retentions.get(topic)
         if held is None or time.monotonic() - held[0] >= RETENTION_TTL_S:
-            held = self._retentions[topic] = (time.monotonic(), self.compactor.cluster.retention_ms(topic))
             try:
-                self.compactor.state.set_retention(topic, held[1], self.clock())  # what `explain` shows
-            except Exception as exc:  # Redis away: the gauge and the run's trigger still have it
-                log.debug("retention of %s not mirrored: %s", topic, exc)
+                read: tuple[str | None, int | None, str] | None = self.compactor.cluster.topic_config(topic)
+            except Exception as exc:
+                log.debug("retention.ms of %s not read: %s", topic, exc)
+                read = None
+            held = self._retentions[topic] = (time.monotonic(), read)
+            tk = None if self.takeovers is None else (self.takeovers.held or {}).get(topic)
+            self._mirror_retention(topic, None if read is None else read[1], tk)
         return held[1]
 
     @staticmethod

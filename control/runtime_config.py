@@ -8,7 +8,7 @@ goes to the DLQ (`stream=config`) with its reason: malformed_json, invalid_confi
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,16 +48,18 @@ class RuntimeConfig:
         self.controller = controller
         self.metrics = metrics
         self.applied: dict[str, AppliedLayer] = {}
+        # what the job adds to the operators' layers: the retention takeovers' forced retention (compaction/takeover)
+        self.overlay: Callable[[dict[str, dict[str, Any]]], dict[str, dict[str, Any]]] = lambda layers: layers
 
     def load(self) -> None:
         """Read what earlier runs applied; the controller starts with file layers overridden by it."""
         self.applied = {s: AppliedLayer.from_json(v) for s, v in self.state.config_layers().items()}
-        self.controller.set_layers(effective_layers(self.base, self.applied))
+        self.controller.set_layers(self.effective())
         for scope, layer in self.applied.items():
             self.metrics.config_version.labels(scope).set(layer.version)
 
     def effective(self) -> dict[str, dict[str, Any]]:
-        return effective_layers(self.base, self.applied)
+        return self.overlay(effective_layers(self.base, self.applied))
 
     def apply(self, rows: Sequence[Mapping[str, Any]]) -> ConfigOutcome:
         """Apply config records in log order; each is accepted or rejected as a whole."""

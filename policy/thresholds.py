@@ -62,6 +62,9 @@ class Thresholds(BaseModel):
     delete_retention_ms: int = Field(86_400_000, alias="delete.retention.ms", ge=0, le=MAX_DURATION_MS)
     compaction_view_grace_ms: int = Field(300_000, alias="compaction.view.grace.ms", ge=0, le=MAX_DURATION_MS)
     compaction_retain_null_key: bool = Field(False, alias="compaction.retain.null.key")
+    # Pulsar's rule that retention respects the compaction cursor: the source's retention.ms is set to -1 and
+    # compactd applies it as forced retention, capped at the view's horizon (compaction/takeover.py)
+    compaction_retention_takeover: bool = Field(False, alias="compaction.retention.takeover")
 
     @field_validator("groups_include", "groups_exclude", "topics_exclude", mode="before")
     @classmethod

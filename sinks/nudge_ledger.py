@@ -12,6 +12,10 @@ The same topic keeps the other thing a state loss must not take: each topic's la
 control/lifecycle.py), key `reset/<topic>` ('/' is in no topic name), value `{"topic", "at", "why", "positions":
 {source topic: {partition: offset}}}`: where the sources stood when the reset dropped what their earlier events had
 built. A rebuild reads the sources again from their start and drops those events too (streaming/decode.py).
+
+And each retention takeover of the compaction service (compaction/takeover.py), key `takeover/<topic>`, value
+`{"topic", "original" (null: the broker's default), "applies_ms", "at"}`: written before the topic's retention.ms is
+set to -1, removed once the original is back.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from compactd.kafka.writer import JsonTopicWriter
 from compactd.model import Nudge
 
 RESET = "reset/"
+TAKEOVER = "takeover/"
 
 
 def ledger_key(topic: str, key: str) -> str:
@@ -59,12 +64,32 @@ class NudgeLedger:
         self._writer.write(f"{RESET}{topic}", value)
         self._writer.flush(self.timeout_s)
 
+    def record_takeover(self, topic: str, value: dict[str, Any]) -> None:
+        """What a retention takeover replaced (durable before the alter it describes)."""
+        self._writer.write(f"{TAKEOVER}{topic}", value)
+        self._writer.flush(self.timeout_s)
+
+    def clear_takeover(self, topic: str) -> None:
+        self._writer.write(f"{TAKEOVER}{topic}", None)
+        self._writer.flush(self.timeout_s)
+
+    def load_takeovers(self) -> dict[str, Any]:
+        """topic -> its takeover (compaction/takeover.py Takeover), those the topic holds."""
+        from compactd.compaction.takeover import Takeover
+
+        out = {}
+        for key, value in self._live().items():
+            tk = Takeover.from_json(value) if key.startswith(TAKEOVER.encode()) and isinstance(value, dict) else None
+            if tk is not None:
+                out[tk.topic] = tk
+        return out
+
     def load(self) -> list[Nudge]:
         """Every nudge not yet put back, as the topic holds them (last record per key; a tombstone removes it)."""
         out = []
         for key, value in self._live().items():
             try:
-                if not key.startswith(RESET.encode()):
+                if not key.startswith((RESET.encode(), TAKEOVER.encode())):
                     out.append(msgspec.convert(value, Nudge))
             except msgspec.ValidationError:
                 continue  # not ours: a record someone else wrote to the topic

@@ -138,3 +138,62 @@ def test_explain_shows_when_the_sources_retention_reaches_past_the_horizon(clust
     [e] = explain(st, s, f"{topic}/0", now)
     assert e["compacted_view"]["generation"] == 1 and e["compacted_view"]["retention_left_ms"] == day - 3_600_000
     assert "reaches past the horizon in 23h00m at the earliest" in format_text(e)
+
+
+def test_a_retention_takeover_sets_minus_one_and_always_puts_the_original_back(
+    cluster, job_settings, redis_url
+) -> None:
+    """Ground truth is the broker's topic config. Taken over: retention.ms -1 on the topic, the original recorded on
+    the ledger first, applied as forced retention; the key turned off — by a new job after Redis was flushed — puts
+    the original back; a value someone set meanwhile is left as it is."""
+    from compactd.compaction.takeover import Takeovers
+    from compactd.sinks.nudge_ledger import NudgeLedger
+
+    day = 86_400_000
+    topic = cluster.name("taken")
+    cluster.create(topic, 1, {"retention.ms": str(day)})
+    cluster.create(f"{topic}.compacted", 1)
+    produce(cluster, topic, history(seed=7, n=30, keys=5, partitions=1), partitions=1)
+    s = job_settings()
+    on = {f"topic:{topic}": {"compaction.service": True, "compaction.retention.takeover": True, "dry.run": False}}
+    published = Manifest(topic, f"{topic}.compacted", 1, partitions={"0": PartitionView(30, 0, 5)}, run="a")
+
+    def job(layers: dict[str, dict[str, Any]]):
+        t, records = trigger(job_settings, redis_url, layers, [topic])
+        ledger = NudgeLedger(s.kafka_connection(), s.topics.nudges)
+        t.takeovers = Takeovers(lambda: t.compactor.cluster, ledger, t.clock)
+        t.segments_known = lambda _t: True
+        return t, records
+
+    def broker_retention() -> tuple[str | None, int | None, str]:
+        return job(on)[0].compactor.cluster.topic_config(topic)
+
+    t, records = job(on)
+    t.compactor.log.write(published)
+    t.compactor.state.mirror(published)
+    t.tick(now=True)
+    assert broker_retention()[:2] == ("-1", None)
+    assert [(r.action, r.reason, r.detail["original"]) for r in records] == [
+        ("take_retention", "retention_takeover", str(day))
+    ]
+    assert resolve(t.overlay(on), topic).forced_retention_ms == day  # compactd applies it now, capped at the horizon
+    assert t.compactor.state.retention(topic)["takeover"]["original"] == str(day)  # what `explain` shows
+    t.tick(now=True)
+    assert len(records) == 1  # taken once
+
+    redis.Redis.from_url(redis_url).flushall()  # a state loss: the ledger still knows the original
+    off = {f"topic:{topic}": {"compaction.service": True, "dry.run": False}}
+    t2, records2 = job(off)
+    t2.tick(now=True)
+    assert broker_retention()[:2] == (str(day), day)
+    assert [(r.action, r.reason) for r in records2] == [("restore_config", "takeover_ended")]
+    assert NudgeLedger(s.kafka_connection(), s.topics.nudges).load_takeovers() == {}
+
+    t3, _ = job(on)  # taken again, then someone sets a value of their own: it is theirs, left as it is
+    t3.tick(now=True)
+    assert broker_retention()[0] == "-1"
+    t3.compactor.cluster.set_retention(topic, str(2 * day))
+    t3.layers = lambda: {}  # the service turned off for the topic
+    t3.tick(now=True)
+    assert broker_retention()[:2] == (str(2 * day), 2 * day)
+    assert topic not in t3.takeovers.current()

@@ -268,7 +268,8 @@ def test_a_compacted_views_horizon_is_named_where_it_stops_a_delete() -> None:
 
 def test_the_view_line_says_when_the_sources_retention_reaches_past_the_horizon() -> None:
     from compactd.app.explain import view_report
-    from compactd.compaction.manifest import Manifest, PartitionView as ViewPart
+    from compactd.compaction.manifest import Manifest
+    from compactd.compaction.manifest import PartitionView as ViewPart
 
     week = 7 * 24 * H
     published = Manifest("orders", "orders.compacted", 3, partitions={"3": ViewPart(250, 0, 10, beyond_since=T0 - H)})
@@ -278,9 +279,8 @@ def test_the_view_line_says_when_the_sources_retention_reaches_past_the_horizon(
     assert report["run_by_ms"] == week // 2 - H  # a run is due at half the retention
     e = explain(v, {"forced.retention.ms": 2 * H})
     e["compacted_view"] = report
-    assert "view      generation 3, horizon 250; the source's retention.ms (7d00h) reaches past the horizon in 6d23h" in (
-        format_text(e)
-    )
+    line = "view      generation 3, horizon 250; the source's retention.ms (7d00h) reaches past the horizon in 6d23h"
+    assert line in format_text(e)
     quiet = PartitionView("orders", 3, v.segments[:2], 300, 0, 150, 2)  # nothing known beyond the horizon
     assert view_report(published, {"retention_ms": week, "at": T0}, quiet, T0)["retention_left_ms"] == week
     late = view_report(published, {"retention_ms": H // 2, "at": T0}, v, T0)
