@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any
 
+from compactd.app.progress import SparkTasks, progress
 from compactd.app.settings import Settings
 from compactd.errors import UsageError
 
@@ -62,7 +63,25 @@ def compact(
         raise UsageError(f"--strategy {strategy}: choose offset, timestamp or header")
     comp, close = compactor(settings)
     try:
-        summary = comp.run(topic, Overrides(strategy, header), options=RunOptions(accept_gap, rebuild))
+        with progress(f"compact {topic}") as bar:
+            tasks = SparkTasks(bar)  # the Spark job runs between "planned" and "written"
+            steps = {"written": "checking the view", "checked": "publishing the generation", "published": "published"}
+
+            def on_phase(phase: str) -> None:
+                if phase == "planned":
+                    bar.phase("reading, reducing, writing the view")
+                    tasks.start()
+                    return
+                tasks.stop()
+                bar.phase(steps.get(phase, phase))
+
+            bar.phase("planning")
+            try:
+                summary = comp.run(
+                    topic, Overrides(strategy, header), on_phase=on_phase, options=RunOptions(accept_gap, rebuild)
+                )
+            finally:
+                tasks.stop()  # before close() stops Spark under the poller
     finally:
         close()
     print(json.dumps(summary, sort_keys=True), flush=True)
@@ -85,7 +104,18 @@ def read_compacted(settings: Settings, topic: str, table: bool) -> int:
     check_reachable(settings.kafka_connection())
     reader = CompactedReader(settings.kafka_connection(), settings.topics.compactions)
     out = sys.stdout
-    for partition, rec in reader.partition_records(topic, table_mode=table):
-        out.write(json_line(partition, rec) + "\n")
+    with progress(f"read {topic}") as bar:
+        if not bar.enabled:  # the plain loop: no per-record cost when nobody watches
+            for partition, rec in reader.partition_records(topic, table_mode=table):
+                out.write(json_line(partition, rec) + "\n")
+        else:
+            bar.phase("reading the view" + (" as a table" if table else ""))
+            count = reader.cluster.partitions(topic) or 0  # None: the read below names the missing topic
+            shown = -1
+            for records, (partition, rec) in enumerate(reader.partition_records(topic, table_mode=table), 1):
+                out.write(json_line(partition, rec) + "\n")
+                if partition != shown or records % 1024 == 0:  # a redraw per record would cost more than the read
+                    shown = partition
+                    bar.advance(partition + 1, count or None, f"partition {partition + 1}/{count}, {records} records")
     out.flush()
     return 0
