@@ -142,13 +142,36 @@ def build_parser() -> argparse.ArgumentParser:
         help="also run a local Prometheus (Debian package) and, at the end, draw the dashboards to DIR/*.png",
     )
 
-    agent = sub.add_parser("agent", help="publish segment events from Kafka log directories", formatter_class=_Help)
+    agent = sub.add_parser(
+        "agent",
+        help="publish segment events from Kafka log directories, or (--admin) commits and retention facts from the "
+        "Admin API where compactd is only a client",
+        formatter_class=_Help,
+    )
     agent.add_argument(
         "--log-dir",
         action="append",
-        required=_env("log_dir") is None,
         default=(_env("log_dir") or "").split(",") if _env("log_dir") else None,
         help="a broker log.dirs entry (repeat for each; env COMPACTD_LOG_DIR, comma-separated)",
+    )
+    agent.add_argument(
+        "--admin",
+        action="store_true",
+        help="one agent per cluster, on any host with client access: poll group offsets and log offsets through the "
+        "Admin API (managed Kafka: no log directories, no __consumer_offsets)",
+    )
+    agent.add_argument("--commits-topic", default=_env("commits_topic"), help="--admin: default topics.commits")
+    agent.add_argument(
+        "--slice-ms",
+        type=int,
+        default=int(_env("slice_ms") or 60_000),
+        help="--admin: offsets written within this long form one time slice (the retention rules' granularity)",
+    )
+    agent.add_argument(
+        "--group-grace-ms",
+        type=int,
+        default=int(_env("group_grace_ms") or 300_000),
+        help="--admin: a group the cluster no longer lists is deleted after this long (one missing answer is not gone)",
     )
     agent.add_argument("--config", default=_env("config"), help="YAML config: bootstrap_servers, kafka:, topics:")
     agent.add_argument(
@@ -320,6 +343,10 @@ def cmd_agent(args: argparse.Namespace) -> int:
     from compactd.app.settings import load_settings
     from compactd.kafka.admin import check_reachable
 
+    if args.admin:
+        return _admin_agent(args)
+    if not args.log_dir:
+        raise UsageError("agent: give --log-dir (beside a broker) or --admin (any host with client access)")
     dirs = [Path(d) for d in args.log_dir]
     for d in dirs:
         if not d.is_dir():
@@ -333,6 +360,40 @@ def cmd_agent(args: argparse.Namespace) -> int:
         run_agent(agent, publisher, args.interval_ms / 1000, _stop_on_signals(), once=args.once)
     finally:
         publisher.close()
+    return 0
+
+
+def _admin_agent(args: argparse.Namespace) -> int:
+    from compactd.agent.admin_agent import AdminAgent, AdminPublisher, run_admin_agent
+    from compactd.agent.admin_poll import AdminPoll
+    from compactd.app.settings import load_settings
+    from compactd.kafka.admin import check_reachable
+    from compactd.policy.thresholds import group_counts, parse_scope, resolve, resolve_global
+
+    settings = load_settings(args.config, bootstrap_servers=args.bootstrap_servers)
+    conn = settings.kafka_connection()
+    check_reachable(conn)
+    layers = settings.thresholds
+    scopes = [resolve_global(layers)] + [
+        resolve(layers, topic, partition)
+        for scope in layers
+        for kind, topic, partition in [parse_scope(scope)]
+        if kind != "global" and topic is not None
+    ]
+
+    def counts(group: str) -> bool:  # groups.include / groups.exclude: a group counted in no scope is not fetched
+        return any(group_counts(group, th) for th in scopes)
+
+    poll = AdminPoll(args.slice_ms, args.group_grace_ms, counts)
+    agent = AdminAgent(conn, poll, frozenset(settings.own_topics()))
+    publisher = AdminPublisher(
+        conn, args.segments_topic or settings.topics.segments, args.commits_topic or settings.topics.commits
+    )
+    try:
+        run_admin_agent(agent, publisher, args.interval_ms / 1000, _stop_on_signals(), once=args.once)
+    finally:
+        publisher.close()
+        agent.close()
     return 0
 
 

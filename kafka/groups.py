@@ -74,11 +74,75 @@ def failure_for(topic: str, holders: set[str], fetched: dict[str, _Fetched]) -> 
     return None
 
 
-class ClusterGroupOffsets:
-    """One OffsetFetch per group (librdkafka asks one group per request), all in flight at once, each kept `ttl_s`.
+Offsets = dict[tuple[str, int], int]  # (topic, partition) -> committed offset, for one group
 
-    `holders(topic)`: the groups compactd's state knows on the topic. The principal needs Describe on the cluster
-    (or on each group) for ListGroups, and Describe on the group and the topic for OffsetFetch."""
+
+class GroupReader:
+    """The one reader of group offsets, for the check before a delete and for the admin agent's polls: ListGroups,
+    then one OffsetFetch per group (librdkafka asks one group per request), all in flight at once. The principal
+    needs Describe on the cluster (or each group) for ListGroups, Describe on the group and the topic for
+    OffsetFetch."""
+
+    def __init__(self, conn: KafkaConnection, timeout_s: float = 10.0) -> None:
+        self.conn = conn
+        self.timeout_s = timeout_s
+        self._admin: Any = None
+        self.fetches = 0  # OffsetFetch requests sent (tests and the benchmark read it)
+        self.lists = 0  # ListGroups requests sent
+
+    @property
+    def admin(self) -> Any:
+        if self._admin is None:
+            self._admin = admin_client(self.conn, self.timeout_s)
+        return self._admin
+
+    def list_groups(self) -> set[str]:
+        """Every group the cluster lists (KafkaException when it cannot say)."""
+        from confluent_kafka import KafkaException
+
+        listed = self.admin.list_consumer_groups(request_timeout=self.timeout_s).result(self.timeout_s)
+        self.lists += 1
+        if listed.errors:
+            raise KafkaException(listed.errors[0])
+        return {g.group_id for g in listed.valid}
+
+    def fetch(self, groups: Iterable[str]) -> dict[str, Offsets | Exception]:
+        """Each group's committed offsets (partitions with none left out), or the error that group's fetch met."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+
+        groups = list(groups)
+        if not groups:
+            return {}
+        futures = [
+            (g, fut)
+            for g in groups
+            for fut in self.admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout_s
+            ).values()
+        ]
+        self.fetches += len(futures)
+        out: dict[str, Offsets | Exception] = {}
+        for group, fut in futures:
+            try:
+                result = fut.result(self.timeout_s)
+                offsets: Offsets = {}
+                for tp in result.topic_partitions:
+                    if tp.error is not None:
+                        raise KafkaException(tp.error)
+                    if tp.offset >= 0:  # -1001: no committed offset on that partition
+                        offsets[(tp.topic, tp.partition)] = tp.offset
+                out[group] = offsets
+            except Exception as exc:
+                out[group] = exc
+        return out
+
+    def close(self) -> None:
+        self._admin = None  # its broker connections go with the last reference
+
+
+class ClusterGroupOffsets:
+    """The groups' offsets through `GroupReader`, each group's kept `ttl_s`. `holders(topic)`: the groups compactd's
+    state knows on the topic."""
 
     def __init__(
         self,
@@ -93,12 +157,18 @@ class ClusterGroupOffsets:
         self.timeout_s = timeout_s
         self.monotonic = monotonic
         self.holders = holders
-        self._admin: Any = None
+        self.reader = GroupReader(conn, timeout_s)
         self._listed: tuple[float, set[str]] | None = None
         self._fetched: dict[str, _Fetched] = {}
         self._lock = threading.Lock()
-        self.fetches = 0  # OffsetFetch requests sent (tests and the benchmark read it)
-        self.lists = 0  # ListGroups requests sent
+
+    @property
+    def fetches(self) -> int:
+        return self.reader.fetches
+
+    @property
+    def lists(self) -> int:
+        return self.reader.lists
 
     def committed(self, topic: str) -> TopicCommits:
         """Groups with a committed offset on `topic`, and their offset on each partition they committed."""
@@ -131,49 +201,22 @@ class ClusterGroupOffsets:
         return GroupCheck(out, frozenset(holders - listed))
 
     def _list(self) -> set[str]:
-        from confluent_kafka import KafkaException
-
         now = self.monotonic()
         if self._listed is not None and now - self._listed[0] < self.ttl_s:
             return self._listed[1]
-        if self._admin is None:
-            self._admin = admin_client(self.conn, self.timeout_s)
-        listed = self._admin.list_consumer_groups(request_timeout=self.timeout_s).result(self.timeout_s)
-        self.lists += 1
-        if listed.errors:
-            raise KafkaException(listed.errors[0])
-        groups = {g.group_id for g in listed.valid}
+        groups = self.reader.list_groups()
         self._listed = (now, groups)
         return groups
 
     def _fetch(self, groups: list[str]) -> None:
-        """Read these groups' offsets, all requests in flight at once; a group's failure is kept as its answer."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
-
-        if not groups:
-            return
-        futures = [
-            (g, fut)
-            for g in groups
-            for fut in self._admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout_s
-            ).values()
-        ]
-        self.fetches += len(futures)
+        """Read these groups' offsets; a group's failure is kept as its answer."""
         now = self.monotonic()
-        for group, fut in futures:
-            try:
-                result = fut.result(self.timeout_s)
-                offsets: dict[tuple[str, int], int] = {}
-                for tp in result.topic_partitions:
-                    if tp.error is not None:
-                        raise KafkaException(tp.error)
-                    if tp.offset >= 0:  # -1001: no committed offset on that partition
-                        offsets[(tp.topic, tp.partition)] = tp.offset
-                self._fetched[group] = _Fetched(now, offsets)
-            except Exception as exc:
+        for group, got in self.reader.fetch(groups).items():
+            if isinstance(got, Exception):
                 before = self._fetched.get(group)
-                self._fetched[group] = _Fetched(now, None, _text(exc), before.topics() if before else frozenset())
+                self._fetched[group] = _Fetched(now, None, _text(got), before.topics() if before else frozenset())
+            else:
+                self._fetched[group] = _Fetched(now, got)
 
     def _unavailable(self, exc: Exception) -> DependencyUnavailable:
         return DependencyUnavailable(
@@ -181,7 +224,7 @@ class ClusterGroupOffsets:
         )
 
     def close(self) -> None:
-        self._admin = None
+        self.reader.close()
 
 
 def _text(exc: Exception) -> str:

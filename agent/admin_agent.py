@@ -1,0 +1,172 @@
+"""`compactd agent --admin`: one per cluster, on any host with client access. Each poll asks the Admin API what
+every client may ask — ListGroups and OffsetFetch (through kafka.groups.GroupReader, the same reader as the check
+before a delete), ListOffsets earliest and latest of every partition watched — and publishes what changed as the
+events the job already consumes (agent/admin_poll.py): commits to the commits topic, retention facts to the
+segments topic. Requests of one kind go out together (librdkafka batches ListOffsets per leader; one OffsetFetch
+per group, all in flight).
+
+The broker's cleaner is invisible from a client: no `compacted` event is ever published, so KIP-354 nudges cannot be
+observed here; the agent says so once at start. The compaction service (a view) needs no broker access at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from compactd.agent.admin_poll import AdminPoll, Event
+from compactd.clock import now_ms
+from compactd.kafka.admin import admin_client
+from compactd.kafka.config import KafkaConnection
+from compactd.kafka.groups import GroupReader
+from compactd.kafka.writer import JsonTopicWriter
+from compactd.keys import partition_key
+
+log = logging.getLogger("compactd.agent")
+
+CLEANER_NOT_VISIBLE = (
+    "admin agent: the broker's cleaner cannot be seen from a client, so compaction nudges (KIP-354) are not observed "
+    "on this cluster; compacted topics can use compactd's compaction service instead (compaction.service=true)"
+)
+
+
+@dataclass(frozen=True)
+class PollStats:
+    groups: int
+    group_errors: int
+    partitions: int
+    commit_events: int
+    segment_events: int
+    calls: int
+    seconds: float
+
+
+class AdminAgent:
+    def __init__(
+        self,
+        conn: KafkaConnection,
+        poll: AdminPoll,
+        skip_topics: frozenset[str] = frozenset(),
+        timeout_s: float = 30.0,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        """`skip_topics`: topics never watched (compactd's own); internal topics (`__*`) never are either."""
+        self.conn = conn
+        self.poll = poll
+        self.skip_topics = skip_topics
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.groups = GroupReader(conn, timeout_s)
+        self._admin: Any = None
+
+    @property
+    def admin(self) -> Any:
+        if self._admin is None:
+            self._admin = admin_client(self.conn, self.timeout_s)
+        return self._admin
+
+    def partitions(self) -> list[tuple[str, int]]:
+        meta = self.admin.list_topics(timeout=self.timeout_s)
+        return sorted(
+            (name, p)
+            for name, t in meta.topics.items()
+            if not name.startswith("__") and name not in self.skip_topics and t.error is None
+            for p in t.partitions
+        )
+
+    def _offsets(self, parts: list[tuple[str, int]], spec: Any) -> dict[tuple[str, int], int]:
+        """One ListOffsets for every partition (librdkafka sends one request per leader)."""
+        from confluent_kafka import IsolationLevel, TopicPartition
+
+        if not parts:
+            return {}
+        request = {TopicPartition(t, p): spec for t, p in parts}
+        futures = self.admin.list_offsets(
+            request, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=self.timeout_s
+        )
+        out = {}
+        for tp, fut in futures.items():
+            try:
+                out[(tp.topic, tp.partition)] = fut.result(timeout=self.timeout_s).offset
+            except Exception as exc:  # a partition without a leader now: seen at the next poll
+                log.debug("ListOffsets %s/%d: %s", tp.topic, tp.partition, exc)
+        return out
+
+    def scan(self) -> tuple[list[Event], list[Event], PollStats]:
+        """One poll: (segment events, commit events, its cost). Raises when the cluster cannot list groups or
+        topics at all (nothing is published from half an answer)."""
+        from confluent_kafka.admin import OffsetSpec
+
+        started = time.monotonic()
+        lists, fetches = self.groups.lists, self.groups.fetches
+        listed = self.groups.list_groups()
+        fetched = self.groups.fetch(self.poll.groups_to_fetch(listed))
+        parts = self.partitions()
+        starts = self._offsets(parts, OffsetSpec.earliest())
+        ends = self._offsets(parts, OffsetSpec.latest())
+        now = self.clock()
+        commits = self.poll.offsets(now, listed, fetched)
+        seen = {tp: e for tp, e in ends.items() if tp in starts}  # both answered: a partition half read waits
+        segments = self.poll.logs_seen(now, starts, seen, set(parts))
+        # Admin API calls: ListGroups, one OffsetFetch per group, metadata, ListOffsets twice (each of those two is a
+        # request per partition leader)
+        calls = (self.groups.lists - lists) + (self.groups.fetches - fetches) + 3
+        errors = sum(1 for v in fetched.values() if isinstance(v, Exception))
+        stats = PollStats(
+            len(fetched), errors, len(seen), len(commits), len(segments), calls, time.monotonic() - started
+        )
+        return segments, commits, stats
+
+    def close(self) -> None:
+        self.groups.close()
+        self._admin = None
+
+
+class AdminPublisher:
+    """Commit events to the commits topic (keyed `<group>/<topic>/<partition>`, a group delete by the group), segment
+    events to the segments topic (keyed `<topic>/<partition>`); a poll's events are flushed together."""
+
+    def __init__(self, conn: KafkaConnection, segments_topic: str, commits_topic: str) -> None:
+        self.segments = JsonTopicWriter(conn, segments_topic, {"linger.ms": 20}, what="segment events")
+        self.commits = JsonTopicWriter(conn, commits_topic, {"linger.ms": 20}, what="commit events")
+
+    def publish(self, segments: list[Event], commits: list[Event]) -> None:
+        for ev in segments:
+            self.segments.write(partition_key(ev["topic"], ev["partition"]), ev)
+        for ev in commits:
+            key = ev["group"] if ev["type"] == "group_delete" else f"{ev['group']}/{ev['topic']}/{ev['partition']}"
+            self.commits.write(key, ev)
+        if segments:
+            self.segments.flush(30)
+        if commits:
+            self.commits.flush(30)
+
+    def close(self) -> None:
+        self.segments.close()
+        self.commits.close()
+
+
+def run_admin_agent(
+    agent: AdminAgent, publisher: AdminPublisher, interval_s: float, stop: threading.Event, once: bool = False
+) -> None:
+    log.warning(CLEANER_NOT_VISIBLE)
+    while not stop.is_set():
+        try:
+            segments, commits, st = agent.scan()
+        except Exception as exc:  # the cluster away or refusing: nothing published, the next poll tries again
+            log.warning("admin poll failed: %s", (str(exc).splitlines() or [type(exc).__name__])[0])
+        else:
+            publisher.publish(segments, commits)
+            log.info(
+                "admin poll: %d groups (%d unreadable), %d partitions, %d commit and %d segment events, "
+                "%d admin calls, %.2fs",
+                st.groups, st.group_errors, st.partitions, st.commit_events, st.segment_events, st.calls,
+                st.seconds,
+            )  # fmt: skip
+        if once:
+            return
+        stop.wait(interval_s)
