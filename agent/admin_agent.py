@@ -20,7 +20,6 @@ from typing import Any
 
 from compactd.agent.admin_poll import AdminPoll, Event
 from compactd.clock import now_ms
-from compactd.kafka.admin import admin_client
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.groups import GroupReader
 from compactd.kafka.writer import JsonTopicWriter
@@ -61,13 +60,11 @@ class AdminAgent:
         self.timeout_s = timeout_s
         self.clock = clock
         self.groups = GroupReader(conn, timeout_s)
-        self._admin: Any = None
 
     @property
     def admin(self) -> Any:
-        if self._admin is None:
-            self._admin = admin_client(self.conn, self.timeout_s)
-        return self._admin
+        """One AdminClient for every request of a poll: the group reader's."""
+        return self.groups.admin
 
     def partitions(self) -> list[tuple[str, int]]:
         meta = self.admin.list_topics(timeout=self.timeout_s)
@@ -123,7 +120,6 @@ class AdminAgent:
 
     def close(self) -> None:
         self.groups.close()
-        self._admin = None
 
 
 class AdminPublisher:

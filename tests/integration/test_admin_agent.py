@@ -7,21 +7,13 @@ import json
 import subprocess
 import sys
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer, TopicPartition
 
 from compactd.agent.admin_agent import AdminAgent
 from compactd.agent.admin_poll import AdminPoll
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.reader import read_to_end
-
-
-def commit(bootstrap: str, group: str, topic: str, offset: int, partition: int = 0) -> None:
-    """A real consumer group commits, the way an application does."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        c.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
-    finally:
-        c.close()
+from tests.integration.test_cluster_offsets_check import kafka_commit as commit
 
 
 def produce(bootstrap: str, topic: str, n: int, partition: int = 0) -> None:
