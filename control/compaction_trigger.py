@@ -171,7 +171,9 @@ class CompactionTrigger:
         read = self._topic_config(topic)
         if read is None:
             return
-        why_not = wanted(th, manifest, topic in self.changed, read[2], self.segments_known(topic))
+        # the segments are read (Redis) only where the takeover is asked for: every other topic is "off" already
+        known = th.compaction_retention_takeover and self.segments_known(topic)
+        why_not = wanted(th, manifest, topic in self.changed, read[2], known)
         held = topic in self.takeovers.current()
         if why_not is None and not held:
             tk = self.takeovers.take(topic)
