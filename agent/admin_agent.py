@@ -11,6 +11,7 @@ observed here; the agent says so once at start. The compaction service (a view) 
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from compactd.agent.admin_poll import AdminPoll, Event
+from compactd.agent.admin_poll import AdminPoll, Event, mark_key, poll_mark
 from compactd.clock import now_ms
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.groups import GroupReader
@@ -124,11 +125,13 @@ class AdminAgent:
 
 class AdminPublisher:
     """Commit events to the commits topic (keyed `<group>/<topic>/<partition>`, a group delete by the group), segment
-    events to the segments topic (keyed `<topic>/<partition>`); a poll's events are flushed together."""
+    events to the segments topic (keyed `<topic>/<partition>`); a poll's events are flushed together, then its mark
+    goes to the agent topic (keyed `admin/<cluster>`)."""
 
-    def __init__(self, conn: KafkaConnection, segments_topic: str, commits_topic: str) -> None:
+    def __init__(self, conn: KafkaConnection, segments_topic: str, commits_topic: str, agent_topic: str) -> None:
         self.segments = JsonTopicWriter(conn, segments_topic, {"linger.ms": 20}, what="segment events")
         self.commits = JsonTopicWriter(conn, commits_topic, {"linger.ms": 20}, what="commit events")
+        self.marks = JsonTopicWriter(conn, agent_topic, what="poll marks")
 
     def publish(self, segments: list[Event], commits: list[Event]) -> None:
         for ev in segments:
@@ -141,22 +144,40 @@ class AdminPublisher:
         if commits:
             self.commits.flush(30)
 
+    def mark(self, ev: Event) -> None:
+        """After `publish` returned: the poll's events are durable, the job may count on them."""
+        self.marks.write(mark_key(ev["cluster"]), ev)
+        self.marks.flush(30)
+
     def close(self) -> None:
         self.segments.close()
         self.commits.close()
+        self.marks.close()
 
 
 def run_admin_agent(
-    agent: AdminAgent, publisher: AdminPublisher, interval_s: float, stop: threading.Event, once: bool = False
+    agent: AdminAgent,
+    publisher: AdminPublisher,
+    interval_s: float,
+    stop: threading.Event,
+    once: bool = False,
+    cluster: str = "default",
 ) -> None:
+    """Poll, publish, mark, every `interval_s`. A poll that fails publishes nothing (and no mark): the job's view of
+    the agent ages, it never sees half a poll."""
     log.warning(CLEANER_NOT_VISIBLE)
+    polls = 0
     while not stop.is_set():
+        before = copy.deepcopy(agent.poll)  # a poll not published is not seen: the next one says it again
         try:
             segments, commits, st = agent.scan()
-        except Exception as exc:  # the cluster away or refusing: nothing published, the next poll tries again
+            publisher.publish(segments, commits)
+            polls += 1
+            publisher.mark(poll_mark(cluster, polls, agent.clock(), int(interval_s * 1000), st.groups, st.partitions))
+        except Exception as exc:  # the cluster away or refusing: the next poll tries again
+            agent.poll = before
             log.warning("admin poll failed: %s", (str(exc).splitlines() or [type(exc).__name__])[0])
         else:
-            publisher.publish(segments, commits)
             log.info(
                 "admin poll: %d groups (%d unreadable), %d partitions, %d commit and %d segment events, "
                 "%d admin calls, %.2fs",

@@ -138,3 +138,24 @@ def _slice(topic: str, p: int, base: int, end: int, first_ts: int, closed: int) 
 
 def _log_start(topic: str, p: int, start: int, now: int) -> Event:
     return {"type": "log_start", "topic": topic, "partition": p, "log_start_offset": start, "ts": now}
+
+
+def mark_key(cluster: str) -> str:
+    """The key of a cluster's poll marks on the agent topic (compacted: the newest mark per cluster stays)."""
+    return f"admin/{cluster}"
+
+
+def poll_mark(cluster: str, poll: int, now: int, interval_ms: int, groups: int, partitions: int) -> Event:
+    """Written after a poll's events are flushed: the job's readiness gate opens only once a mark exists (every
+    group's offsets of a complete poll are on the commits topic before it), and its age tells the job whether the
+    agent still polls. The cleaner is never visible from the Admin API."""
+    return {
+        "type": "admin_poll",
+        "cluster": cluster,
+        "poll": poll,
+        "at": now,
+        "interval_ms": interval_ms,
+        "groups": groups,
+        "partitions": partitions,
+        "cleaner_visible": False,
+    }

@@ -7,6 +7,7 @@ between batches and closes everything in reverse order; it is safe to call more 
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -23,6 +24,7 @@ from compactd.app.settings import Settings
 from compactd.clock import now_ms
 from compactd.compaction.service import Compactor
 from compactd.compaction.takeover import Takeovers
+from compactd.control.agent_watch import AGENT_WAIT, NO_AGENT, AgentWatch
 from compactd.control.compaction_trigger import POOL, CompactionTrigger
 from compactd.control.controller import Controller, Probe, RunShares, _no_probe
 from compactd.control.runtime_config import ConfigOutcome, RuntimeConfig
@@ -36,6 +38,7 @@ from compactd.metrics import Metrics, default_metrics
 from compactd.model import ActionRecord
 from compactd.policy.plan import NOT_CAUGHT_UP
 from compactd.policy.readiness import Readiness
+from compactd.policy.thresholds import without_nudges
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.base import ActionSink
 from compactd.sinks.dlq import DeadLetters
@@ -57,6 +60,14 @@ MAX_REBUILDS_PER_RUN = 3  # `run --once`: a state lost again and again while reb
 # PythonWorkerFactory); on an overloaded machine a query fails at its start with this, before reading anything.
 SLOW_WORKER = "Python worker failed to connect back"
 MAX_SLOW_WORKER_RESTARTS = 3  # per run: a machine that slow for longer is reported, not retried forever
+NO_SOURCE_S = 60.0  # a job whose sources nothing has written to this long after its start says so, once
+AGENT_WAIT_CHECK_S = 5.0  # offsets_source admin: how often the agent topic is read until its first mark
+AGENT_CHECK_S = 30.0  # and after it: is the agent still polling?
+NO_SEGMENTS = (
+    "no segment events on {topic} in {s:.0f} s: nothing tells compactd what is old, so no retention or compaction "
+    "rule can fire; is an agent running? (`compactd agent --log-dir` beside each broker, or `compactd agent --admin` "
+    'once per cluster where compactd is only a client: see docs/contract.md, "The agents")'
+)
 
 
 @dataclass
@@ -143,7 +154,11 @@ class Application:
             ),
         )
         self.compaction.takeovers = Takeovers(lambda: self.compaction.compactor.cluster, self.ledger, clock)
-        self.config.overlay = self.compaction.overlay
+        # offsets_source admin: the Admin API cannot see the broker's cleaner, so no nudge is ever decided there
+        self.agent_watch = (
+            AgentWatch(conn, settings.topics.agent, settings.cluster) if settings.offsets_source == "admin" else None
+        )
+        self.config.overlay = self._overlay
         self.decoder = Decoder(
             settings.topics.segments,
             settings.topics.commits,
@@ -162,6 +177,15 @@ class Application:
         self._slow_worker_restarts = 0  # queries restarted because Spark's Python worker started too slowly
         self._sampled_at = 0.0
         self._topics_checked_at = 0.0
+        self._agent_checked_at = 0.0
+        self._segments_seen = False  # a segment event merged into this state (health `segments_at`)
+        self._sources_said = False
+
+    def _overlay(self, layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """What the job applies over the configured thresholds: retention takeovers; no nudges where the cleaner
+        cannot be seen (`compactd explain` shows `cleaner_not_visible`)."""
+        layers = self.compaction.overlay(layers)
+        return layers if self.agent_watch is None else without_nudges(layers)
 
     def _takeover_moved(self, topic: str) -> None:
         """A retention takeover began or ended: the topic's forced retention changed (`RuntimeConfig.overlay`)."""
@@ -272,8 +296,9 @@ class Application:
             ) from None
 
     def _arm_readiness(self) -> None:
-        """Deletes wait until the stream has read `__consumer_offsets` up to its high watermarks now, and, while a
-        rebuild of a lost state is unfinished (also one a crashed job began), every source up to where it stood."""
+        """Deletes wait until the stream has read the offsets topic (`__consumer_offsets`, or the commits topic the
+        admin agent writes, once it marked a complete poll) up to its high watermarks now, and, while a rebuild of a
+        lost state is unfinished (also one a crashed job began), every source up to where it stood."""
         targets: dict[str, dict[str, int]] = {}
         why = NOT_CAUGHT_UP
         rebuild = self.guard.rebuild_targets()
@@ -281,8 +306,16 @@ class Application:
             targets.update(rebuild)
             why = REBUILDING
         self.rebuilding = bool(rebuild)
-        if self.settings.offsets_source == "consumer_offsets":
-            topic = self.settings.topics.consumer_offsets
+        watch = self.agent_watch
+        if watch is not None and watch.mark is None:
+            self._read_agent()
+        if watch is not None and watch.mark is None:
+            self.readiness = Readiness.waiting(AGENT_WAIT)
+            self._gate_changed()
+            log.info("delete gate closed: %s (%s)", AGENT_WAIT, self.settings.topics.agent)
+            return
+        if self.settings.offsets_source in ("consumer_offsets", "admin"):
+            topic = self.settings.offsets_topic
             for p, hw in high_watermarks(self.conn, topic).items():
                 targets.setdefault(topic, {})[p] = max(hw, targets.get(topic, {}).get(p, 0))
         self.readiness = Readiness(targets or None, why)
@@ -290,6 +323,42 @@ class Application:
         self._gate_changed()
         if targets:
             log.info("delete gate (%s): targets %s, open=%s", why, targets, self.readiness.ready())
+
+    def _read_agent(self) -> bool:
+        """The agent's newest mark, mirrored into the state hash for `compactd explain`; True at the first."""
+        assert self.agent_watch is not None
+        self._agent_checked_at = time.monotonic()
+        first = self.agent_watch.refresh()
+        if self.agent_watch.mark is not None:
+            self.state.set_health(agent=json.dumps(self.agent_watch.mark, sort_keys=True))
+        return first
+
+    def _watch_agent(self) -> None:
+        """offsets_source admin: the gate is armed at the agent's first complete poll (and the deletes it held are
+        decided afresh at once if the stream has read that far); a silent agent is said once."""
+        watch = self.agent_watch
+        if watch is None:
+            return
+        every = AGENT_WAIT_CHECK_S if watch.mark is None else AGENT_CHECK_S
+        if time.monotonic() - self._agent_checked_at < every:
+            return
+        if self._read_agent():
+            assert watch.mark is not None
+            log.info("admin agent: complete poll %s seen: the delete gate is armed", watch.mark.get("poll"))
+            self._arm_readiness()
+            if self.readiness.ready():
+                self.summary.partitions += self.controller.evaluate_all()
+        watch.check_silence()
+
+    def _check_sources(self) -> None:
+        """Once, NO_SOURCE_S after the start: a source nothing writes is said in one line, not left silent."""
+        if self._sources_said or time.monotonic() - self.summary.started < NO_SOURCE_S:
+            return
+        self._sources_said = True
+        if not self._segments_seen and self.state.health().get("segments_at") is None:
+            log.warning(NO_SEGMENTS.format(topic=self.settings.topics.segments, s=NO_SOURCE_S))
+        if self.agent_watch is not None and self.agent_watch.mark is None:
+            log.warning(NO_AGENT.format(s=NO_SOURCE_S, cluster=self.settings.cluster))
 
     def _gate_changed(self) -> None:
         """The gate opened or closed: metrics, the state hash for explain, and the end of a rebuild."""
@@ -331,6 +400,7 @@ class Application:
         targets = list_end_offsets(self._admin, self.settings.source_topics(), "high")
         self.guard.begin_rebuild(targets)
         self.controller.forget_scheduled()  # the wipe took the deadlines it stored
+        self._segments_seen = False
         self._recover_nudges()  # the wipe took the nudges' originals too: the ledger has them
         self.stream_id = stream_id_for(self.settings.checkpoint_dir)
         self.lost = None
@@ -411,6 +481,9 @@ class Application:
             self.stream_id, batch.batch_id, batch.collected.changes, self._shares_of(batch)
         )
         self.guard.merged_batch(self.stream_id, batch.batch_id)
+        if not self._segments_seen and any(s == "segments" and k != "rejected" for s, k in batch.collected.counts):
+            self.state.set_health(segments_at=str(now_ms()))  # `explain`: a segment source exists
+            self._segments_seen = True
         if opened:  # deletes held back while catching up are decided now, everywhere
             log.info("sources caught up at batch %d (%s): gate open", batch.batch_id, self.readiness.why)
             self._gate_changed()
@@ -522,6 +595,8 @@ class Application:
                     self.controller.tick()
                     self.controller.restore_nudges()
                     self._check_topics()
+                    self._watch_agent()
+                    self._check_sources()
                     self.compaction.tick()
                     if warming:  # metrics of partitions no batch touched yet, one chunk per tick
                         warming = self.controller.warm_metrics() > 0

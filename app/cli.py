@@ -367,7 +367,7 @@ def _admin_agent(args: argparse.Namespace) -> int:
     from compactd.agent.admin_agent import AdminAgent, AdminPublisher, run_admin_agent
     from compactd.agent.admin_poll import AdminPoll
     from compactd.app.settings import load_settings
-    from compactd.kafka.admin import check_reachable
+    from compactd.kafka.admin import check_reachable, ensure_topics
     from compactd.policy.thresholds import group_counts, parse_scope, resolve, resolve_global
 
     settings = load_settings(args.config, bootstrap_servers=args.bootstrap_servers)
@@ -386,11 +386,18 @@ def _admin_agent(args: argparse.Namespace) -> int:
 
     poll = AdminPoll(args.slice_ms, args.group_grace_ms, counts)
     agent = AdminAgent(conn, poll, frozenset(settings.own_topics()))
-    publisher = AdminPublisher(
-        conn, args.segments_topic or settings.topics.segments, args.commits_topic or settings.topics.commits
-    )
+    t, own = settings.topics, settings.own_topic_configs()
+    segments, commits = args.segments_topic or t.segments, args.commits_topic or t.commits
+    if settings.create_topics:  # the agent may start before the job: the topics it writes, as the job makes them
+        configs = {commits: own[t.commits], t.agent: own[t.agent]}
+        ensure_topics(
+            conn, [segments, commits, t.agent], configs=configs, replication_factor=settings.topics_replication_factor
+        )
+    publisher = AdminPublisher(conn, segments, commits, t.agent)
     try:
-        run_admin_agent(agent, publisher, args.interval_ms / 1000, _stop_on_signals(), once=args.once)
+        run_admin_agent(
+            agent, publisher, args.interval_ms / 1000, _stop_on_signals(), once=args.once, cluster=settings.cluster
+        )
     finally:
         publisher.close()
         agent.close()

@@ -55,6 +55,15 @@ RULES = {
     "forced_retention": "forced.retention.ms",
 }
 SCOPED_KEYS = (*RULES.values(), "dry.run")
+CLEANER_NOT_VISIBLE = (
+    "the broker's cleaner cannot be seen from the Admin API (offsets_source: admin): a nudge could never be seen "
+    "answered, so none is decided; the compaction service (compaction.service=true) keeps a compacted view without "
+    "broker access"
+)
+NO_SEGMENT_SOURCE = (
+    "no segment event has reached compactd: nothing says what is old here; is an agent running? (`compactd agent "
+    "--log-dir` beside each broker, or `compactd agent --admin` once per cluster)"
+)
 # (state, blocking causes, next expected step) of a rule's action
 Progress = tuple[str | None, list[dict[str, Any]], dict[str, Any] | None]
 # a rule's live record (or None), whether the rule fires now, and the action kind it would decide
@@ -396,9 +405,13 @@ def explain_partition(
     excluded: str | None = None,
     caps: Caps = Caps(),
     view_cap: int | None = None,
+    cleaner_visible: bool = True,
+    segment_source: bool = True,
 ) -> dict[str, Any]:
     """Why one partition stands where it does, per rule, as a JSON-ready dict. Pure. `view_cap`: the compacted
-    view's published horizon when the topic has one (compaction service): no delete passes it."""
+    view's published horizon when the topic has one (compaction service): no delete passes it. `cleaner_visible`:
+    False where the job never nudges (offsets_source admin); `segment_source`: False while no segment event has ever
+    reached the job's state."""
     live = {r.action: r for r in records}
     dry_src = sources.get("dry.run", "default")
     facts = _facts(view, th, now)
@@ -422,6 +435,15 @@ def explain_partition(
             action, gate, now,
         ),
     }  # fmt: skip
+    if not cleaner_visible and rules["max_compaction_lag"]["state"] != "off":
+        lag = rules["max_compaction_lag"]
+        lag["now"], lag["state"], lag["next"] = {}, "blocked", None
+        lag["blocked_by"] = [_cause("cleaner_not_visible", CLEANER_NOT_VISIBLE)]
+    if not segment_source and not view.segments:
+        for r in rules.values():
+            if r["state"] != "off":
+                r["blocked_by"].insert(0, _cause("no_segment_source", NO_SEGMENT_SOURCE))
+                r["state"], r["next"] = "blocked", None
     if excluded:  # the controller plans nothing here and sends nothing: no rule has a next step
         why = f"compactd never acts on this topic: {excluded}"
         for r in rules.values():
@@ -526,6 +548,7 @@ SHORT = {
     "skipped": "a send-time check",
     "topic_excluded": "the topic's exclusion",
     "view_horizon": "the compacted view's horizon",
+    "no_segment_source": "no segment source",
 }
 
 
@@ -540,6 +563,9 @@ def _headline(e: Mapping[str, Any]) -> str:
     lag = rules["max_compaction_lag"]
     if lag["state"] != "off" and (lag["now"].get("delay_ms") or 0) > 0:
         parts.append(f"compaction overdue by {_dur(lag['now']['delay_ms'])}")
+    for b in lag["blocked_by"]:
+        if b["cause"] in ("cleaner_not_visible", "no_segment_source"):
+            parts.append(f"compaction unknown: {b['cause'].replace('_', ' ')}")
     seen: set[str] = set()
     for name in ("consumed_retention", "forced_retention"):
         r = rules[name]
@@ -580,7 +606,9 @@ def format_text(e: Mapping[str, Any]) -> str:
             continue
         n = r["now"]
         if name == "max_compaction_lag":
-            if n["earliest_uncompacted_ts"] is None:
+            if not n:  # nothing known of the cleaner: the cause below says why
+                pass
+            elif n["earliest_uncompacted_ts"] is None:
                 lines.append(f"    nothing dirty (cleaned up to {n['cleaned_up_to']})")
             elif n["delay_ms"] <= 0:
                 seg = n["dirty_segment"]
@@ -689,6 +717,8 @@ class Target:
     reset: dict[str, Any] | None = None  # the topic's last reset (a re-created topic): {"at", "why", "partitions"}
     unlisted: dict[str, Any] | None = None  # counted groups the cluster did not list at the last delete check
     retention: dict[str, Any] | None = None  # the source's retention.ms as the job last read it: {retention_ms, at}
+    cleaner_visible: bool = True  # False with offsets_source admin: the job decides no nudge
+    segment_source: bool = True  # False while no segment event has reached the state (health `segments_at`)
 
     def rules(self, n: int) -> tuple[Thresholds, dict[str, str], str | None]:
         """Partition n's thresholds, their sources and its exclusion: the topic's unless a partition scope exists."""
@@ -727,7 +757,8 @@ def read_target(state: RedisState, settings: Settings, target: str) -> Target:
     return Target(
         topic, partition, layers, applied, groups, state.gate(), Caps(g.actions_per_second, g.max_concurrent_nudges),
         own, scoped, (th, threshold_sources(layers, applied, topic, None), topic_excluded(topic, th, own)),
-        cv.manifest(topic), reset, state.unlisted(topic), retention,
+        cv.manifest(topic), reset, state.unlisted(topic), retention, settings.offsets_source != "admin",
+        "segments_at" in state.health(),
     )  # fmt: skip
 
 
@@ -740,8 +771,14 @@ def rank(state: RedisState, t: Target, now: int) -> list[int]:
     nums = PartitionNumbers.concat([state.partition_numbers(t.topic, list(c)) for c in _chunks(parts, RANK_CHUNK)])
     row = {n: i for i, n in enumerate(parts)}
     deletes = Deletes.of(len(parts), {row[n]: r for n, r in state.live_deletes(t.topic).items() if n in row}, now)
-    scoped = {row[n]: (th, excluded is not None) for n in t.scoped if n in row for th, _, excluded in [t.rules(n)]}
-    limits = Limits.of(len(parts), (t.topic_rules[0], t.topic_rules[2] is not None), scoped)
+
+    def ranked(th: Thresholds) -> Thresholds:  # no compaction is decided where the cleaner cannot be seen
+        return th if t.cleaner_visible else th.model_copy(update={"max_compaction_lag_ms": None})
+
+    scoped = {
+        row[n]: (ranked(th), excluded is not None) for n in t.scoped if n in row for th, _, excluded in [t.rules(n)]
+    }
+    limits = Limits.of(len(parts), (ranked(t.topic_rules[0]), t.topic_rules[2] is not None), scoped)
     gate_closed = t.gate is not None and not t.gate.get("open")
     return [int(n) for n in nums.partitions[worst_order(nums, limits, deletes, gate_closed, now)]]
 
@@ -759,8 +796,9 @@ def explanations(state: RedisState, t: Target, partitions: Sequence[int], now: i
             here = groups_here(d, t.groups)
             cap = retention_cap(t.manifest, th.compaction_service, d.view.partition, now, th.compaction_view_grace_ms)
             e = explain_partition(
-                d.view, th, src, here, t.gate, d.records, d.last, d.deadline, now, excluded, caps, cap
-            )
+                d.view, th, src, here, t.gate, d.records, d.last, d.deadline, now, excluded, caps, cap,
+                t.cleaner_visible, t.segment_source,
+            )  # fmt: skip
             e["reset"], e["unlisted_groups"] = t.reset, t.unlisted
             e["compacted_view"] = view_report(t.manifest, t.retention, d.view, now)
             yield e

@@ -35,6 +35,7 @@ class TopicNames(BaseModel):
     consumer_offsets: str = "__consumer_offsets"  # read when offsets_source = consumer_offsets
     compactions: str = "compactd.compactions"  # the compaction service's manifests (compacted, keyed by topic)
     nudges: str = "compactd.nudges"  # what each compaction nudge replaced, until put back (sinks/nudge_ledger.py)
+    agent: str = "compactd.agent"  # the admin agent's poll marks (compacted, keyed admin/<cluster>)
     view_suffix: str = Field(".compacted", min_length=1)  # a topic's compacted view is <topic><view_suffix>
 
 
@@ -57,8 +58,10 @@ class Settings(BaseSettings):
     thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)
     topics: TopicNames = Field(default_factory=TopicNames)
     # consumer_offsets: Kafka's own record of every group (compacted by Kafka: a rebuild from its start sees every live
-    # commit); commits: a JSON topic some producer writes, where compactd may not read __consumer_offsets
-    offsets_source: Literal["commits", "consumer_offsets"] = "consumer_offsets"
+    # commit); commits: a JSON topic some producer writes, where compactd may not read __consumer_offsets; admin: the
+    # commits topic as `compactd agent --admin` writes it (managed clusters: compactd only a client), and no delete
+    # before the agent's first complete poll
+    offsets_source: Literal["commits", "consumer_offsets", "admin"] = "consumer_offsets"
     # extra librdkafka settings for every client; YAML ints and booleans are taken as they are written
     kafka: dict[str, KafkaValue] = Field(default_factory=dict)
     # HMAC secrets for config events (env COMPACTD_CONFIG_SECRETS as a JSON list); any verifies, the first signs
@@ -125,7 +128,7 @@ class Settings(BaseSettings):
 
     def own_topics(self) -> list[str]:
         t = self.topics
-        return [t.segments, t.commits, t.config, t.actions, t.dlq, t.compactions, t.nudges]
+        return [t.segments, t.commits, t.config, t.actions, t.dlq, t.compactions, t.nudges, t.agent]
 
     def own_topic_configs(self) -> dict[str, dict[str, str]]:
         """Config events are deltas: their topic keeps every one (no time retention, no compaction). The commits
@@ -136,12 +139,16 @@ class Settings(BaseSettings):
             self.topics.config: {"retention.ms": "-1", "cleanup.policy": "delete"},
             self.topics.compactions: {"retention.ms": "-1", "cleanup.policy": "compact"},
             self.topics.nudges: {"retention.ms": "-1", "cleanup.policy": "compact"},
+            self.topics.agent: {"retention.ms": "-1", "cleanup.policy": "compact"},
         }
 
+    @property
+    def offsets_topic(self) -> str:
+        """Where the job reads committed offsets: `__consumer_offsets`, or the JSON commits topic."""
+        return self.topics.consumer_offsets if self.offsets_source == "consumer_offsets" else self.topics.commits
+
     def source_topics(self) -> list[str]:
-        t = self.topics
-        offsets = t.consumer_offsets if self.offsets_source == "consumer_offsets" else t.commits
-        return [t.segments, offsets, t.config]
+        return [self.topics.segments, self.offsets_topic, self.topics.config]
 
     @property
     def key_prefix(self) -> str:

@@ -11,9 +11,10 @@ from compactd.kafka.config import KafkaConnection
 
 
 def read_to_end(
-    conn: KafkaConnection, topic: str, timeout_s: float = 30.0
+    conn: KafkaConnection, topic: str, timeout_s: float = 30.0, tail: int | None = None
 ) -> Iterator[tuple[bytes | None, bytes | None]]:
-    """(key, value) of every record, partition by partition; a topic that does not exist yet has none."""
+    """(key, value) of every record, partition by partition; a topic that does not exist yet has none. `tail`: only
+    the last that many offsets of each partition (the newest marks of a topic that grows by one per poll)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer(
@@ -26,9 +27,11 @@ def read_to_end(
         deadline = time.monotonic() + timeout_s
         for p in sorted(md.partitions):
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s, cached=False)
+            if tail is not None:
+                low = max(low, high - tail)
             if high <= low:
                 continue
-            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
+            consumer.assign([TopicPartition(topic, p, low if tail is not None else OFFSET_BEGINNING)])
             position = low
             while position < high:
                 if time.monotonic() > deadline:

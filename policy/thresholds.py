@@ -138,6 +138,13 @@ def resolve(layers: Mapping[str, Mapping[str, Any]], topic: str, partition: int 
         raise ConfigError(f"invalid effective config for {topic}/{partition}: {exc.errors()[0]['msg']}") from exc
 
 
+def without_nudges(layers: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The layers with max.compaction.lag.ms off in every scope: where the broker's cleaner cannot be seen (the admin
+    agent's clusters), a nudge could never be seen answered, so none is decided."""
+    lag = "max.compaction.lag.ms"
+    return {scope: {k: v for k, v in values.items() if k != lag} for scope, values in layers.items()}
+
+
 def partition_scopes(layers: Mapping[str, Mapping[str, Any]]) -> dict[str, frozenset[int]]:
     """topic -> the partitions that have a layer of their own (resolved one by one; the rest take the topic's)."""
     out: dict[str, set[int]] = {}

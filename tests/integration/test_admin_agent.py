@@ -4,6 +4,7 @@ may ask (ListGroups, OffsetFetch, ListOffsets), and publishes the job's events. 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -84,10 +85,11 @@ def test_the_cli_publishes_a_poll_to_the_jobs_topics(cluster, tmp_path) -> None:
     segs, commits = cluster.name("segments"), cluster.name("commits")
     cluster.create(segs, 1)
     cluster.create(commits, 1)
+    name = cluster.name("cluster")  # this test's marks: other tests share the broker and the agent topic
     out = subprocess.run(
         [sys.executable, "-m", "compactd", "agent", "--admin", "--once", "--bootstrap-servers", cluster.bootstrap,
          "--segments-topic", segs, "--commits-topic", commits],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=60, env={**os.environ, "COMPACTD_CLUSTER": name},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert "cleaner cannot be seen from a client" in out.stderr and "admin poll:" in out.stderr
@@ -96,3 +98,6 @@ def test_the_cli_publishes_a_poll_to_the_jobs_topics(cluster, tmp_path) -> None:
     assert got[f"{group}/{topic}/0"]["offset"] == 15
     seg = [json.loads(v) for k, v in read_to_end(conn, segs, 10) if k.decode() == f"{topic}/0"]
     assert {e["type"] for e in seg} == {"segment_rolled", "log_start"}
+    marks = [json.loads(v) for k, v in read_to_end(conn, "compactd.agent", 10) if k.decode() == f"admin/{name}"]
+    assert [(m["type"], m["poll"], m["cleaner_visible"]) for m in marks] == [("admin_poll", 1, False)]
+    assert marks[0]["groups"] >= 1 and marks[0]["partitions"] >= 1  # written after the poll's events were flushed

@@ -290,3 +290,33 @@ def test_the_view_line_says_when_the_sources_retention_reaches_past_the_horizon(
     assert "no time retention that compactd could read" in format_text(e)
     assert view_report(None, None, v, T0) is None
     assert view_report(Manifest("orders", "orders.compacted", 0), None, v, T0) is None
+
+
+def test_where_the_cleaner_cannot_be_seen_compaction_is_blocked_by_that_and_nothing_claims_it_overdue() -> None:
+    v = view(cleaned=None)  # the admin agent's slices: nothing is ever seen compacted
+    layers = {"global": {"dry.run": False, "max.compaction.lag.ms": H}}
+    th = resolve(layers, v.topic, v.partition)
+    src = threshold_sources(layers, {}, v.topic, v.partition)
+    seen = explain_partition(v, th, src, GroupsHere(), OPEN, (), None, None, T0)
+    assert seen["rules"]["max_compaction_lag"]["state"] == "due"  # a cleaner compactd could see: overdue
+    e = explain_partition(v, th, src, GroupsHere(), OPEN, (), None, None, T0, cleaner_visible=False)
+    lag = e["rules"]["max_compaction_lag"]
+    assert (lag["state"], causes(lag), lag["next"]) == ("blocked", ["cleaner_not_visible"], None)
+    assert lag["threshold"]["value"] == H  # the configured value stays visible
+    assert e["worst"]["overdue_ms"] == 0
+    text = format_text(e)
+    assert "compaction unknown: cleaner not visible" in text and "compaction.service" in text
+
+
+def test_without_any_segment_event_every_rule_on_says_no_segment_source() -> None:
+    v = PartitionView("orders", 3, (), None, 0, 150, 2)  # commits known, no segment event ever
+    layers = {"global": {"dry.run": False, "consumed.retention.ms": H, "max.compaction.lag.ms": H}}
+    th = resolve(layers, v.topic, v.partition)
+    src = threshold_sources(layers, {}, v.topic, v.partition)
+    quiet = explain_partition(v, th, src, GroupsHere(), OPEN, (), None, None, T0)
+    assert quiet["rules"]["consumed_retention"]["state"] == "clear"  # what users saw: silence
+    e = explain_partition(v, th, src, GroupsHere(), OPEN, (), None, None, T0, segment_source=False)
+    for name in ("consumed_retention", "max_compaction_lag"):
+        assert e["rules"][name]["state"] == "blocked" and causes(e["rules"][name])[0] == "no_segment_source"
+    assert e["rules"]["forced_retention"]["state"] == "off"
+    assert "compactd agent --admin" in format_text(e)

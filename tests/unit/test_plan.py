@@ -117,3 +117,15 @@ def test_records_round_trip_through_json_and_a_record_off_the_types_still_reads(
     assert ActionRecord.many_from_json([raw.encode(), other.to_json().encode()]) == [rec, other]
     mixed = ActionRecord.many_from_json([raw.encode(), odd.encode()])  # one odd record: each read on its own
     assert [r.status for r in mixed] == ["pending", "queued"] and ActionRecord.many_from_json([]) == []
+
+
+def test_a_gate_waiting_for_the_admin_agent_opens_for_no_offset_and_without_nudges_no_compaction_is_decided() -> None:
+    from compactd.policy.readiness import Readiness
+    from compactd.policy.thresholds import resolve, without_nudges
+
+    gate = Readiness.waiting("waiting for the admin agent's first complete poll")
+    assert not gate.ready() and not gate.observe({"compactd.commits": {"0": 10**9}}) and not gate.ready()
+    layers = {"global": {"max.compaction.lag.ms": 1000}, "topic:orders": {"max.compaction.lag.ms": 5, "dry.run": False}}
+    off = without_nudges(layers)
+    assert resolve(off, "orders").max_compaction_lag_ms is None and resolve(off, "orders").dry_run is False
+    assert resolve(layers, "orders").max_compaction_lag_ms == 5  # the configured layers are not changed
