@@ -103,19 +103,20 @@ class Controller:
         deletes_allowed: Callable[[], bool] = lambda: True,
         probe: Probe = _no_probe,
         own_topics: frozenset[str] = frozenset(),
-        cluster_offsets: Callable[[str], GroupCheck] | None = None,
+        cluster_offsets: Callable[[str, bool], GroupCheck] | None = None,
         view_cap: ViewCap | None = None,
         shares: int = 0,
         topics: TopicReader | None = None,
         strict_groups: bool = False,
         on_reset: Callable[[str, str, int], None] | None = None,
     ) -> None:
-        """`cluster_offsets(topic)`: the committed offsets of the topic's groups as the cluster has them, read right
-        before each consumed-retention delete (None: no such check, for tests without a cluster); `strict_groups`: a
-        counted group the cluster does not list holds the delete (cluster_check: strict). `view_cap(topic,
-        partition, thresholds, now, fresh)`: the compacted view's horizon no delete may pass (None: no view).
-        `topics`: topic IDs and watermarks from the cluster, checked right before a delete or a nudge goes and by
-        `sweep_topics` (control/lifecycle.py; None: only the sink's own log-end check)."""
+        """`cluster_offsets(topic, fresh)`: the committed offsets of the topic's groups as the cluster has them, read
+        right before each consumed-retention delete (None: no such check, for tests without a cluster; a cached answer
+        that holds the delete is read again fresh); `strict_groups`: a counted group the cluster does not list holds
+        the delete (cluster_check: strict). `view_cap(topic, partition, thresholds, now, fresh)`: the compacted view's
+        horizon no delete may pass (None: no view). `topics`: topic IDs and watermarks from the cluster, checked right
+        before a delete or a nudge goes and by `sweep_topics` (control/lifecycle.py; None: only the sink's own log-end
+        check)."""
         self.state = state
         self.layers = dict(layers)
         self.own_topics = own_topics
@@ -599,12 +600,16 @@ class Controller:
         the cluster holds them (`cluster_check`). Raises DependencyUnavailable when they cannot be read."""
         if self.cluster_offsets is None or rec.action != "delete_records" or rec.reason != "consumed_retention":
             return None
-        seen = self.cluster_offsets(rec.topic)
+        why = None
+        for fresh in (False, True):  # a cached answer that holds the delete is read again: it may be the older
+            seen = self.cluster_offsets(rec.topic, fresh)
+            why = cluster_check(rec, seen.committed, th, seen.unlisted, self.strict_groups)
+            if why is None:
+                break
         counted_unlisted = [g for g in seen.unlisted if group_counts(g, th)]
         self.metrics.groups_unlisted.labels(rec.topic).set(len(counted_unlisted))
         if counted_unlisted:
             self.state.note_unlisted(rec.topic, sorted(counted_unlisted), self.clock())
-        why = cluster_check(rec, seen.committed, th, seen.unlisted, self.strict_groups)
         if why is not None:
             log.warning("delete of %s/%d before %s held back: %s", rec.topic, rec.partition, rec.before_offset, why)
         return why

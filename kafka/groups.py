@@ -174,14 +174,17 @@ class ClusterGroupOffsets:
         """Groups with a committed offset on `topic`, and their offset on each partition they committed."""
         return self.check(topic).committed
 
-    def check(self, topic: str) -> GroupCheck:
+    def check(self, topic: str, fresh: bool = False) -> GroupCheck:
         """The committed offsets of the groups holding `topic`, and the groups compactd knows there that the cluster
-        does not list. Raises DependencyUnavailable when the cluster cannot answer for this topic."""
+        does not list. `fresh`: read now, whatever the ttl (a cached answer held a delete the state allows: the state
+        may have heard of a newer commit than the cache). Raises DependencyUnavailable when the cluster cannot answer
+        for this topic."""
         holders = set(self.holders(topic))
+        ttl_s = 0.0 if fresh else self.ttl_s
         with self._lock:
             try:
-                listed = self._list()
-                self._fetch(to_fetch(topic, holders, listed, self._fetched, self.monotonic(), self.ttl_s))
+                listed = self._list(ttl_s)
+                self._fetch(to_fetch(topic, holders, listed, self._fetched, self.monotonic(), ttl_s))
             except DependencyUnavailable:
                 raise
             except Exception as exc:
@@ -200,9 +203,9 @@ class ClusterGroupOffsets:
                         out.setdefault(group, {})[p] = off
         return GroupCheck(out, frozenset(holders - listed))
 
-    def _list(self) -> set[str]:
+    def _list(self, ttl_s: float) -> set[str]:
         now = self.monotonic()
-        if self._listed is not None and now - self._listed[0] < self.ttl_s:
+        if self._listed is not None and now - self._listed[0] < ttl_s:
             return self._listed[1]
         groups = self.reader.list_groups()
         self._listed = (now, groups)

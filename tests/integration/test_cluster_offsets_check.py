@@ -89,6 +89,26 @@ def test_a_kafka_group_compactd_never_saw_stops_a_delete_past_its_offset(cluster
     assert cluster.watermarks(topic) == (2000, 3000)
 
 
+def test_a_cached_answer_that_holds_a_delete_is_read_again_before_the_delete_is_skipped(cluster, rclient) -> None:
+    topic, actions = cluster.name("clicks"), cluster.name("actions")
+    g1, g2 = cluster.name("g1"), cluster.name("g2")
+    cluster.create(topic, 1, {"cleanup.policy": "delete"})
+    cluster.create(actions)
+    cluster.fill(topic, 3000)
+    kafka_commit(cluster.bootstrap, g1, topic, 2500)
+    kafka_commit(cluster.bootstrap, g2, topic, 1100)
+    clock = [int(time.time() * 1000)]
+    offsets = ClusterGroupOffsets(KafkaConnection(cluster.bootstrap), ttl_s=3600, monotonic=lambda: 0.0)
+    assert offsets.check(topic).committed[g2] == {0: 1100}  # cached for an hour
+    kafka_commit(cluster.bootstrap, g2, topic, 2100)  # the state hears of it before the cache expires
+    ctl = controller(cluster, rclient, topic, actions, clock, offsets)
+
+    ctl.on_batch("s", 0, three_segments_and_g1(topic, g1, clock[0]))
+
+    assert [(a["status"], a["before_offset"]) for a in cluster.read_all(actions)] == [("sent", 2000)]
+    assert cluster.watermarks(topic) == (2000, 3000)
+
+
 def test_a_cluster_that_cannot_be_asked_means_no_delete_now_and_a_retry_later(cluster, rclient) -> None:
     topic, actions, g1 = cluster.name("clicks"), cluster.name("actions"), cluster.name("g1")
     cluster.create(topic, 1, {"cleanup.policy": "delete"})

@@ -172,7 +172,8 @@ def job_settings(cluster: Cluster, redis_url: str, tmp_path: Path):
 
     def make(**overrides):
         names = {
-            k: cluster.name(k) for k in ("segments", "commits", "config", "actions", "dlq", "compactions", "nudges")
+            k: cluster.name(k)
+            for k in ("segments", "commits", "config", "actions", "dlq", "compactions", "nudges", "agent")
         }
         base = dict(
             bootstrap_servers=cluster.bootstrap,
