@@ -49,7 +49,7 @@ lint: deps
 
 # Each benchmark prints one JSON object; bench/results.json collects them (stderr keeps their progress logs).
 BENCHES := "throughput.py" "throughput.py --format binary" "state_footprint.py" "scaling.py" "scaling.py --nothing-due" \
-	"decode_offsets.py" \
+	"decode_offsets.py" "admin_poll.py" \
 	"metrics_scrape.py" "restart.py" "cold_start.py" "latency.py" "explain.py" "compaction.py" "driver_batch.py" \
 	"driver_batch.py --partitions 1000000" "state_footprint.py --partitions 1000000"
 bench: deps
