@@ -7,6 +7,7 @@ is the broker's low watermark.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -16,7 +17,10 @@ from confluent_kafka import Consumer, TopicPartition
 
 from compactd.agent.admin_agent import AdminAgent, AdminPublisher, run_admin_agent
 from compactd.agent.admin_poll import AdminPoll, Event
+from compactd.app import application
 from compactd.app.application import Application
+from compactd.app.explain import explain
+from compactd.clock import now_ms
 from compactd.control.agent_watch import AGENT_WAIT
 from compactd.kafka.config import KafkaConnection
 from compactd.policy.plan import NOT_CAUGHT_UP
@@ -133,3 +137,41 @@ def test_deletes_follow_the_slower_real_group_and_a_deleted_group_stops_holding(
                 th.join(120)
     sent = [(a["before_offset"], a["reason"]) for a in cluster.read_all(t.actions) if a["status"] == "sent"]
     assert sent == [(40, "consumed_retention"), (80, "consumed_retention"), (100, "consumed_retention")]
+
+
+@pytest.mark.spark
+def test_a_job_whose_sources_nothing_writes_says_so_in_one_line_and_explain_names_it(
+    spark, cluster, job_settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(application, "NO_SOURCE_S", 1.0)
+    topic, group = cluster.name("orders"), cluster.name("billing")
+    settings = job_settings(
+        offsets_source="admin",
+        trigger_interval_ms=300,
+        thresholds={"global": {"dry.run": False}, f"topic:{topic}": {"consumed.retention.ms": RETENTION_MS}},
+    )
+    t = settings.topics
+    for name in (t.segments, t.commits, t.agent):
+        cluster.create(name, 1)
+    commit = {"type": "offset_commit", "group": group, "topic": topic, "partition": 0, "offset": 5, "ts": 1}
+    cluster.send(t.commits, [commit])  # some writer of commits, and no agent at all
+    cluster.flush()
+    state = settings.redis_state()
+    stop = threading.Event()
+    caplog.set_level(logging.INFO, "compactd")
+    with Application(settings, spark=spark) as job:
+        runner = threading.Thread(target=job.run, kwargs={"stop": stop})
+        runner.start()
+        try:
+            wait_for(lambda: any("is an agent running?" in r.getMessage() for r in caplog.records), "no line said it")
+            wait_for(lambda: state.view(topic, 0).min_committed == 5, "the commit not merged")
+        finally:
+            stop.set()
+            runner.join(120)
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert sum("no segment events on" in m for m in lines) == 1
+    assert sum("no complete poll from the admin agent" in m for m in lines) == 1
+    assert (state.gate() or {}).get("why") == AGENT_WAIT
+    [e] = explain(state, settings, f"{topic}/0", now_ms())
+    rule = e["rules"]["consumed_retention"]
+    assert rule["state"] == "blocked" and rule["blocked_by"][0]["cause"] == "no_segment_source"
