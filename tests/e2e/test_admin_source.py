@@ -70,10 +70,12 @@ def test_deletes_follow_the_slower_real_group_and_a_deleted_group_stops_holding(
     topic = cluster.name("orders")
     cluster.create(topic, 1, {"cleanup.policy": "delete"})
     fast, slow = cluster.name("fast"), cluster.name("slow")
+    # max.compaction.lag.ms too: every slice is "dirty" to a cleaner nobody sees, and no nudge may follow
+    rules = {"consumed.retention.ms": RETENTION_MS, "max.compaction.lag.ms": RETENTION_MS}
     settings = job_settings(
         offsets_source="admin",
         trigger_interval_ms=300,
-        thresholds={"global": {"dry.run": False}, f"topic:{topic}": {"consumed.retention.ms": RETENTION_MS}},
+        thresholds={"global": {"dry.run": False}, f"topic:{topic}": rules},
     )
     t = settings.topics
     for name in (t.segments, t.commits, t.agent):
@@ -135,8 +137,10 @@ def test_deletes_follow_the_slower_real_group_and_a_deleted_group_stops_holding(
             stop.set()
             for th in threads:
                 th.join(120)
-    sent = [(a["before_offset"], a["reason"]) for a in cluster.read_all(t.actions) if a["status"] == "sent"]
-    assert sent == [(40, "consumed_retention"), (80, "consumed_retention"), (100, "consumed_retention")]
+    actions = cluster.read_all(t.actions)
+    sent = [(a["action"], a["before_offset"], a["reason"]) for a in actions if a["status"] == "sent"]
+    assert sent == [("delete_records", n, "consumed_retention") for n in (40, 80, 100)]
+    assert not [a for a in actions if a["action"] == "compact"]  # the cleaner cannot be seen: no nudge decided
 
 
 @pytest.mark.spark
