@@ -12,6 +12,7 @@ observed here; the agent says so once at start. The compaction service (a view) 
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import threading
 import time
@@ -23,6 +24,7 @@ from compactd.agent.admin_poll import AdminPoll, Event, mark_key, poll_mark
 from compactd.clock import now_ms
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.groups import GroupReader
+from compactd.kafka.reader import read_to_end
 from compactd.kafka.writer import JsonTopicWriter
 from compactd.keys import partition_key
 
@@ -69,6 +71,19 @@ class AdminAgent:
     def admin(self) -> Any:
         """One AdminClient for every request of a poll: the group reader's."""
         return self.groups.admin
+
+    def resume(self, commits_topic: str) -> int:
+        """What earlier runs published to the commits topic becomes this run's starting point (AdminPoll.resume);
+        records that are not the agent's events are skipped. Returns the groups known."""
+        events = []
+        for _, value in read_to_end(self.conn, commits_topic, self.timeout_s):
+            try:
+                ev = json.loads(value) if value is not None else None
+            except ValueError:
+                continue
+            if isinstance(ev, dict):
+                events.append(ev)
+        return self.poll.resume(events)
 
     def partitions(self) -> list[tuple[str, int]]:
         meta = self.admin.list_topics(timeout=self.timeout_s)

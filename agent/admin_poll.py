@@ -22,7 +22,7 @@ Retention facts (to the segments topic):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,22 @@ class AdminPoll:
         self.polled_at: int | None = None
 
     # -- offsets
+    def resume(self, published: Iterable[Event]) -> int:
+        """Take the offsets an earlier run published (the commits topic read from its start) as published: a group
+        deleted while the agent was down is then deleted after the grace, not held for good. Events are applied in
+        `ts` order (a group's deletion and its commits may sit in different partitions). Returns the groups known."""
+        for ev in sorted(published, key=lambda e: int(e.get("ts", 0))):
+            kind, group = ev.get("type"), ev.get("group")
+            if not isinstance(group, str):
+                continue
+            if kind == "offset_commit":
+                self.committed.setdefault(group, {})[(ev["topic"], int(ev["partition"]))] = int(ev["offset"])
+            elif kind == "offset_delete":
+                self.committed.get(group, {}).pop((ev["topic"], int(ev["partition"])), None)
+            elif kind == "group_delete":
+                self.committed.pop(group, None)
+        return len(self.committed)
+
     def groups_to_fetch(self, listed: set[str]) -> list[str]:
         return sorted(g for g in listed if self.counts(g))
 

@@ -394,6 +394,9 @@ def _admin_agent(args: argparse.Namespace) -> int:
             conn, [segments, commits, t.agent], configs=configs, replication_factor=settings.topics_replication_factor
         )
     publisher = AdminPublisher(conn, segments, commits, t.agent)
+    known = agent.resume(commits)
+    if known:
+        log.info("admin agent: %d groups as earlier runs published them (%s)", known, commits)
     try:
         run_admin_agent(
             agent, publisher, args.interval_ms / 1000, _stop_on_signals(), once=args.once, cluster=settings.cluster

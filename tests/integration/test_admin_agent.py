@@ -86,11 +86,15 @@ def test_the_cli_publishes_a_poll_to_the_jobs_topics(cluster, tmp_path) -> None:
     cluster.create(segs, 1)
     cluster.create(commits, 1)
     name = cluster.name("cluster")  # this test's marks: other tests share the broker and the agent topic
-    out = subprocess.run(
-        [sys.executable, "-m", "compactd", "agent", "--admin", "--once", "--bootstrap-servers", cluster.bootstrap,
-         "--segments-topic", segs, "--commits-topic", commits],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "COMPACTD_CLUSTER": name},
-    )  # fmt: skip
+
+    def agent_once(*flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "compactd", "agent", "--admin", "--once", "--bootstrap-servers", cluster.bootstrap,
+             "--segments-topic", segs, "--commits-topic", commits, *flags],
+            capture_output=True, text=True, timeout=60, env={**os.environ, "COMPACTD_CLUSTER": name},
+        )  # fmt: skip
+
+    out = agent_once()
     assert out.returncode == 0, out.stderr[-2000:]
     assert "cleaner cannot be seen from a client" in out.stderr and "admin poll:" in out.stderr
     conn = KafkaConnection(cluster.bootstrap)
@@ -101,3 +105,12 @@ def test_the_cli_publishes_a_poll_to_the_jobs_topics(cluster, tmp_path) -> None:
     marks = [json.loads(v) for k, v in read_to_end(conn, "compactd.agent", 10) if k.decode() == f"admin/{name}"]
     assert [(m["type"], m["poll"], m["cleaner_visible"]) for m in marks] == [("admin_poll", 1, False)]
     assert marks[0]["groups"] >= 1 and marks[0]["partitions"] >= 1  # written after the poll's events were flushed
+
+    # the group is deleted while no agent runs; the next agent (a new process) resumes from what was published
+    for fut in cluster.admin.delete_consumer_groups([group]).values():
+        fut.result(10)
+    out = agent_once("--group-grace-ms", "0")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "groups as earlier runs published them" in out.stderr
+    got = {k.decode(): json.loads(v) for k, v in read_to_end(conn, commits, 10)}
+    assert got[group] == {"type": "group_delete", "group": group, "ts": got[group]["ts"]}

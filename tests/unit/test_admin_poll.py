@@ -84,3 +84,18 @@ def test_a_log_that_ends_or_starts_lower_is_another_log_and_a_gone_partition_is_
     assert T in poll.logs
     poll.logs_seen(30 * S, {}, {}, watched=set())
     assert T not in poll.logs
+
+
+def test_a_restarted_agent_resumes_from_what_it_published_so_a_group_gone_meanwhile_is_deleted_after_the_grace() -> (
+    None
+):
+    first = AdminPoll(slice_ms=60 * S, group_grace_ms=30 * S)
+    published = first.offsets(0, {"a", "b"}, {"a": {T: 10, ("orders", 1): 5}, "b": {T: 7}})
+    published += first.offsets(10 * S, {"a", "b"}, {"a": {T: 12}, "b": {T: 7}})  # a's partition 1 offset deleted
+    published += [{"type": "offset_commit", "group": "c", "topic": "orders", "partition": 0, "offset": 3, "ts": 5 * S}]
+    published += [{"type": "group_delete", "group": "c", "ts": 9 * S}, {"type": "segment_rolled", "ts": 1}]
+    again = AdminPoll(slice_ms=60 * S, group_grace_ms=30 * S)
+    assert again.resume(reversed(published)) == 2  # any order: applied by time
+    assert again.committed == {"a": {T: 12}, "b": {T: 7}}
+    assert again.offsets(100 * S, {"a"}, {"a": {T: 12}}) == []  # nothing changed for a; b missing since now
+    assert kinds(again.offsets(130 * S, {"a"}, {"a": {T: 12}})) == [("group_delete", "b", None, None)]
