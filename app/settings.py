@@ -25,98 +25,224 @@ if TYPE_CHECKING:
 
 
 class TopicNames(BaseModel):
+    """Names of compactd's own topics; every one is configurable so several deployments can share a cluster."""
+
     model_config = ConfigDict(extra="forbid")
 
-    segments: str = "compactd.segments"
-    commits: str = "compactd.commits"
-    config: str = "compactd.config"
-    actions: str = "compactd.actions"
-    dlq: str = "compactd.dlq"
-    consumer_offsets: str = "__consumer_offsets"  # read when offsets_source = consumer_offsets
-    compactions: str = "compactd.compactions"  # the compaction service's manifests (compacted, keyed by topic)
-    nudges: str = "compactd.nudges"  # what each compaction nudge replaced, until put back (sinks/nudge_ledger.py)
-    agent: str = "compactd.agent"  # the admin agent's poll marks (compacted, keyed admin/<cluster>)
-    view_suffix: str = Field(".compacted", min_length=1)  # a topic's compacted view is <topic><view_suffix>
+    segments: str = Field(
+        "compactd.segments", description="Segment events in (`segment_rolled`, `compacted`, `log_start`)."
+    )
+    commits: str = Field(
+        "compactd.commits",
+        description="Commit events in (JSON), read when `offsets_source` is `commits` or `admin`; "
+        "compacted, keyed `<group>/<topic>/<partition>`.",
+    )
+    config: str = Field(
+        "compactd.config", description="Config events in (threshold changes at run time); kept forever."
+    )
+    actions: str = Field("compactd.actions", description="Action records out: every decision, dry-run or not.")
+    dlq: str = Field("compactd.dlq", description="Rejected input out (dead-letter queue), with the reason.")
+    consumer_offsets: str = Field(
+        "__consumer_offsets", description="Kafka's own offsets topic, read when `offsets_source` is `consumer_offsets`."
+    )
+    compactions: str = Field(
+        "compactd.compactions",
+        description="The compaction service's manifests (compacted, keyed `<topic>/<generation>/<run>`).",
+    )
+    nudges: str = Field(
+        "compactd.nudges",
+        description="What each compaction nudge replaced, until put back (compacted): nudges are undone even "
+        "after a Redis loss.",
+    )
+    agent: str = Field(
+        "compactd.agent", description="The admin agent's poll marks (compacted, keyed `admin/<cluster>`)."
+    )
+    view_suffix: str = Field(
+        ".compacted", min_length=1, description="A topic's compacted view is named `<topic><view_suffix>`."
+    )
 
 
 class MetricsSettings(BaseModel):
+    """How many series the job exports and how often it samples what it cannot see in its batches."""
+
     model_config = ConfigDict(extra="forbid")
 
-    # per-partition series only for the top-N worst partitions of each metric; per-topic aggregates always
-    top_n: int = Field(100, ge=0, le=100_000)
-    # how often the job samples source lag (ListOffsets) and Redis size for its gauges
-    sample_interval_ms: int = Field(15_000, ge=1_000)
+    top_n: int = Field(
+        100,
+        ge=0,
+        le=100_000,
+        description="Per-partition series only for the top-N worst partitions of each metric (per-topic aggregates "
+        "always); raise it to see more partitions, lower it to cut Prometheus cardinality.",
+    )
+    sample_interval_ms: int = Field(
+        15_000,
+        ge=1_000,
+        description="How often the job samples source lag (ListOffsets) and Redis size for its gauges.",
+    )
 
 
 class Settings(BaseSettings):
+    """Every job setting. Each field's `description` is its documentation: `make docs` renders them into
+    docs/configuration.md (app/config_doc.py), so a setting is explained in one place, next to its type and default."""
+
     model_config = SettingsConfigDict(env_prefix="COMPACTD_", env_nested_delimiter="__", extra="forbid")
 
-    bootstrap_servers: str = "127.0.0.1:9092"
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    checkpoint_dir: str = "/var/lib/compactd/checkpoint"
-    trigger_interval_ms: int = Field(1000, gt=0)
-    thresholds: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    topics: TopicNames = Field(default_factory=TopicNames)
-    # consumer_offsets: Kafka's own record of every group (compacted by Kafka: a rebuild from its start sees every live
-    # commit); commits: a JSON topic some producer writes, where compactd may not read __consumer_offsets; admin: the
-    # commits topic as `compactd agent --admin` writes it (managed clusters: compactd only a client), and no delete
-    # before the agent's first complete poll
-    offsets_source: Literal["commits", "consumer_offsets", "admin"] = "consumer_offsets"
-    # extra librdkafka settings for every client; YAML ints and booleans are taken as they are written
-    kafka: dict[str, KafkaValue] = Field(default_factory=dict)
-    # HMAC secrets for config events (env COMPACTD_CONFIG_SECRETS as a JSON list); any verifies, the first signs
-    config_secrets: list[SecretStr] = Field(default_factory=list)
+    bootstrap_servers: str = Field(
+        "127.0.0.1:9092",
+        description="Kafka bootstrap servers (`host:port`, comma-separated) of the cluster this job watches.",
+    )
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        description="Redis holding the job's state. TLS: a `rediss://` URL, with `?ssl_ca_certs=/path/ca.pem` "
+        "(redis-py URL options) when the CA is private.",
+    )
+    checkpoint_dir: str = Field(
+        "/var/lib/compactd/checkpoint",
+        description="Spark checkpoint directory: a restart with the same one resumes exactly; a new one re-reads "
+        "the sources from their start.",
+    )
+    trigger_interval_ms: int = Field(
+        1000, gt=0, description="How often a micro-batch starts: lower reacts sooner, higher costs less."
+    )
+    thresholds: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="The base threshold layers: scope (`global`, `topic:<name>`, `partition:<topic>/<n>`) → "
+        "threshold keys (below); config events override them key by key.",
+    )
+    topics: TopicNames = Field(default_factory=TopicNames, description="Names of compactd's own topics.")
+    offsets_source: Literal["commits", "consumer_offsets", "admin"] = Field(
+        "consumer_offsets",
+        description="Where committed offsets come from. `consumer_offsets`: Kafka's own record of every group "
+        "(compacted by Kafka: a rebuild from its start sees every live commit); `commits`: a JSON topic some producer "
+        "writes, where compactd may not read `__consumer_offsets`; `admin`: the commits topic as "
+        "`compactd agent --admin` writes it (managed clusters, compactd only a client), and no delete before the "
+        "agent's first complete poll.",
+    )
+    kafka: dict[str, KafkaValue] = Field(
+        default_factory=dict,
+        description="Extra librdkafka settings for every client (`security.protocol`, `sasl.*`, `ssl.*`); they "
+        "beat compactd's defaults; YAML ints and booleans are taken as they are written.",
+    )
+    config_secrets: list[SecretStr] = Field(
+        default_factory=list,
+        description="HMAC secrets for config events (env: a JSON list); any one verifies, the first signs. "
+        "Empty: events are not signed. Rotate by listing `[new, old]`, then dropping `old`.",
+    )
     # Extensions beyond the contract.
-    redis_prefix: str = "cd"
-    # The Kafka cluster this job watches: part of every Redis key, action record and metric, so jobs for several
-    # clusters share one Redis, one Prometheus and one set of dashboards.
-    cluster: str = Field("default", pattern=r"^[A-Za-z0-9._-]{1,64}$")
-    # Redis AUTH without putting the password in the URL (env COMPACTD_REDIS_PASSWORD); never logged.
-    # TLS: a `rediss://` URL, with `?ssl_ca_certs=/path/ca.pem` (redis-py URL options) when the CA is private.
-    redis_password: SecretStr | None = None
-    # redis_url names any node of a Redis Cluster; the client finds the others (redis-py's RedisCluster)
-    redis_cluster: bool = False
-    max_rows_per_trigger: int = Field(500_000, gt=0)
-    # Where a batch's per-topic work runs (merge into Redis, the bulk plan of quiet partitions): 0 = on the driver;
-    # N = in N Spark tasks, each owning a share of the topics (control/share.py). The driver keeps group-level
-    # changes, the full plans, the outbox and the metrics either way.
-    evaluation_shares: int = Field(0, ge=0, le=4096)
-    max_event_bytes: int = Field(64 * 1024, gt=0)
-    metrics_port: int = Field(0, ge=0, description="Prometheus /metrics port on the driver; 0 = off")
-    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
-    spark_master: str = "local[2]"
-    # on a cluster: every executor must import compactd (same version) within this long, checked before the stream
-    executor_check_timeout_ms: int = Field(120_000, gt=0)
-    starting_offsets: Literal["earliest", "latest"] = "earliest"
-    # "kafka" = Spark's own connector (needs the spark-sql-kafka jar); same options, same row shape.
-    spark_source: Literal["compactd-kafka", "kafka"] = "compactd-kafka"
-    create_topics: bool = True
-    # replicas of the topics compactd creates; -1 = the cluster's default.replication.factor
-    topics_replication_factor: int = Field(-1, ge=-1)
-    # Right before a consumed-retention delete, the committed offsets of the topic's groups are read from the cluster
-    # (ListGroups + OffsetFetch, kept this long) and a delete past any counted group's offset there is skipped.
-    # compactd's principal needs Describe on the groups. Off only where the cluster refuses it.
-    cluster_offsets_check: bool = True
-    # on: the check above; strict: a group compactd counts on the topic that the cluster does not list (ACLs, or a
-    # group gone) also holds the delete; off: same as cluster_offsets_check false
-    cluster_check: Literal["on", "strict", "off"] = "on"
-    cluster_offsets_ttl_ms: int = Field(5_000, ge=0)
-    # how often the known topics are checked against the cluster (one DescribeTopics round): a changed topic ID
-    # resets a re-created topic's state, a topic missing from two checks in a row is forgotten
-    topic_check_interval_ms: int = Field(60_000, gt=0)
-    # while Redis does not answer, a batch waits and is retried with backoff doubling up to this long
-    redis_retry_max_ms: int = Field(10_000, gt=0)
-    # how often the job checks the topics with compaction.service on for a due run (one ListOffsets per topic)
-    compaction_check_interval_ms: int = Field(5_000, gt=0)
-    # a compaction run holds its topic's lease this long past its last renewal (renewed every quarter of it; a failed
-    # renewal ends the run): a run killed with -9 on another host blocks the next one for at most this long (on the
-    # same host its pid is seen gone at once)
-    compaction_lease_ms: int = Field(10_000, ge=1_000)
-    # a compaction's reading task holds at most this many winners before Spark's shuffle takes them (its memory
-    # bound); a run whose partitions all hold fewer records skips the shuffle
-    compaction_task_records: int = Field(250_000, ge=1)
-    # SIGTERM: finish the running batch and drain the outbox within this long, else exit 1 (a 2nd SIGTERM: at once)
-    stop_timeout_ms: int = Field(120_000, ge=0)
+    redis_prefix: str = Field("cd", description="Every Redis key of this job starts with `<redis_prefix>:<cluster>:`.")
+    cluster: str = Field(
+        "default",
+        pattern=r"^[A-Za-z0-9._-]{1,64}$",
+        description="The Kafka cluster this job watches: part of every Redis key, action record and metric, so jobs "
+        "for several clusters share one Redis, one Prometheus and one set of dashboards.",
+    )
+    redis_password: SecretStr | None = Field(
+        None, description="Redis AUTH without putting the password in the URL; never logged."
+    )
+    redis_cluster: bool = Field(
+        False,
+        description="`redis_url` names any node of a Redis Cluster; the client finds the others (redis-py's "
+        "RedisCluster).",
+    )
+    max_rows_per_trigger: int = Field(
+        500_000,
+        gt=0,
+        description="Kafka records per micro-batch at most, also on catch-up under `run --once`: lower keeps "
+        "batches short, higher catches up faster.",
+    )
+    evaluation_shares: int = Field(
+        0,
+        ge=0,
+        le=4096,
+        description="Where a batch's per-topic work runs (merge into Redis, the bulk plan of quiet partitions): 0 = "
+        "on the driver; N = in N Spark tasks, each owning a share of the topics. The driver keeps group-level "
+        "changes, the full plans, the outbox and the metrics either way.",
+    )
+    max_event_bytes: int = Field(
+        64 * 1024, gt=0, description="Largest input event accepted; a larger one goes to the DLQ as `oversized`."
+    )
+    metrics_port: int = Field(0, ge=0, description="Prometheus /metrics port on the driver; 0 = off.")
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings, description="Prometheus series of the job.")
+    spark_master: str = Field(
+        "local[2]",
+        description="Spark master URL; `local[N,F]` retries each task F times (deploy/submit sets the master itself).",
+    )
+    executor_check_timeout_ms: int = Field(
+        120_000,
+        gt=0,
+        description="On a cluster: every executor must import compactd (same version) within this long, checked "
+        "before the stream starts.",
+    )
+    starting_offsets: Literal["earliest", "latest"] = Field(
+        "earliest",
+        description="Where a new checkpoint starts reading the sources: `earliest` builds the state from their start, "
+        "`latest` skips what is already there. A rebuild after a state loss always reads from the start.",
+    )
+    spark_source: Literal["compactd-kafka", "kafka"] = Field(
+        "compactd-kafka",
+        description="The streaming source: compactd's own, or `kafka` = Spark's own connector (needs the "
+        "spark-sql-kafka jar); same options, same row shape.",
+    )
+    create_topics: bool = Field(
+        True,
+        description="Create compactd's own topics when missing (needs Create on them); off where they are "
+        "provisioned by other means.",
+    )
+    topics_replication_factor: int = Field(
+        -1,
+        ge=-1,
+        description="Replicas of the topics compactd creates; -1 = the cluster's `default.replication.factor`.",
+    )
+    cluster_offsets_check: bool = Field(
+        True,
+        description="Right before a consumed-retention delete, read the committed offsets of the topic's groups from "
+        "the cluster (ListGroups + OffsetFetch) and skip a delete past any counted group's offset there. compactd's "
+        "principal needs Describe on the groups; off only where the cluster refuses it.",
+    )
+    cluster_check: Literal["on", "strict", "off"] = Field(
+        "on",
+        description="`on`: the check above; `strict`: a group compactd counts on the topic that the cluster does "
+        "not list (ACLs, or a group gone) also holds the delete; `off`: same as `cluster_offsets_check` false.",
+    )
+    cluster_offsets_ttl_ms: int = Field(
+        5_000, ge=0, description="How long the offsets read by the check above are kept before they are read again."
+    )
+    topic_check_interval_ms: int = Field(
+        60_000,
+        gt=0,
+        description="How often the known topics are checked against the cluster (one DescribeTopics round): a "
+        "changed topic ID resets a re-created topic's state, a topic missing from two checks in a row is forgotten.",
+    )
+    redis_retry_max_ms: int = Field(
+        10_000,
+        gt=0,
+        description="While Redis does not answer, a batch waits and is retried with backoff doubling up to this long.",
+    )
+    compaction_check_interval_ms: int = Field(
+        5_000,
+        gt=0,
+        description="How often the job checks the topics with `compaction.service` on for a due run (one "
+        "ListOffsets per topic).",
+    )
+    compaction_lease_ms: int = Field(
+        10_000,
+        ge=1_000,
+        description="A compaction run holds its topic's lease this long past its last renewal (renewed every "
+        "quarter of it; a failed renewal ends the run): a run killed with -9 on another host blocks the next one "
+        "for at most this long (on the same host its pid is seen gone at once).",
+    )
+    compaction_task_records: int = Field(
+        250_000,
+        ge=1,
+        description="Winners a compaction's reading task holds at most before Spark's shuffle takes them (its "
+        "memory bound); a run whose partitions all hold fewer records skips the shuffle.",
+    )
+    stop_timeout_ms: int = Field(
+        120_000,
+        ge=0,
+        description="SIGTERM: finish the running batch and drain the outbox within this long, else exit 1 (a second "
+        "SIGTERM: at once).",
+    )
 
     @field_validator("thresholds")
     @classmethod

@@ -29,42 +29,178 @@ class Thresholds(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
 
-    max_compaction_lag_ms: int | None = Field(None, alias="max.compaction.lag.ms", gt=0, le=MAX_DURATION_MS)
-    consumed_retention_ms: int | None = Field(None, alias="consumed.retention.ms", ge=0, le=MAX_DURATION_MS)
-    forced_retention_ms: int | None = Field(None, alias="forced.retention.ms", ge=0, le=MAX_DURATION_MS)
-    groups_include: tuple[str, ...] = Field((), alias="groups.include")
-    groups_exclude: tuple[str, ...] = Field((), alias="groups.exclude")
-    # Topics compactd never acts on; internal (`__*`) and compactd's own topics are always excluded.
-    topics_exclude: tuple[str, ...] = Field((), alias="topics.exclude")
-    # Groups that always count, by name, even with no offset on a topic (offsets expired after
-    # offsets.retention.minutes, a weekly job between runs): while one has none, consumed retention deletes nothing.
-    groups_required: tuple[str, ...] = Field((), alias="groups.required")
-    dry_run: bool = Field(True, alias="dry.run")
-    compaction_nudge: NudgeKey = Field("max.compaction.lag.ms", alias="compaction.nudge")
-    # The longest a nudge stays on a topic: then it is put back whatever the cleaner did, and the topic is not
-    # nudged again for as long (an unanswered nudge never leaves the cleaner or segment rolls busy for good).
-    compaction_nudge_max_ms: int = Field(3_600_000, alias="compaction.nudge.max.ms", gt=0, le=MAX_DURATION_MS)
-    # Extension: how long an unanswered action waits before it is decided (and sent) again.
-    action_retry_ms: int = Field(DEFAULT_RETRY_MS, alias="action.retry.ms", gt=0, le=MAX_DURATION_MS)
-    # Extensions, read at the global scope: caps on what compactd asks of the cluster.
-    actions_per_second: float = Field(10.0, alias="actions.per.second", gt=0, le=10_000)
-    max_concurrent_nudges: int = Field(10, alias="compaction.max.concurrent", ge=1, le=10_000)
-    # Extension: a refused or timed-out action is retried after action.backoff.ms, doubling up to action.retry.ms.
-    action_backoff_ms: int = Field(5_000, alias="action.backoff.ms", gt=0, le=MAX_DURATION_MS)
-    # The compaction service (compactd's own compacted view of a topic, KIP-280 strategies; compaction/).
-    compaction_service: bool = Field(False, alias="compaction.service")
-    compaction_strategy: StrategyKind = Field("offset", alias="compaction.strategy")
-    compaction_strategy_header: str | None = Field(None, alias="compaction.strategy.header", max_length=255)
-    compaction_strategy_header_format: HeaderFormat = Field("long", alias="compaction.strategy.header.format")
-    compaction_strategy_tombstone: TombstoneRule = Field("version", alias="compaction.strategy.tombstone")
-    compaction_threshold_bytes: int | None = Field(None, alias="compaction.threshold.bytes", ge=0)
-    min_compaction_lag_ms: int = Field(0, alias="min.compaction.lag.ms", ge=0, le=MAX_DURATION_MS)
-    delete_retention_ms: int = Field(86_400_000, alias="delete.retention.ms", ge=0, le=MAX_DURATION_MS)
-    compaction_view_grace_ms: int = Field(300_000, alias="compaction.view.grace.ms", ge=0, le=MAX_DURATION_MS)
-    compaction_retain_null_key: bool = Field(False, alias="compaction.retain.null.key")
-    # Pulsar's rule that retention respects the compaction cursor: the source's retention.ms is set to -1 and
-    # compactd applies it as forced retention, capped at the view's horizon (compaction/takeover.py)
-    compaction_retention_takeover: bool = Field(False, alias="compaction.retention.takeover")
+    max_compaction_lag_ms: int | None = Field(
+        None,
+        alias="max.compaction.lag.ms",
+        gt=0,
+        le=MAX_DURATION_MS,
+        description="KIP-354: a record may stay uncompacted at most this long; then compactd nudges the broker's "
+        "cleaner (and the compaction service starts a run). null: off.",
+    )
+    consumed_retention_ms: int | None = Field(
+        None,
+        alias="consumed.retention.ms",
+        ge=0,
+        le=MAX_DURATION_MS,
+        description="KIP-68 level 1: delete closed segments below the minimum committed offset of the counted "
+        "groups once they are this old. null: off.",
+    )
+    forced_retention_ms: int | None = Field(
+        None,
+        alias="forced.retention.ms",
+        ge=0,
+        le=MAX_DURATION_MS,
+        description="KIP-68 level 2: delete closed segments this old whatever the groups did; at least "
+        "`consumed.retention.ms`. null: off.",
+    )
+    groups_include: tuple[str, ...] = Field(
+        (),
+        alias="groups.include",
+        description="Regexes (full match) of the groups that count for the minimum committed offset; empty: every "
+        "group.",
+    )
+    groups_exclude: tuple[str, ...] = Field(
+        (),
+        alias="groups.exclude",
+        description="Regexes (full match) of groups that do not count for the minimum, even when included (a "
+        "required group still counts).",
+    )
+    topics_exclude: tuple[str, ...] = Field(
+        (),
+        alias="topics.exclude",
+        description="Regexes (full match) of topics compactd never acts on; internal (`__*`) and compactd's own "
+        "topics are always excluded.",
+    )
+    groups_required: tuple[str, ...] = Field(
+        (),
+        alias="groups.required",
+        description="Groups that always count, by name, even with no offset on a topic (offsets expired after "
+        "`offsets.retention.minutes`, a weekly job between runs): while one has none, consumed retention deletes "
+        "nothing.",
+    )
+    dry_run: bool = Field(
+        True,
+        alias="dry.run",
+        description="Decide and record actions but send none; look at `compactd explain` before turning it off.",
+    )
+    compaction_nudge: NudgeKey = Field(
+        "max.compaction.lag.ms",
+        alias="compaction.nudge",
+        description="The topic config a compaction nudge sets: `max.compaction.lag.ms`=1, "
+        "`min.cleanable.dirty.ratio`=0 or `segment.ms`=1000; put back once the compaction is seen.",
+    )
+    compaction_nudge_max_ms: int = Field(
+        3_600_000,
+        alias="compaction.nudge.max.ms",
+        gt=0,
+        le=MAX_DURATION_MS,
+        description="The longest a nudge stays on a topic: then it is put back whatever the cleaner did, and the "
+        "topic is not nudged again for as long (an unanswered nudge never leaves the cleaner or segment rolls busy "
+        "for good).",
+    )
+    action_retry_ms: int = Field(
+        DEFAULT_RETRY_MS,
+        alias="action.retry.ms",
+        gt=0,
+        le=MAX_DURATION_MS,
+        description="Extension: how long an unanswered action waits before it is decided (and sent) again; also "
+        "the longest backoff.",
+    )
+    actions_per_second: float = Field(
+        10.0,
+        alias="actions.per.second",
+        gt=0,
+        le=10_000,
+        description="Extension, read at the global scope: sends to the cluster per second (a burst of one second's "
+        "worth), a cap on what compactd asks of the cluster.",
+    )
+    max_concurrent_nudges: int = Field(
+        10,
+        alias="compaction.max.concurrent",
+        ge=1,
+        le=10_000,
+        description="Extension, read at the global scope: compaction nudges sent and not yet answered, and runs of "
+        "the compaction service in progress, at most this many at once.",
+    )
+    action_backoff_ms: int = Field(
+        5_000,
+        alias="action.backoff.ms",
+        gt=0,
+        le=MAX_DURATION_MS,
+        description="Extension: a refused or timed-out action is retried after this long, doubling up to "
+        "`action.retry.ms`.",
+    )
+    # The compaction service (compaction/): compactd's own compacted view of a topic, with KIP-280 strategies.
+    compaction_service: bool = Field(
+        False,
+        alias="compaction.service",
+        description='Keep a compacted view of the topic, `<topic><topics.view_suffix>` (contract.md, "Compaction '
+        'service").',
+    )
+    compaction_strategy: StrategyKind = Field(
+        "offset",
+        alias="compaction.strategy",
+        description="KIP-280: which record of a key the view keeps: the highest offset, timestamp or header version.",
+    )
+    compaction_strategy_header: str | None = Field(
+        None,
+        alias="compaction.strategy.header",
+        max_length=255,
+        description="The header holding the version for strategy `header`; empty or absent means `offset`.",
+    )
+    compaction_strategy_header_format: HeaderFormat = Field(
+        "long",
+        alias="compaction.strategy.header.format",
+        description="`long` (8 bytes big-endian) or `decimal` (ASCII integer); a value that does not parse counts as "
+        "no header.",
+    )
+    compaction_strategy_tombstone: TombstoneRule = Field(
+        "version",
+        alias="compaction.strategy.tombstone",
+        description="How a tombstone competes. `version`: with its own version (KIP-280's rule; one without the "
+        "header, as Debezium writes deletes, loses to any versioned record); `latest`: a tombstone that is its "
+        "key's latest record deletes it, whatever the versions.",
+    )
+    compaction_threshold_bytes: int | None = Field(
+        None,
+        alias="compaction.threshold.bytes",
+        ge=0,
+        description="Source bytes beyond the view's horizon that start a run; null: no byte trigger.",
+    )
+    min_compaction_lag_ms: int = Field(
+        0,
+        alias="min.compaction.lag.ms",
+        ge=0,
+        le=MAX_DURATION_MS,
+        description="Records younger than this stay beyond the view's horizon (not compacted yet).",
+    )
+    delete_retention_ms: int = Field(
+        86_400_000,
+        alias="delete.retention.ms",
+        ge=0,
+        le=MAX_DURATION_MS,
+        description="How long a winning tombstone stays in the view, so readers see the delete.",
+    )
+    compaction_view_grace_ms: int = Field(
+        300_000,
+        alias="compaction.view.grace.ms",
+        ge=0,
+        le=MAX_DURATION_MS,
+        description="How long an older generation of the view stays readable after a newer one is published, for "
+        "readers still on it.",
+    )
+    compaction_retain_null_key: bool = Field(
+        False,
+        alias="compaction.retain.null.key",
+        description="Keep records without a key in the view; false: they are dropped and counted.",
+    )
+    # compaction/takeover.py
+    compaction_retention_takeover: bool = Field(
+        False,
+        alias="compaction.retention.takeover",
+        description="Pulsar's rule that retention respects the compaction cursor: the source's `retention.ms` is "
+        "set to -1 and compactd applies it as forced retention, capped at the view's horizon; put back when off.",
+    )
 
     @field_validator("groups_include", "groups_exclude", "topics_exclude", mode="before")
     @classmethod
