@@ -38,6 +38,7 @@ test: deps
 # fuzz and property tests at 10 times their nominal examples (`make test` runs half of them).
 soak: deps
 	COMPACTD_PROPERTY_EXAMPLES=$${EXAMPLES:-5000} $(BIN)/pytest -q tests/integration/test_safety_property.py \
+	  tests/integration/test_admin_safety_property.py \
 	  tests/integration/test_lifecycle_property.py --hypothesis-show-statistics
 	COMPACTD_FUZZ_SCALE=$${FUZZ_SCALE:-10} $(BIN)/pytest -q tests/unit
 	COMPACTD_STANDALONE_SHARES=2 $(BIN)/pytest -q -s tests/e2e/test_standalone_cluster.py -k core_scenario
