@@ -133,7 +133,7 @@ class Application:
             cluster_offsets=None if self.group_offsets is None else self.group_offsets.check,
             view_cap=lambda *args: self.compaction.view_cap(*args),
             topics=self.cluster_topics,
-            strict_groups=settings.cluster_check == "strict",
+            strict_groups=settings.strict_groups,
             on_reset=self._record_reset,
         )
         self.config = RuntimeConfig(self.state, settings.thresholds, settings.secrets(), self.controller, self.metrics)

@@ -202,7 +202,9 @@ class Settings(BaseSettings):
     cluster_check: Literal["on", "strict", "off"] = Field(
         "on",
         description="`on`: the check above; `strict`: a group compactd counts on the topic that the cluster does "
-        "not list (ACLs, or a group gone) also holds the delete; `off`: same as `cluster_offsets_check` false.",
+        "not list (ACLs, or a group gone) also holds the delete; `off`: same as `cluster_offsets_check` false. With "
+        "`offsets_source: admin`, `on` acts as `strict`: every group compactd counts there is a Kafka group, and one "
+        "the cluster stops listing holds until the agent's group_delete (after its grace).",
     )
     cluster_offsets_ttl_ms: int = Field(
         5_000, ge=0, description="How long the offsets read by the check above are kept before they are read again."
@@ -251,6 +253,13 @@ class Settings(BaseSettings):
 
     def kafka_connection(self) -> KafkaConnection:
         return KafkaConnection(self.bootstrap_servers, dict(self.kafka))
+
+    @property
+    def strict_groups(self) -> bool:
+        """Whether a counted group the cluster does not list holds a delete (`cluster_check`). With the admin source
+        every counted group came from the cluster: one no longer listed was deleted (or hidden by an ACL) and
+        holds until the agent publishes its deletion, as `__consumer_offsets` would have said it at once."""
+        return self.cluster_check == "strict" or (self.offsets_source == "admin" and self.cluster_check != "off")
 
     def own_topics(self) -> list[str]:
         t = self.topics

@@ -5,7 +5,8 @@ The cluster is a model: groups commit (forwards and back) and are deleted and co
 deletes are carried out. compactd sees it only through the agent's polls, which miss every commit made between two
 polls, fail as a whole (nothing published, the poll's state put back as `run_admin_agent` does), or fail for one
 group (its offsets stand). Between polls compactd's state lags the cluster; the check before each delete
-(`cluster_check`, reading the cluster's committed offsets then) is what holds a delete a rewind made unsafe.
+(`cluster_check`, reading the cluster's committed offsets then; strict on this source) is what holds a delete a
+rewind made unsafe, or one the state allows only because it still counts a group the cluster deleted.
 
 Checked after every step:
 - no consumed-retention delete reaches the sink past the minimum committed offset of the groups the cluster has on
@@ -27,6 +28,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from compactd.agent.admin_poll import AdminPoll, Event
+from compactd.app.settings import Settings
 from compactd.control.controller import Controller
 from compactd.kafka.groups import GroupCheck
 from compactd.metrics import Metrics
@@ -136,6 +138,7 @@ def test_no_delete_past_the_clusters_minimum_whatever_the_polls_missed(
         Metrics(CollectorRegistry()),
         clock=lambda: clock[0],
         cluster_offsets=check,
+        strict_groups=Settings(offsets_source="admin").strict_groups,  # as the job wires it for this source
     )
     poll = AdminPoll(slice_ms=20 * S, group_grace_ms=GRACE_MS)
     batch_id = 0
