@@ -96,7 +96,7 @@ local function set_offset(g, n, off, counted)
 end
 
 -- State written before offsets were bucketed (one `off` hash of "<n>|<group>" fields, gp:<group> sets): moved once,
--- on the topic's first merge with this version or at start (layout.lua).
+-- on the topic's first merge or recount with this version (merge.lua, recount.lua).
 local function migrate()
   local counted_before = {}
   for _, g in ipairs(redis.call('SMEMBERS', base .. ':counted')) do counted_before[g] = 1 end
