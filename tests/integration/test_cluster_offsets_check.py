@@ -59,14 +59,20 @@ def controller(cluster, rclient: redis.Redis, topic: str, actions: str, clock: l
     )
 
 
-def test_a_kafka_group_compactd_never_saw_stops_a_delete_past_its_offset(cluster, rclient) -> None:
+def g2_behind(cluster) -> tuple[str, str, str, str]:
+    """A topic of 3,000 records, g1 committed at 2500, g2 at 1100; (topic, actions topic, g1, g2)."""
     topic, actions = cluster.name("clicks"), cluster.name("actions")
     g1, g2 = cluster.name("g1"), cluster.name("g2")
     cluster.create(topic, 1, {"cleanup.policy": "delete"})
     cluster.create(actions)
     cluster.fill(topic, 3000)
     kafka_commit(cluster.bootstrap, g1, topic, 2500)
-    kafka_commit(cluster.bootstrap, g2, topic, 1100)  # never reaches compactd's state
+    kafka_commit(cluster.bootstrap, g2, topic, 1100)
+    return topic, actions, g1, g2
+
+
+def test_a_kafka_group_compactd_never_saw_stops_a_delete_past_its_offset(cluster, rclient) -> None:
+    topic, actions, g1, g2 = g2_behind(cluster)  # g2 never reaches compactd's state
     clock = [int(time.time() * 1000)]
     offsets = ClusterGroupOffsets(KafkaConnection(cluster.bootstrap), ttl_s=0)
     ctl = controller(cluster, rclient, topic, actions, clock, offsets)
@@ -90,13 +96,7 @@ def test_a_kafka_group_compactd_never_saw_stops_a_delete_past_its_offset(cluster
 
 
 def test_a_cached_answer_that_holds_a_delete_is_read_again_before_the_delete_is_skipped(cluster, rclient) -> None:
-    topic, actions = cluster.name("clicks"), cluster.name("actions")
-    g1, g2 = cluster.name("g1"), cluster.name("g2")
-    cluster.create(topic, 1, {"cleanup.policy": "delete"})
-    cluster.create(actions)
-    cluster.fill(topic, 3000)
-    kafka_commit(cluster.bootstrap, g1, topic, 2500)
-    kafka_commit(cluster.bootstrap, g2, topic, 1100)
+    topic, actions, g1, g2 = g2_behind(cluster)
     clock = [int(time.time() * 1000)]
     offsets = ClusterGroupOffsets(KafkaConnection(cluster.bootstrap), ttl_s=3600, monotonic=lambda: 0.0)
     assert offsets.check(topic).committed[g2] == {0: 1100}  # cached for an hour
