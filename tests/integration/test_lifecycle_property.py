@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import redis
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
@@ -243,3 +244,19 @@ def test_no_delete_removes_what_no_rule_made_due_across_re_creations(
     ctl.tick()
     ctl.tick()
     assert not violations, violations
+
+
+# Found by the property above in CI (2026-11-24), open: the topic is re-created and Redis loses its state before any
+# sweep saw the new topic ID. The rebuild replays the old log's segment events as the new log's (segment events carry
+# no topic ID), and the new log happens to end where an old segment ended, so nothing contradicts them: a delete goes
+# to 600 where at most 349 is due. Kept here, failing, until it is fixed (strict: a fix makes this test fail).
+KNOWN_UNDETECTED_RE_CREATION = [
+    ("produce", 0, 1), ("recreate", False), ("produce", 0, 1), ("produce", 0, 174), ("add_partition",),
+    ("produce", 0, 174), ("redis_lost",), ("roll", 0), ("roll", 0), ("produce", 0, 251),
+]  # fmt: skip
+
+
+@pytest.mark.xfail(strict=True, reason="open: a re-creation no sweep saw before a state loss (segment events lack IDs)")
+def test_a_re_creation_no_sweep_saw_before_a_state_loss(rclient: redis.Redis) -> None:
+    inner = test_no_delete_removes_what_no_rule_made_due_across_re_creations.hypothesis.inner_test  # type: ignore[attr-defined]
+    inner(rclient, KNOWN_UNDETECTED_RE_CREATION)
