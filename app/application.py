@@ -7,7 +7,6 @@ between batches and closes everything in reverse order; it is safe to call more 
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -66,7 +65,7 @@ AGENT_CHECK_S = 30.0  # and after it: is the agent still polling?
 NO_SEGMENTS = (
     "no segment events on {topic} in {s:.0f} s: nothing tells compactd what is old, so no retention or compaction "
     "rule can fire; is an agent running? (`compactd agent --log-dir` beside each broker, or `compactd agent --admin` "
-    'once per cluster where compactd is only a client: see docs/contract.md, "The agents")'
+    'once per cluster where compactd is only a client: see docs/contract.md, "Real inputs")'
 )
 
 
@@ -325,13 +324,10 @@ class Application:
             log.info("delete gate (%s): targets %s, open=%s", why, targets, self.readiness.ready())
 
     def _read_agent(self) -> bool:
-        """The agent's newest mark, mirrored into the state hash for `compactd explain`; True at the first."""
+        """The agent's newest mark; True at the first."""
         assert self.agent_watch is not None
         self._agent_checked_at = time.monotonic()
-        first = self.agent_watch.refresh()
-        if self.agent_watch.mark is not None:
-            self.state.set_health(agent=json.dumps(self.agent_watch.mark, sort_keys=True))
-        return first
+        return self.agent_watch.refresh()
 
     def _watch_agent(self) -> None:
         """offsets_source admin: the gate is armed at the agent's first complete poll (and the deletes it held are
