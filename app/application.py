@@ -42,7 +42,7 @@ from compactd.sinks.audit import AuditLog
 from compactd.sinks.base import ActionSink
 from compactd.sinks.dlq import DeadLetters
 from compactd.sinks.kafka_admin import KafkaAdminSink
-from compactd.sinks.nudge_ledger import NudgeLedger
+from compactd.sinks.nudge_ledger import LifecycleRecords, NudgeLedger
 from compactd.state.outage import REDIS_DOWN, RedisOutage
 from compactd.streaming.checkpoint import batch_end_offsets, completed_end_offsets, stream_id_for
 from compactd.streaming.decode import Decoder
@@ -133,7 +133,7 @@ class Application:
             view_cap=lambda *args: self.compaction.view_cap(*args),
             topics=self.cluster_topics,
             strict_groups=settings.strict_groups,
-            on_reset=self._record_reset,
+            records=LifecycleRecords(self.ledger, lambda: batch_end_offsets(self.spark_checkpoint)),
         )
         self.config = RuntimeConfig(self.state, settings.thresholds, settings.secrets(), self.controller, self.metrics)
         self.compaction = CompactionTrigger(
@@ -701,16 +701,12 @@ class Application:
         latest = list_end_offsets(self._admin, self.settings.source_topics(), "high")
         return all(end <= done.get(topic, {}).get(p, 0) for topic, parts in latest.items() for p, end in parts.items())
 
-    def _record_reset(self, topic: str, why: str, now: int) -> None:
-        """A topic's state was reset (a re-created topic): where the sources stand goes on the ledger, so that a
-        rebuild drops the topic's events from before it (`_supersede`). The planned end of the latest batch: a batch
-        planned and not yet merged is dropped too, which can only make a rebuilt state know less."""
-        self.ledger.record_reset(topic, now, why, batch_end_offsets(self.spark_checkpoint))
-
     def _supersede(self) -> None:
         """A rebuild reads the sources from their start: the events each recorded reset dropped are dropped again
-        (the decoder filters them where it reads), and the resets' causes are back for `explain`."""
-        resets = self.ledger.load_resets()
+        (the decoder filters them where it reads), the state is bound again to the topic IDs it described, and the
+        resets' causes are back for `explain`."""
+        resets, ids = self.ledger.load_resets(), self.ledger.load_ids()
+        self.controller.lifecycle.restore(ids)
         self.decoder = replace(self.decoder, superseded={t: r["positions"] for t, r in resets.items()})
         for topic, r in resets.items():
             self.state.restore_reset(topic, {"at": r["at"], "why": r["why"], "partitions": 0})

@@ -20,7 +20,7 @@ import numpy as np
 
 from compactd.clock import now_ms
 from compactd.control.io_ahead import IoAhead
-from compactd.control.lifecycle import Lifecycle, TopicReader
+from compactd.control.lifecycle import Lifecycle, Records, TopicReader
 from compactd.control.scheduled import Scheduled
 from compactd.control.share import (
     ChunkRead,
@@ -108,7 +108,7 @@ class Controller:
         shares: int = 0,
         topics: TopicReader | None = None,
         strict_groups: bool = False,
-        on_reset: Callable[[str, str, int], None] | None = None,
+        records: Records | None = None,
     ) -> None:
         """`cluster_offsets(topic, fresh)`: the committed offsets of the topic's groups as the cluster has them, read
         right before each consumed-retention delete (None: no such check, for tests without a cluster; a cached answer
@@ -116,7 +116,7 @@ class Controller:
         the delete (cluster_check: strict). `view_cap(topic, partition, thresholds, now, fresh)`: the compacted view's
         horizon no delete may pass (None: no view). `topics`: topic IDs and watermarks from the cluster, checked right
         before a delete or a nudge goes and by `sweep_topics` (control/lifecycle.py; None: only the sink's own log-end
-        check)."""
+        check); `records`: where resets and the topic IDs the state is bound to are kept beyond Redis."""
         self.state = state
         self.layers = dict(layers)
         self.own_topics = own_topics
@@ -146,7 +146,7 @@ class Controller:
         self.io = IoAhead()
         # the deadlines this process stored: an evaluation writes the ones that changed (control/scheduled.py)
         self.scheduled = Scheduled()
-        self.lifecycle = Lifecycle(state, topics, metrics, self._forget_partitions, on_reset)
+        self.lifecycle = Lifecycle(state, topics, metrics, self._forget_partitions, records)
         self._nudges_checked_at = -NUDGE_CHECK_MS
 
     # ---- configuration ----

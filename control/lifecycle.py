@@ -13,7 +13,7 @@ for their commits, as it does for a group that never committed (KIP-68's -1).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 from compactd.kafka.topics import TopicsNow
@@ -31,9 +31,22 @@ class TopicReader(Protocol):
     def facts(self, topic: str, partition: int) -> LogFacts | None: ...
 
 
+class Records(Protocol):
+    """What a state loss must not take, kept beyond Redis (the application's ledger topic)."""
+
+    def record_reset(self, topic: str, why: str, now: int) -> None:
+        """The topic's state was reset: where the sources stand now (a rebuild drops the events before)."""
+
+    def record_ids(self, ids: Mapping[str, str | None]) -> None:
+        """The incarnations the state is bound to (None: the topic was forgotten). A rebuild binds its state to them
+        before it reads a source again: a topic re-created since is then found stale, not taken for the one the
+        replayed events describe."""
+
+
 class Lifecycle:
     """`reader`: the cluster (None: only what the sink reports, `stale`). `on_change(topic, partitions)`: the
-    controller forgets what it remembers of them (metrics, deadlines).
+    controller forgets what it remembers of them (metrics, deadlines). `records`: resets and bound topic IDs are
+    written there too, before Redis (None: Redis only, for tests of one process).
 
     An action found stale is skipped first and its topic reset after (`settle`), once the round's records are
     written: a reset drops the topic's live records, and a skipped record written after it would come back."""
@@ -44,17 +57,16 @@ class Lifecycle:
         reader: TopicReader | None,
         metrics: Metrics,
         on_change: Callable[[str, list[int]], None],
-        on_reset: Callable[[str, str, int], None] | None = None,
+        records: Records | None = None,
     ) -> None:
-        """`on_reset(topic, why, now)`: a reset is recorded beyond Redis (the application's ledger), before the topic's
-        state goes."""
-        self.on_reset = on_reset
+        self.records = records
         self.state = state
         self.reader = reader
         self.metrics = metrics
         self.on_change = on_change
         self._missing_once: set[str] = set()
-        self._pending: dict[str, tuple[str, bool]] = {}  # topic -> (why, gone) to reset (or forget) at `settle`
+        # topic -> (why, gone, its ID now) to reset (or forget) at `settle`
+        self._pending: dict[str, tuple[str, bool, str | None]] = {}
         self._learned: set[str] = set()  # topics whose ID this process recorded or found recorded (or none reported)
 
     def learn(self, topics: Iterable[str]) -> None:
@@ -69,15 +81,28 @@ class Lifecycle:
         unknown = [t for t, known in zip(new, self.state.topic_ids(new), strict=True) if known is None]
         if unknown:
             seen = self.reader.describe(unknown)
-            for topic, topic_id in seen.ids.items():
-                if (now_id := known_id(topic_id)) is not None:
-                    self.state.set_topic_id(topic, now_id)
+            self._bind({t: now_id for t, topic_id in seen.ids.items() if (now_id := known_id(topic_id)) is not None})
             new = [t for t in new if t not in seen.unknown]  # asked again at the next batch
         self._learned.update(new)
 
     def forget_learned(self) -> None:
         """The state was wiped (a rebuild): the IDs this process recorded went with it."""
         self._learned.clear()
+
+    def restore(self, ids: Mapping[str, str]) -> None:
+        """A rebuild binds the empty state to the incarnations recorded beyond Redis before any event is read again:
+        the events replayed describe them, whatever the cluster holds now. A topic re-created since (no sweep saw it
+        before the state went) is then found stale at its first action, and reset, instead of its old log's events
+        being taken for the new log's (the lifecycle property found a forced delete to 600 where 349 was due)."""
+        self.state.set_topic_ids(dict(ids))
+
+    def _bind(self, ids: Mapping[str, str | None]) -> None:
+        """Record the incarnation each topic's state describes: beyond Redis first, then in it (None: forgotten)."""
+        if not ids:
+            return
+        if self.records is not None:
+            self.records.record_ids(ids)
+        self.state.set_topic_ids({t: i for t, i in ids.items() if i is not None})
 
     def check(self, rec: ActionRecord, view: PartitionView | None) -> str | None:
         """Why `rec` must not go because its topic is not the log its state describes (None: it may go); the topic
@@ -98,24 +123,27 @@ class Lifecycle:
         else:
             why = f"topic ID {stored} is now {now_id}" if None not in (now_id, stored) and now_id != stored else None
         if why is not None:
-            return self.stale(rec.topic, f"{rec.topic}/{rec.partition}: {why}")
+            return self.stale(rec.topic, f"{rec.topic}/{rec.partition}: {why}", now_id=now_id)
         if stored is None and now_id is not None:
-            self.state.set_topic_id(rec.topic, now_id)
+            self._bind({rec.topic: now_id})
         return None
 
-    def stale(self, topic: str, why: str, gone: bool = False) -> str:
-        """Mark `topic` for a reset (a forget when `gone`) at the next `settle`; returns the skip reason."""
-        self._pending.setdefault(topic, (why, gone))
+    def stale(self, topic: str, why: str, gone: bool = False, now_id: str | None = None) -> str:
+        """Mark `topic` for a reset (a forget when `gone`) at the next `settle`, bound to `now_id` if the cluster
+        reported it; returns the skip reason."""
+        self._pending.setdefault(topic, (why, gone, now_id))
         return f"{STALE}: {why}"
 
     def settle(self, now: int) -> None:
         """Reset or forget the topics found stale since the last call."""
         pending, self._pending = self._pending, {}
-        for topic, (why, gone) in pending.items():
+        for topic, (why, gone, now_id) in pending.items():
             if gone:
                 self.forget(topic, why)
             else:
                 self.reset(topic, why, now)
+                if now_id is not None:
+                    self._bind({topic: now_id})
 
     def sweep(self, now: int) -> None:
         """One DescribeTopics round over the known topics: record new IDs, reset re-created topics, forget topics
@@ -129,18 +157,17 @@ class Lifecycle:
             if now_id is None:
                 continue
             stored = self.state.topic_id(topic)
-            if stored is None:
-                self.state.set_topic_id(topic, now_id)
-            elif stored != now_id:
-                self.reset(topic, f"topic ID {stored} is now {now_id}", now)
-                self.state.set_topic_id(topic, now_id)
+            if stored != now_id:
+                if stored is not None:
+                    self.reset(topic, f"topic ID {stored} is now {now_id}", now)
+                self._bind({topic: now_id})
         for topic in seen.missing & self._missing_once:
             self.forget(topic, "deleted: missing from two topic checks in a row")
         self._missing_once = set(seen.missing)
 
     def reset(self, topic: str, why: str, now: int) -> None:
-        if self.on_reset is not None:
-            self.on_reset(topic, why, now)
+        if self.records is not None:
+            self.records.record_reset(topic, why, now)
         parts = self.state.reset_topic(topic, why, now)
         self._learned.discard(topic)
         self.metrics.topic_resets.inc()
@@ -155,6 +182,8 @@ class Lifecycle:
 
     def forget(self, topic: str, why: str) -> None:
         parts = self.state.forget_topic(topic)
+        if self.records is not None:
+            self.records.record_ids({topic: None})
         self._learned.discard(topic)
         self._missing_once.discard(topic)
         self.metrics.topics_forgotten.inc()

@@ -13,6 +13,10 @@ control/lifecycle.py), key `reset/<topic>` ('/' is in no topic name), value `{"t
 {source topic: {partition: offset}}}`: where the sources stood when the reset dropped what their earlier events had
 built. A rebuild reads the sources again from their start and drops those events too (streaming/decode.py).
 
+And the topic ID each topic's state is bound to (control/lifecycle.py), key `id/<topic>`, value `{"topic", "id"}`
+(a tombstone once the topic is forgotten): a rebuild binds its empty state to them before it reads the sources
+again, so that a topic re-created while nothing watched is found stale instead of taken for its old log.
+
 And each retention takeover of the compaction service (compaction/takeover.py), key `takeover/<topic>`, value
 `{"topic", "original" (null: the broker's default), "applies_ms", "at"}`: written before the topic's retention.ms is
 set to -1, removed once the original is back.
@@ -21,6 +25,7 @@ set to -1, removed once the original is back.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -31,6 +36,7 @@ from compactd.kafka.writer import JsonTopicWriter
 from compactd.model import Nudge
 
 RESET = "reset/"
+TOPIC_ID = "id/"
 TAKEOVER = "takeover/"
 
 
@@ -63,6 +69,20 @@ class NudgeLedger:
         value = {"topic": topic, "at": at, "why": why, "positions": positions}
         self._writer.write(f"{RESET}{topic}", value)
         self._writer.flush(self.timeout_s)
+
+    def record_ids(self, ids: Mapping[str, str | None]) -> None:
+        """The incarnations topics' state is bound to (None: forgotten), durable before Redis records them."""
+        for topic, topic_id in ids.items():
+            self._writer.write(f"{TOPIC_ID}{topic}", None if topic_id is None else {"topic": topic, "id": topic_id})
+        self._writer.flush(self.timeout_s)
+
+    def load_ids(self) -> dict[str, str]:
+        """topic -> the topic ID its state was last bound to."""
+        return {
+            value["topic"]: value["id"]
+            for key, value in self._live().items()
+            if key.startswith(TOPIC_ID.encode()) and isinstance(value, dict) and isinstance(value.get("id"), str)
+        }
 
     def record_takeover(self, topic: str, value: dict[str, Any]) -> None:
         """What a retention takeover replaced (durable before the alter it describes)."""
@@ -120,3 +140,18 @@ class NudgeLedger:
 
     def close(self) -> None:
         self._writer.close()
+
+
+class LifecycleRecords:
+    """The ledger as control/lifecycle.py's `Records`: a reset is recorded with where the sources stand
+    (`positions()`: the planned end of the latest batch)."""
+
+    def __init__(self, ledger: NudgeLedger, positions: Callable[[], dict[str, dict[str, int]]]) -> None:
+        self.ledger = ledger
+        self.positions = positions
+
+    def record_reset(self, topic: str, why: str, now: int) -> None:
+        self.ledger.record_reset(topic, now, why, self.positions())
+
+    def record_ids(self, ids: Mapping[str, str | None]) -> None:
+        self.ledger.record_ids(ids)

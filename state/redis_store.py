@@ -763,8 +763,10 @@ class RedisState:
         raws = self.r.hmget(self.keys.topic_ids, list(topics)) if topics else []
         return [None if raw is None else _s(raw) for raw in raws]
 
-    def set_topic_id(self, topic: str, topic_id: str) -> None:
-        self.r.hset(self.keys.topic_ids, topic, topic_id)
+    def set_topic_ids(self, ids: Mapping[str, str]) -> None:
+        """Bind topics' state to these topic IDs (one call)."""
+        if ids:
+            self.r.hset(self.keys.topic_ids, mapping=dict(ids))
 
     def reset_topic(self, topic: str, why: str, now: int) -> list[int]:
         """The topic's log is not the one its state describes: drop its partitions' log state, the groups' offsets

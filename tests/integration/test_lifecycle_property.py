@@ -12,19 +12,19 @@ is refused as stale state, anything else moves the log start. After every step:
   consumed retention and below every counted group's committed offset on this incarnation.
 
 The topic reports its ID (Kafka 2.8+; KRaft clusters always do). Redis also loses everything: deletes are held while
-the sources are read again from their start, and the events a reset superseded (recorded through the controller's
-`on_reset`, as the application records the sources' positions on its ledger) are dropped, as the decoder drops them
-where Spark reads (tests/unit/test_superseded.py; a real job: tests/e2e/test_lifecycle.py).
+the sources are read again from their start, the events a reset superseded (recorded through the controller's
+`records`, as the application records the sources' positions on its ledger) are dropped, as the decoder drops them
+where Spark reads (tests/unit/test_superseded.py; a real job: tests/e2e/test_lifecycle.py), and the state is bound
+again to the topic IDs the ledger recorded before anything is read.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
 import redis
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
@@ -145,6 +145,15 @@ PROLOGUE: list[tuple[Any, ...]] = [
 # the rebuild that must drop the old log's events: re-created, found by a sweep, the new log grown past the old
 # segments without rolling one, then Redis lost (replayed, the old segments would be deleted on the new log)
 @example(history=[("recreate", False), ("sweep",), ("produce", 0, 700), ("redis_lost",), ("time", 7 * H)])
+# found in CI (2026-11-24): re-created and Redis lost before any sweep saw the new topic ID; the rebuild took the old
+# log's events for the new log's, which ended where an old segment ended: a forced delete to 600 where 349 was due.
+# The rebuild now binds its state to the ID the ledger recorded, and the first action finds the topic stale.
+@example(
+    history=[
+        ("produce", 0, 1), ("recreate", False), ("produce", 0, 1), ("produce", 0, 174), ("add_partition",),
+        ("produce", 0, 174), ("redis_lost",), ("roll", 0), ("roll", 0), ("produce", 0, 251),
+    ]
+)  # fmt: skip
 def test_no_delete_removes_what_no_rule_made_due_across_re_creations(
     rclient: redis.Redis, history: list[tuple[Any, ...]]
 ) -> None:
@@ -172,13 +181,22 @@ def test_no_delete_removes_what_no_rule_made_due_across_re_creations(
     layers = {"global": {"dry.run": False, "consumed.retention.ms": CONSUMED, "forced.retention.ms": FORCED}}
     merged: list[BatchChanges] = []  # what the sources hold, in order: a rebuild reads it all again
     superseded: dict[str, int] = {}  # topic -> how many batches the sources held when it was reset
+    bound: dict[str, str] = {}  # topic -> the topic ID its state is bound to, as the ledger keeps it
     gate = [True]
+
+    class Ledger:  # what the application keeps on its ledger topic (sinks/nudge_ledger.py), beyond Redis
+        def record_reset(self, topic: str, why: str, now: int) -> None:
+            superseded[topic] = len(merged)
+
+        def record_ids(self, ids: Mapping[str, str | None]) -> None:
+            for topic, topic_id in ids.items():
+                _ = bound.pop(topic, None) if topic_id is None else bound.__setitem__(topic, topic_id)
 
     def new_controller() -> Controller:
         return Controller(
             RedisState(rclient), layers, sink, None, Metrics(CollectorRegistry()), clock=lambda: clock[0],
             topics=Reader(sim), deletes_allowed=lambda: gate[0],
-            on_reset=lambda topic, why, now: superseded.__setitem__(topic, len(merged)),
+            records=Ledger(),
         )  # fmt: skip
 
     ctl, batch_id = new_controller(), 0
@@ -229,6 +247,7 @@ def test_no_delete_removes_what_no_rule_made_due_across_re_creations(
             event("state lost" + (" after a reset" if superseded else ""))
             rclient.flushall()
             ctl, gate[0] = new_controller(), False  # the gate holds deletes until the rebuild has read the sources
+            ctl.lifecycle.restore(bound)
             for n, again in enumerate(merged):
                 if n >= superseded.get(TOPIC, 0):
                     ctl.on_batch(f"rebuilt-{batch_id}", n, again)
@@ -244,19 +263,3 @@ def test_no_delete_removes_what_no_rule_made_due_across_re_creations(
     ctl.tick()
     ctl.tick()
     assert not violations, violations
-
-
-# Found by the property above in CI (2026-11-24), open: the topic is re-created and Redis loses its state before any
-# sweep saw the new topic ID. The rebuild replays the old log's segment events as the new log's (segment events carry
-# no topic ID), and the new log happens to end where an old segment ended, so nothing contradicts them: a delete goes
-# to 600 where at most 349 is due. Kept here, failing, until it is fixed (strict: a fix makes this test fail).
-KNOWN_UNDETECTED_RE_CREATION = [
-    ("produce", 0, 1), ("recreate", False), ("produce", 0, 1), ("produce", 0, 174), ("add_partition",),
-    ("produce", 0, 174), ("redis_lost",), ("roll", 0), ("roll", 0), ("produce", 0, 251),
-]  # fmt: skip
-
-
-@pytest.mark.xfail(strict=True, reason="open: a re-creation no sweep saw before a state loss (segment events lack IDs)")
-def test_a_re_creation_no_sweep_saw_before_a_state_loss(rclient: redis.Redis) -> None:
-    inner = test_no_delete_removes_what_no_rule_made_due_across_re_creations.hypothesis.inner_test  # type: ignore[attr-defined]
-    inner(rclient, KNOWN_UNDETECTED_RE_CREATION)

@@ -11,11 +11,13 @@ from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import Controller
 from compactd.kafka.config import KafkaConnection
-from compactd.kafka.topics import ClusterTopics
+from compactd.kafka.topics import ClusterTopics, TopicsNow
 from compactd.metrics import Metrics
 from compactd.model import Segment
+from compactd.policy.identity import LogFacts
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.kafka_admin import KafkaAdminSink
+from compactd.sinks.nudge_ledger import LifecycleRecords, NudgeLedger
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
 
@@ -24,9 +26,11 @@ M = 60_000
 T0 = 1_800_000_000_000
 
 
-def controller(cluster, rclient, clock: list[int], topic: str, rules: dict) -> tuple[Controller, str]:
+def controller(
+    cluster, rclient, clock: list[int], topic: str, rules: dict, topics=None, records=None
+) -> tuple[Controller, str]:
     actions = cluster.name("actions")
-    cluster.create(actions)
+    cluster.create(actions, exist_ok=True)
     state = RedisState(rclient)
     conn = KafkaConnection(cluster.bootstrap)
     ctl = Controller(
@@ -36,7 +40,8 @@ def controller(cluster, rclient, clock: list[int], topic: str, rules: dict) -> t
         AuditLog(conn, actions),
         Metrics(CollectorRegistry()),
         clock=lambda: clock[0],
-        topics=ClusterTopics(conn),
+        topics=topics or ClusterTopics(conn),
+        records=records,
     )
     return ctl, actions
 
@@ -178,3 +183,57 @@ def test_a_state_missing_segment_events_deletes_up_to_the_gap_then_all_after_the
     ctl.on_batch("s", 1, batch(topic, [Segment(1000, 2000, old, 100, old)]))  # the full scan
     assert cluster.watermarks(topic) == (3000, 3500)
     assert cluster.read_all(actions)[-1]["before_offset"] == 3000
+
+
+class Incarnations(ClusterTopics):
+    """The broker's answers, with the topic ID a Kafka 2.8+ broker would report (noida-db reports the all-zero ID):
+    `incarnation[0]` says which one the topic is now."""
+
+    def __init__(self, conn: KafkaConnection, incarnation: list[int]) -> None:
+        super().__init__(conn)
+        self.incarnation = incarnation
+
+    def describe(self, topics) -> TopicsNow:
+        now = super().describe(topics)
+        return TopicsNow({t: f"id-{self.incarnation[0]}" for t in now.ids}, now.missing, now.unknown)
+
+    def facts(self, topic: str, partition: int) -> LogFacts | None:
+        f = super().facts(topic, partition)
+        return None if f is None else LogFacts(f"id-{self.incarnation[0]}", f.low, f.high)
+
+
+def test_a_rebuild_binds_its_state_to_the_topic_ids_on_the_ledger(cluster, rclient) -> None:
+    """Re-created, then Redis lost before any check saw it: the new log ends where the old segments end, so its
+    watermarks contradict nothing; the topic ID the ledger recorded does (the lifecycle property found the delete)."""
+    topic = cluster.name("unseen")
+    cluster.create(topic, 1, {"cleanup.policy": "delete"})
+    cluster.fill(topic, 3000)
+    conn, incarnation, clock = KafkaConnection(cluster.bootstrap), [1], [T0]
+    ledger = NudgeLedger(conn, cluster.name("nudges"))
+    ledger.start()
+    records = LifecycleRecords(ledger, lambda: {})
+    old = batch(topic, [Segment(b, b + 1000, T0, 100, T0) for b in (0, 1000, 2000)])  # due in an hour
+
+    def job() -> Controller:
+        return controller(cluster, rclient, clock, topic, {"forced.retention.ms": H}, Incarnations(conn, incarnation),
+                          records)[0]  # fmt: skip
+
+    job().on_batch("s", 0, old)
+    assert ledger.load_ids() == {topic: "id-1"}
+    recreate(cluster, topic, 3000)
+    incarnation[0] = 2
+    rclient.flushall()
+    ctl = job()
+    ctl.lifecycle.restore(ledger.load_ids())  # what the application's rebuild does before it reads the sources
+    ctl.on_batch("rebuilt", 0, old)
+    clock[0] += 2 * H
+    ctl.tick()
+    assert cluster.watermarks(topic) == (0, 3000)
+    assert ctl.metrics.registry.get_sample_value("compactd_topic_resets_total") == 1
+    assert ledger.load_ids() == {topic: "id-2"}  # the reset bound the state to the topic as it is now
+    for fut in cluster.admin.delete_topics([topic]).values():
+        fut.result(30)
+    ctl.sweep_topics()
+    ctl.sweep_topics()
+    assert ledger.load_ids() == {}  # forgotten: a topic created later under the name binds afresh
+    ledger.close()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compactd.demo.embedded import Service, kafka_broker, redis_server
@@ -90,9 +90,15 @@ class Cluster:
     def name(self, base: str) -> str:
         return f"{self.prefix}.{base}"
 
-    def create(self, topic: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+    def create(
+        self, topic: str, partitions: int = 1, config: dict[str, str] | None = None, exist_ok: bool = False
+    ) -> None:
         for fut in self.admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})]).values():
-            fut.result(30)
+            try:
+                fut.result(30)
+            except KafkaException as exc:
+                if not (exist_ok and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                    raise
 
     def recreate(self, topic: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
         """Delete `topic` and create it again: a new, empty log under the same name."""

@@ -4,7 +4,7 @@ log's own evidence against a real broker)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry
 
@@ -60,8 +60,8 @@ class Store:
     def topic_ids(self, topics: Sequence[str]) -> list[str | None]:
         return [self.ids.get(t) for t in topics]
 
-    def set_topic_id(self, topic: str, topic_id: str) -> None:
-        self.ids[topic] = topic_id
+    def set_topic_ids(self, ids: Mapping[str, str]) -> None:
+        self.ids.update(ids)
 
     def reset_topic(self, topic: str, why: str, now: int) -> list[int]:
         self.resets.append(topic)
