@@ -1,5 +1,5 @@
 """compactd on a real multi-process Spark: a standalone master and worker on loopback, the job submitted with
-`deploy/submit` exactly as the README's "Deploying" section says. The worker has no virtualenv and no PYTHONPATH:
+`deploy/submit` exactly as docs/deploying.md says. The worker has no virtualenv and no PYTHONPATH:
 its executors import compactd only from the environment deploy/submit packs and ships."""
 
 from __future__ import annotations
