@@ -26,10 +26,10 @@ from dataclasses import dataclass
 PART_BUCKET = 128  # partitions per ps:<bucket> hash (lua/part.lua)
 OFFSET_BUCKET = 128  # partitions per o:<id>:<bucket> hash (lua/offsets.lua, lua/counted.lua)
 
-# The Redis settings compactd's state is sized for (docs/operations.md, "Running it"): a partition's packed record (lua/part.lua) is
-# about 90 B with 5 segments, over the default 64 B that keeps a hash in its compact listpack encoding, and a topic's
-# set of partitions stays a compact intset up to 16,384 partitions instead of the default 512. Without them the state
-# is correct and about 1.7 x larger per partition.
+# The Redis settings compactd's state is sized for (docs/operations.md, "Running it"): a partition's packed record
+# (lua/part.lua) is about 90 B with 5 segments, over the default 64 B that keeps a hash in its compact listpack
+# encoding, and a topic's set of partitions stays a compact intset up to 16,384 partitions instead of the default 512.
+# Without them the state is correct and about 1.7 x larger per partition.
 REDIS_CONFIG = {"hash-max-listpack-value": "256", "set-max-intset-entries": "16384"}
 
 
