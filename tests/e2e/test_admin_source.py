@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from compactd.agent.admin_agent import AdminAgent, AdminPublisher, run_admin_agent
 from compactd.agent.admin_poll import AdminPoll, Event
-from compactd.app import application
+from compactd.app import gate
 from compactd.app.application import Application
 from compactd.app.explain import explain
 from compactd.clock import now_ms
@@ -147,7 +147,7 @@ def test_deletes_follow_the_slower_real_group_and_a_deleted_group_stops_holding(
 def test_a_job_whose_sources_nothing_writes_says_so_in_one_line_and_explain_names_it(
     spark, cluster, job_settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(application, "NO_SOURCE_S", 1.0)
+    monkeypatch.setattr(gate, "NO_SOURCE_S", 1.0)
     topic, group = cluster.name("orders"), cluster.name("billing")
     settings = job_settings(
         offsets_source="admin",

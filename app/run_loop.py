@@ -1,0 +1,394 @@
+"""The running job: the stream started (or started again), each micro-batch merged and decided, the deadline
+ticker between batches, and the stops (graceful, forced, `run --once`). A mixin of `Application`
+(app/application.py), which wires what it uses."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import compactd
+from compactd.app import share_task
+from compactd.clock import now_ms
+from compactd.control.controller import RunShares
+from compactd.control.runtime_config import ConfigOutcome
+from compactd.control.share import Layers, ShareResult
+from compactd.errors import ForcedStop, QueryFailed, StopTimeout
+from compactd.kafka.admin import admin_client, list_end_offsets
+from compactd.state.outage import REDIS_DOWN
+from compactd.streaming.checkpoint import batch_end_offsets, completed_end_offsets
+from compactd.streaming.job import Batch, StreamingJob, StreamSpec, root_cause
+
+log = logging.getLogger("compactd.job")
+
+IDLE_LOG_EVERY_S = 60.0
+ONCE_DRAIN_S = 300.0  # `run --once` sends what the rate cap held back for at most this long
+SPARK_EXIT_S = 10.0  # after its session stopped, Spark's JVM gets this long to exit before it is killed
+MAX_REBUILDS_PER_RUN = 3  # `run --once`: a state lost again and again while rebuilding ends the run
+# Spark gives the Python process behind a Python streaming source 10 s to connect back (hard-coded in its
+# PythonWorkerFactory); on an overloaded machine a query fails at its start with this, before reading anything.
+SLOW_WORKER = "Python worker failed to connect back"
+MAX_SLOW_WORKER_RESTARTS = 3  # per run: a machine that slow for longer is reported, not retried forever
+
+
+@dataclass
+class RunSummary:
+    """What one `run` did, for its closing line."""
+
+    batches: int = 0
+    events: int = 0
+    rejected: int = 0
+    partitions: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def line(self, outcomes: dict[str, int]) -> str:
+        acts = ", ".join(f"{n} {status}" for status, n in sorted(outcomes.items())) or "none"
+        return (
+            f"{self.events} events ({self.rejected} rejected) in {self.batches} batches, "
+            f"{self.partitions} partitions evaluated, actions: {acts}; {time.monotonic() - self.started:.1f}s"
+        )
+
+
+class RunLoop:
+    """The stream, its batches, the ticker and the stops."""
+
+    def _start_stream(self, once: bool, starting_offsets: str | None = None) -> None:
+        if self.spark is None:
+            from compactd.streaming.session import check_executors, spark_session
+
+            self.spark = spark_session(self.settings.spark_master, verbose=self.verbose)
+            self._closers.append(self._stop_spark)  # a session this application started, it stops
+            if not self.spark.sparkContext.master.startswith("local"):
+                where = check_executors(self.spark, self.settings.executor_check_timeout_ms / 1000)
+                log.info("executors import compactd %s from %s", compactd.__version__, ", ".join(where))
+        s = self.settings
+        if starting_offsets == "earliest" and self.rebuilding:
+            self._supersede()
+        spec = StreamSpec(
+            conn=self.conn,
+            topics=s.source_topics(),
+            decoder=self.decoder,
+            checkpoint=self.spark_checkpoint,
+            trigger_interval_ms=s.trigger_interval_ms,
+            max_rows_per_trigger=s.max_rows_per_trigger,
+            starting_offsets=starting_offsets or s.starting_offsets,
+            source_format=s.spark_source,
+            name=f"compactd-{self.stream_id[:8]}",
+            shares=s.evaluation_shares,
+        )
+        self.job = StreamingJob(spec, self.spark, self.on_batch)
+        self.job.start(once)
+        if self._stop_job not in self._closers:
+            self._closers.append(self._stop_job)
+
+    # ---- per batch ----
+
+    def on_batch(self, batch: Batch) -> None:
+        """Driver side of a micro-batch: DLQ, metrics, merge → decide → act, and the readiness gate."""
+        started = time.monotonic()
+        if self.lost is not None:
+            return  # the rebuild reads this batch again, from the sources' start
+        # the offset log is only read while the gate is closed
+        opened = not self.readiness.ready() and self.readiness.observe(batch.end_offsets())
+        collected = batch.collected
+        before = sum(self.controller.outcomes.values())
+        done = self.outage.retry(
+            lambda: self._merge_and_decide(batch, opened), f"batch {batch.batch_id} waits", give_up=lambda: self.forced
+        )
+        if done is None:
+            return  # the state was lost: nothing merged, the run loop rebuilds
+        config, touched = done
+        rejected = collected.rejected + config.rejected
+        self.dlq.publish(rejected, now_ms())
+        for row in rejected:
+            self.metrics.dlq_records.labels(row["stream"], row["error"]).inc()
+        for (stream, kind), n in collected.counts.items():
+            self.metrics.input_records.labels(stream, kind).inc(n)
+        records = sum(collected.counts.values())
+        self.metrics.batch_records.observe(records)
+        self.metrics.last_batch.set(time.time())
+        actions = sum(self.controller.outcomes.values()) - before
+        self.summary.batches += 1
+        self.summary.events += records
+        self.summary.rejected += len(rejected)
+        self.summary.partitions += touched
+        self._log_batch(batch, records, len(rejected), touched, actions, time.monotonic() - started)
+
+    def _merge_and_decide(self, batch: Batch, opened: bool) -> tuple[ConfigOutcome, int] | None:
+        """Check the state is still ours, apply config, merge, decide, act. Safe to repeat after a Redis error:
+        merges are idempotent per batch id, decisions have deterministic ids, config versions only move forward."""
+        lost = self.guard.loss_now(self.stream_id)
+        if lost is not None:
+            self._state_lost(lost)
+            return None
+        # config first: the batch's own partitions are decided under the thresholds it brings
+        config = self.config.apply(batch.collected.config)
+        touched = self.controller.on_batch(
+            self.stream_id, batch.batch_id, batch.collected.changes, self._shares_of(batch)
+        )
+        self.guard.merged_batch(self.stream_id, batch.batch_id)
+        if not self._segments_seen and any(s == "segments" and k != "rejected" for s, k in batch.collected.counts):
+            self.state.set_health(segments_at=str(now_ms()))  # `explain`: a segment source exists
+            self._segments_seen = True
+        if opened:  # deletes held back while catching up are decided now, everywhere
+            log.info("sources caught up at batch %d (%s): gate open", batch.batch_id, self.readiness.why)
+            self._gate_changed()
+        if opened or config.evaluate_all:
+            touched += self.controller.evaluate_all()
+        elif config.evaluate:
+            touched += self.controller.evaluate(config.evaluate, "config")
+        return config, touched
+
+    def _shares_of(self, batch: Batch) -> RunShares | None:
+        """With `evaluation_shares`, the batch's per-topic work as Spark tasks (app/share_task.py), one per share."""
+        if batch.per_topic is None:
+            return None
+        per_topic = batch.per_topic
+
+        def run(layers: Layers, now: int) -> list[ShareResult]:
+            fn = share_task.task(
+                self.settings, layers.layers, layers.own_topics, self.stream_id, batch.batch_id, now,
+                batch.collected.deleted,
+            )  # fmt: skip
+            shares, workers = share_task.results(per_topic(fn, share_task.SHARE_DDL))
+            if shares:
+                log.info(
+                    "batch %d: per-topic work in %d tasks: %s",
+                    batch.batch_id,
+                    len(shares),
+                    ", ".join(f"{w} merged {s.touched} in {t:.2f}s" for (w, t), s in zip(workers, shares, strict=True)),
+                )
+            return shares
+
+        return run
+
+    def _log_batch(self, batch: Batch, records: int, rejected: int, touched: int, actions: int, act_s: float) -> None:
+        """One line per batch that did something; an idle stream says so once a minute."""
+        now = time.monotonic()
+        if records or actions:
+            log.info(
+                "batch %d: %d records (%d rejected), %d partitions, %d actions; spark %.2fs, merge+decide+act %.2fs",
+                batch.batch_id,
+                records,
+                rejected,
+                touched,
+                actions,
+                batch.spark_seconds,
+                act_s,
+            )
+            self._last_log, self._idle_batches = now, 0
+            return
+        self._idle_batches += 1
+        if now - self._last_log >= IDLE_LOG_EVERY_S:
+            log.info("idle: %d empty batches in the last %.0fs", self._idle_batches, now - self._last_log)
+            self._last_log, self._idle_batches = now, 0
+
+    # ---- run ----
+
+    def run(self, once: bool = False, stop: threading.Event | None = None) -> str:
+        """`once`: consume what is there, evaluate every partition, return. Else tick until `stop` or failure.
+
+        Returns the one-line summary of what was done; raises QueryFailed with the root cause on one line.
+        """
+        if self.job is None:
+            self.start(once)
+        if once and self.job is None:  # every source partition was read to its end already
+            self.summary.partitions += self.controller.evaluate_all()
+            self._compact_once()
+            self._drain(time.monotonic() + ONCE_DRAIN_S)
+            return self.summary.line(self.controller.outcomes)
+        assert self.job is not None and self.job.query is not None
+        query = self.job.query
+        if once:
+            rebuilds = 0
+            while True:
+                try:
+                    query.awaitTermination()
+                except ForcedStop:
+                    self.forced = True
+                    raise
+                except Exception as exc:  # reported once, on one line
+                    if (restarted := self._restart_slow_worker(once=True)) is not None:
+                        query = restarted
+                        continue
+                    self._raise_if_failed()
+                    raise QueryFailed(f"streaming query failed: {root_cause(str(exc))}") from None
+                self._raise_if_failed()
+                if self.lost is None or rebuilds == MAX_REBUILDS_PER_RUN:
+                    break
+                rebuilds += 1
+                query = self._rebuild_stream(once=True)  # lost during this run: read everything again
+            self.summary.partitions += self.controller.evaluate_rest()
+            self.controller.restore_nudges()
+            self._compact_once()
+            self._drain(time.monotonic() + ONCE_DRAIN_S)
+            return self.summary.line(self.controller.outcomes)
+        stop = stop or threading.Event()
+        interval = self.settings.trigger_interval_ms / 1000
+        last_error, said_at = "", 0.0
+        warming = True
+        try:
+            while query.isActive and not stop.is_set():
+                if self.lost is not None:
+                    query = self._rebuild_stream(once=False)
+                    continue
+                try:
+                    self.metrics.last_tick.set(time.time())
+                    lost = self.guard.loss_now(self.stream_id)
+                    if lost is not None:
+                        self._state_lost(lost)
+                        continue
+                    self.controller.tick()
+                    self.controller.restore_nudges()
+                    self._check_topics()
+                    self._watch_agent()
+                    self._check_sources()
+                    self.compaction.tick()
+                    if warming:  # metrics of partitions no batch touched yet, one chunk per tick
+                        warming = self.controller.warm_metrics() > 0
+                    self._sample()
+                    if last_error:
+                        log.info("deadline ticks work again")
+                    last_error = ""
+                    self.outage.answered()
+                except ForcedStop:
+                    raise
+                except REDIS_DOWN as exc:  # said once per outage, by whichever of batch and tick meets it first
+                    self.outage.failed(exc, "deadline ticks wait")
+                except Exception as exc:  # a Redis or Kafka hiccup: say so once, keep the stream, retry next tick
+                    error = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+                    if error != last_error or time.monotonic() - said_at >= IDLE_LOG_EVERY_S:
+                        log.warning("deadline tick failed (retrying every trigger): %s", error)
+                        said_at = time.monotonic()
+                    last_error = error
+                stop.wait(interval)
+                if not query.isActive and (restarted := self._restart_slow_worker(once=False)) is not None:
+                    query = restarted
+            self._raise_if_failed()
+            if stop.is_set():
+                self._stop_gracefully()
+        except ForcedStop:
+            self.forced = True
+            raise
+        return self.summary.line(self.controller.outcomes)
+
+    def _compact_once(self) -> None:
+        """`run --once`: the compaction runs due now, carried out before the run ends."""
+        self.compaction.tick(now=True)
+        if not self.compaction.wait(ONCE_DRAIN_S):
+            log.warning("compaction runs still in progress after %.0fs: left unpublished", ONCE_DRAIN_S)
+
+    def _restart_slow_worker(self, once: bool) -> Any | None:
+        """The query started again from its checkpoint if it failed only because Spark's Python worker started too
+        slowly (nothing was read or merged; a restart of the process would do the same), else None."""
+        assert self.job is not None
+        cause = self.job.failure() or ""
+        if SLOW_WORKER not in cause or self._slow_worker_restarts >= MAX_SLOW_WORKER_RESTARTS:
+            return None
+        self._slow_worker_restarts += 1
+        log.warning(
+            "Spark's Python worker did not connect back within Spark's 10 s (an overloaded machine?): "
+            "query started again from its checkpoint (%d of %d)",
+            self._slow_worker_restarts,
+            MAX_SLOW_WORKER_RESTARTS,
+        )
+        self._start_stream(once, starting_offsets="earliest" if self.rebuilding else None)
+        assert self.job is not None and self.job.query is not None
+        return self.job.query
+
+    def _rebuild_stream(self, once: bool) -> Any:
+        """Stop the query between batches, rebuild the state from the sources' start, run a new query."""
+        assert self.job is not None and self.lost is not None
+        self.job.stop(timeout_s=self.settings.stop_timeout_ms / 1000)
+        if once:  # what was evaluated before the loss was evaluated on the lost state
+            self.controller.track_evaluated()
+        self.outage.retry(
+            lambda: self._begin_rebuild(self.lost or ""), "the rebuild waits", give_up=lambda: self.forced
+        )
+        self._arm_readiness()
+        self._start_stream(once, starting_offsets="earliest")
+        assert self.job is not None and self.job.query is not None
+        return self.job.query
+
+    def _stop_gracefully(self) -> None:
+        """SIGTERM: let the running batch finish, stop the query between batches, send what the outbox holds."""
+        assert self.job is not None
+        budget = self.settings.stop_timeout_ms / 1000
+        until = time.monotonic() + budget
+        log.info("stopping: finishing the running batch, then draining the outbox (at most %.0fs)", budget)
+        self.compaction.stopping.set()  # a run in progress is left unpublished: its writes are garbage, never seen
+        if not self.job.stop(timeout_s=budget):
+            self.forced = True
+            raise StopTimeout(
+                f"the running batch did not finish within stop_timeout_ms={self.settings.stop_timeout_ms}; "
+                "the checkpoint replays it on the next start"
+            )
+        self.controller.tick()  # decisions due now go out before we leave
+        self._drain(until)
+
+    def _stop_job(self) -> None:
+        """Closer for the query: between batches, unless a forced stop left it to die with the process."""
+        if self.job is not None and not self.forced:
+            self.job.stop(timeout_s=self.settings.stop_timeout_ms / 1000)
+
+    def _stop_spark(self) -> None:
+        """Closer for the session this application started: its JVM and Python workers end before compactd does
+        (killed at once after a forced stop)."""
+        from compactd.streaming.session import stop_spark
+
+        if self.spark is not None:
+            stop_spark(self.spark, timeout_s=SPARK_EXIT_S, graceful=not self.forced)
+
+    def _nothing_to_read(self) -> bool:
+        """True when the last batch Spark planned is complete and ends at the last stable offset of every source
+        partition: `run --once` would start Spark (most of its 10 s) to plan an empty batch. A planned but unfinished
+        batch (a crash inside it) is never skipped: Spark must replay it."""
+        planned, done = batch_end_offsets(self.spark_checkpoint), completed_end_offsets(self.spark_checkpoint)
+        if planned != done:
+            return False
+        if self._admin is None:
+            self._admin = admin_client(self.conn)
+        latest = list_end_offsets(self._admin, self.settings.source_topics(), "high")
+        return all(end <= done.get(topic, {}).get(p, 0) for topic, parts in latest.items() for p, end in parts.items())
+
+    def _check_topics(self) -> None:
+        """Re-created and deleted topics (Controller.sweep_topics), every topic_check_interval_ms."""
+        if time.monotonic() - self._topics_checked_at < self.settings.topic_check_interval_ms / 1000:
+            return
+        self._topics_checked_at = time.monotonic()
+        self.controller.sweep_topics()
+
+    def _sample(self) -> None:
+        """Gauges that need a round trip (source lag: one ListOffsets; Redis size), every metrics.sample_interval_ms."""
+        if time.monotonic() - self._sampled_at < self.settings.metrics.sample_interval_ms / 1000:
+            return
+        self._sampled_at = time.monotonic()
+        if self._admin is None:
+            self._admin = admin_client(self.conn)
+        topics = self.settings.source_topics()
+        latest = list_end_offsets(self._admin, topics, "high")
+        done = completed_end_offsets(self.spark_checkpoint)
+        for topic in topics:
+            ends, read = latest.get(topic, {}), done.get(topic, {})
+            self.metrics.source_lag.labels(topic).set(sum(max(e - read.get(p, 0), 0) for p, e in ends.items()))
+        keys, used = self.state.size()
+        self.metrics.state_keys.set(keys)
+        self.metrics.state_bytes.set(used)
+
+    def _drain(self, until: float) -> None:
+        """Send what actions.per.second held back, pacing with the cap, until nothing waits or time is up."""
+        held = self.controller.held_back
+        while held and time.monotonic() < until:
+            time.sleep(min(1.0, max(0.05, self.controller.bucket.wait_s())))
+            held = self.controller.drain()
+        if held:
+            log.warning("%d actions still wait for actions.per.second; the next run sends them", held)
+
+    def _raise_if_failed(self) -> None:
+        assert self.job is not None
+        cause = self.job.failure()
+        if cause is not None:
+            raise QueryFailed(f"streaming query failed: {cause}")
