@@ -27,6 +27,7 @@ from compactd.control.compaction_trigger import POOL, CompactionTrigger
 from compactd.control.controller import Controller, Probe, _no_probe
 from compactd.control.runtime_config import RuntimeConfig
 from compactd.control.state_guard import StateGuard
+from compactd.control.view_caps import ViewCaps
 from compactd.errors import ConfigError, DependencyUnavailable, ForcedStop
 from compactd.kafka.admin import check_reachable, ensure_topics
 from compactd.kafka.groups import ClusterGroupOffsets
@@ -82,6 +83,9 @@ class Application(DeleteGate, RunLoop):
         checking = settings.cluster_offsets_check and settings.cluster_check != "off"
         self.group_offsets = ClusterGroupOffsets(conn, ttl_s, holders=self.state.groups) if checking else None
         self.cluster_topics = ClusterTopics(conn)
+        # the compaction service's views cap the source's deletes: data the trigger writes and the controller reads
+        compactor = Compactor(settings, self.state.r, lambda: self.config.effective(), self._compaction_spark, clock)
+        view_caps = ViewCaps(compactor.state, compactor.log)
         self.controller = Controller(
             self.state,
             settings.thresholds,
@@ -93,24 +97,22 @@ class Application(DeleteGate, RunLoop):
             probe=probe,
             own_topics=frozenset(settings.own_topics()),
             cluster_offsets=None if self.group_offsets is None else self.group_offsets.check,
-            view_cap=lambda *args: self.compaction.view_cap(*args),
             topics=self.cluster_topics,
             strict_groups=settings.strict_groups,
             records=LifecycleRecords(self.ledger, lambda: batch_end_offsets(self.spark_checkpoint)),
+            view_caps=view_caps,
         )
         self.config = RuntimeConfig(self.state, settings.thresholds, settings.secrets(), self.controller, self.metrics)
         self.compaction = CompactionTrigger(
-            Compactor(settings, self.state.r, self.config.effective, self._compaction_spark, clock),
+            compactor,
             self.metrics,
             self.config.effective,
             self.state.topics,
             self._audit_run,
             clock,
             check_every_s=settings.compaction_check_interval_ms / 1000,
-            cap_moved=lambda topic: self.controller.evaluate(
-                [(topic, p) for p in self.state.partitions(topic)], "compaction"
-            ),
             takeover_moved=self._takeover_moved,
+            caps=view_caps,
             segments_known=lambda topic: any(  # a few partitions tell: segment events come for all or none
                 v.segments for v in self.state.views([(topic, p) for p in self.state.partitions(topic)[:8]])
             ),

@@ -7,8 +7,10 @@ source's last stable offsets — under the topic's thresholds: `compaction.thres
 `dry.run` (a dry-run topic gets a `dry_run` record, once, and no run). At most one run per topic (the Redis lease,
 also taken by `compactd compact`), at most `compaction.max.concurrent` at once.
 
-It also gives the delete path its cap (`view_cap`): a delete on the source never passes the published horizon
-(nor, during the grace, the previous generation's), so view + tail always hold every live key.
+What it learns of the views — a generation published, a grace over, a source that is another log — goes to
+`caps` (control/view_caps.py), which the controller reads for the delete path's cap: a delete on the source never
+passes the published horizon (nor, during the grace, the previous generation's), so view + tail always hold every
+live key.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from compactd.compaction.manifest import Due, Manifest, find_gaps, garbage_below, retention_cap, run_due, source_changed
+from compactd.compaction.manifest import Due, Manifest, find_gaps, garbage_below, run_due, source_changed
 from compactd.compaction.service import Compactor, ViewGap, eligible
 from compactd.compaction.store import RunInProgress
 from compactd.compaction.takeover import Takeover, Takeovers, overlay, wanted
+from compactd.control.view_caps import ViewCaps
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord
 from compactd.policy.thresholds import Thresholds, parse_scope, resolve, resolve_global
@@ -30,7 +33,6 @@ from compactd.policy.thresholds import Thresholds, parse_scope, resolve, resolve
 log = logging.getLogger("compactd.compaction")
 
 CHECK_EVERY_S = 5.0  # how often topics are checked for a run (one ListOffsets per topic with the service on)
-CACHE_S = 1.0  # how long decisions reuse the manifests they read (the send-time check always reads them)
 RETENTION_TTL_S = 60.0  # how long a source's retention.ms is reused
 POOL = "compactd-compaction"  # Spark fair-scheduler pool of the runs: the stream's batches keep their share
 
@@ -45,15 +47,15 @@ class CompactionTrigger:
         publish: Callable[[ActionRecord], None],
         clock: Callable[[], int],
         check_every_s: float = CHECK_EVERY_S,
-        cap_moved: Callable[[str], None] = lambda _topic: None,
         takeovers: Takeovers | None = None,
         takeover_moved: Callable[[str], None] = lambda _topic: None,
         segments_known: Callable[[str], bool] | None = None,
+        caps: ViewCaps | None = None,
     ) -> None:
-        """`cap_moved(topic)`: the published horizon (or the end of a grace) moved the topic's delete cap: its
-        partitions are evaluated again, as a config change would have them. `takeovers`: the retention takeovers
+        """`takeovers`: the retention takeovers
         (None: none are made); `takeover_moved(topic)`: one began or ended, the thresholds (`overlay`) changed;
-        `segments_known(topic)`: compactd has segment events of the topic (default: it knows the topic at all)."""
+        `segments_known(topic)`: compactd has segment events of the topic (default: it knows the topic at all);
+        `caps`: where what it learns of the views goes, for the controller (default: its own)."""
         self.compactor = compactor
         self.metrics = metrics
         self.layers = layers
@@ -61,22 +63,16 @@ class CompactionTrigger:
         self.publish = publish
         self.clock = clock
         self.check_every_s = check_every_s
-        self.cap_moved = cap_moved
+        self.caps = caps or ViewCaps(compactor.state, compactor.log)
         self.takeovers = takeovers
         self.takeover_moved = takeover_moved
         self.segments_known = segments_known or (lambda topic: topic in set(known_topics()))
         self.running: dict[str, threading.Thread] = {}
         self.said_dry: set[str] = set()
         self.said_gap: set[str] = set()
-        # topics whose source is another log than their published view's: deletes capped at 0 until a new view
-        self.changed: set[str] = set()
         self._retentions: dict[str, tuple[float, tuple[str | None, int | None, str] | None]] = {}
         self._checked_at = 0.0
-        self._mirrored = False
         self.stopping = threading.Event()
-        self._cache_at = -CACHE_S
-        self._with_view: set[str] = set()
-        self._manifests: dict[str, Manifest | None] = {}
         self._lock = threading.Lock()
 
     # -- which topics
@@ -96,40 +92,7 @@ class CompactionTrigger:
         return out
 
     def manifest(self, topic: str) -> Manifest | None:
-        """The published manifest: the Redis mirror, refreshed from the manifest topic when it has none (a new job,
-        a state wiped by a rebuild) — a missing mirror never reads as "nothing published"."""
-        found = self.compactor.state.manifest(topic)
-        if found is None or not self._mirrored:
-            self.refresh_mirrors()
-            found = self.compactor.state.manifest(topic)
-        return found
-
-    def refresh_mirrors(self) -> None:
-        for m in self.compactor.log.read_all().values():
-            current = self.compactor.state.manifest(m.topic)
-            if current is None or current.generation < m.generation:
-                self.compactor.state.mirror(m)
-        self._mirrored = True
-
-    # -- the delete path's cap
-    def view_cap(self, topic: str, partition: int, th: Thresholds, now: int, fresh: bool = False) -> int | None:
-        """The highest source offset a delete may reach on this partition (None: no view, no cap). Decisions read
-        the manifests through a cache of CACHE_S (a stale manifest caps lower: the safe side); the send-time check
-        reads Redis now (`fresh`)."""
-        if fresh or time.monotonic() - self._cache_at >= CACHE_S:
-            self._cache_at = time.monotonic()
-            self._with_view = set(self.compactor.state.topics())
-            self._manifests.clear()
-        manifest: Manifest | None = None
-        if topic in self._with_view or th.compaction_service:
-            if fresh or topic not in self._manifests:
-                self._manifests[topic] = self.compactor.state.manifest(topic)
-            manifest = self._manifests[topic]
-        if manifest is None and th.compaction_service and not self._mirrored:
-            manifest = self._manifests[topic] = self.manifest(topic)
-        if topic in self.changed:
-            return 0  # the view is of another log: nothing of this one is in it yet
-        return retention_cap(manifest, th.compaction_service, partition, now, th.compaction_view_grace_ms)
+        return self.caps.manifest(topic)
 
     # -- the tick
     def tick(self, now: bool = False) -> None:
@@ -173,7 +136,7 @@ class CompactionTrigger:
             return
         # the segments are read (Redis) only where the takeover is asked for: every other topic is "off" already
         known = th.compaction_retention_takeover and self.segments_known(topic)
-        why_not = wanted(th, manifest, topic in self.changed, read[2], known)
+        why_not = wanted(th, manifest, topic in self.caps.changed, read[2], known)
         held = topic in self.takeovers.current()
         if why_not is None and not held:
             tk = self.takeovers.take(topic)
@@ -231,7 +194,7 @@ class CompactionTrigger:
             low = cluster.offsets(manifest.view, "earliest", count, committed=False) if below else {}
             if any(off > low.get(p, 0) for p, off in below.items()):
                 self.compactor.collect(manifest, th.compaction_view_grace_ms)
-                self.cap_moved(topic)  # the previous generation's grace is over: its horizon no longer caps
+                self.caps.moved(topic)  # the previous generation's grace is over: its horizon no longer caps
         stable = cluster.offsets(topic, "latest", count)
         read = self._topic_config(topic)
         retention = None if read is None else read[1]
@@ -244,16 +207,12 @@ class CompactionTrigger:
             changed = source_changed(manifest, count, low, high, cluster.topic_id(topic))
             gaps = [] if changed else find_gaps(manifest, low)
             self.metrics.compaction_gap_records.labels(topic).set(sum(g.end - g.start for g in gaps))
+            # a new view published (here or by `compactd compact`) caps again
+            if self.caps.another_log(topic, bool(changed)) and changed:
+                log.warning("compaction of %s: the source is another log (%s): deletes wait for a new view",
+                            topic, changed)  # fmt: skip
             if changed:
-                if topic not in self.changed:
-                    log.warning("compaction of %s: the source is another log (%s): deletes wait for a new view",
-                                topic, changed)  # fmt: skip
-                    self.changed.add(topic)
-                    self.cap_moved(topic)
                 due = Due(True, f"the source is another log than the view's ({changed})")
-            elif topic in self.changed:  # a new view was published (here or by `compactd compact`): it caps again
-                self.changed.discard(topic)
-                self.cap_moved(topic)
             self._takeover(topic, th, manifest)
             if gaps:
                 if topic not in self.said_gap and topic not in self.running:
@@ -271,7 +230,7 @@ class CompactionTrigger:
             return
         reason = (
             "first_generation"
-            if manifest is None or manifest.generation <= 0 or topic in self.changed
+            if manifest is None or manifest.generation <= 0 or topic in self.caps.changed
             else "max_compaction_lag"
             if "max.compaction.lag.ms" in due.why
             else "compaction_threshold"
@@ -337,9 +296,8 @@ class CompactionTrigger:
         else:
             for figure in ("keys", "records_in", "records_out", "bytes_in", "bytes_out", "seconds", "generation"):
                 self.metrics.compaction_last.labels(topic, figure).set(out[figure])
-            self._cache_at = -CACHE_S  # decisions read the new manifest
-            self.changed.discard(topic)  # a new view of the new log: its horizon caps from now
-            self.cap_moved(topic)
+            self.caps.another_log(topic, False)  # a new view of the new log: its horizon caps from now
+            self.caps.moved(topic)
             self._finish(
                 rec.with_status(
                     "sent",

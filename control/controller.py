@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import numpy as np
@@ -65,8 +65,16 @@ Probe = Callable[[str, int], None]
 
 # (layers, now) -> the shares' results: a batch's per-topic work run elsewhere (Spark tasks; control/share.py)
 RunShares = Callable[[Layers, int], list[ShareResult]]
-# (topic, partition, thresholds, now, fresh) -> the highest offset a delete may reach (compaction service), or None
-ViewCap = Callable[[str, int, Thresholds, int, bool], "int | None"]
+
+
+class ViewCapReader(Protocol):
+    """The compacted views' cap on source deletes, as data (control/view_caps.py)."""
+
+    def cap(self, topic: str, partition: int, th: Thresholds, now: int, fresh: bool = False) -> int | None:
+        """The highest offset a delete may reach (None: no view, no cap)."""
+
+    def take_moved(self) -> list[str]:
+        """The topics whose cap moved since the last call."""
 
 
 def _no_probe(point: str, batch_id: int) -> None:
@@ -104,7 +112,7 @@ class Controller:
         probe: Probe = _no_probe,
         own_topics: frozenset[str] = frozenset(),
         cluster_offsets: Callable[[str, bool], GroupCheck] | None = None,
-        view_cap: ViewCap | None = None,
+        view_caps: ViewCapReader | None = None,
         shares: int = 0,
         topics: TopicReader | None = None,
         strict_groups: bool = False,
@@ -113,16 +121,17 @@ class Controller:
         """`cluster_offsets(topic, fresh)`: the committed offsets of the topic's groups as the cluster has them, read
         right before each consumed-retention delete (None: no such check, for tests without a cluster; a cached answer
         that holds the delete is read again fresh); `strict_groups`: a counted group the cluster does not list holds
-        the delete (cluster_check: strict). `view_cap(topic, partition, thresholds, now, fresh)`: the compacted view's
-        horizon no delete may pass (None: no view). `topics`: topic IDs and watermarks from the cluster, checked right
-        before a delete or a nudge goes and by `sweep_topics` (control/lifecycle.py; None: only the sink's own log-end
-        check); `records`: where resets and the topic IDs the state is bound to are kept beyond Redis."""
+        the delete (cluster_check: strict). `view_caps`: the compacted views' horizons no delete may pass, read as
+        data the compaction trigger keeps (None: no compaction service). `topics`: topic IDs and watermarks from the
+        cluster, checked right before a delete or a nudge goes and by `sweep_topics` (control/lifecycle.py; None: only
+        the sink's own log-end check); `records`: where resets and the topic IDs the state is bound to are kept beyond
+        Redis."""
         self.state = state
         self.layers = dict(layers)
         self.own_topics = own_topics
         self.cluster_offsets = cluster_offsets
         self.strict_groups = strict_groups
-        self.view_cap = view_cap
+        self.view_caps = view_caps
         self.shares = shares  # 0: merge and plan here; N: in N shares of topics (control/share.py)
         self.sink = sink
         self.dry = DryRunSink()
@@ -250,9 +259,12 @@ class Controller:
             return sum(r.touched for r in results)
 
     def tick(self) -> None:
-        """Evaluate the partitions whose deadline has passed, and drain the outbox."""
+        """Evaluate the partitions whose deadline has passed and those of topics whose view cap moved, and drain the
+        outbox."""
         with self.lock, gc_paused():
             self._evaluate(self.state.due(self.clock()), "deadline")
+            for topic in [] if self.view_caps is None else self.view_caps.take_moved():
+                self._evaluate([(topic, p) for p in self.state.partitions(topic)], "compaction")
             self._dispatch()
 
     def evaluate(self, keys: Iterable[tuple[str, int]], trigger: str) -> int:
@@ -417,10 +429,10 @@ class Controller:
     def _caps(self, chunk: TopicChunk, d: bulk.Due, now: int, topic_th: Thresholds) -> dict[int, int]:
         """row -> the compacted view's horizon, for the rows with a delete to cap (compaction service)."""
         caps: dict[int, int] = {}
-        if self.view_cap is None:
+        if self.view_caps is None:
             return caps
         for row in np.flatnonzero(d.before != NONE).tolist():
-            cap = self.view_cap(chunk.topic, chunk.parts[row], chunk.scoped.get(row, topic_th), now, False)
+            cap = self.view_caps.cap(chunk.topic, chunk.parts[row], chunk.scoped.get(row, topic_th), now)
             if cap is not None:
                 caps[row] = cap
         return caps
@@ -432,7 +444,7 @@ class Controller:
         view = chunk.nums.view(topic, row)
         th = chunk.scoped.get(row, topic_th)
         why = topic_excluded(topic, th, self.own_topics)
-        cap = None if self.view_cap is None else self.view_cap(topic, n, th, now, False)
+        cap = None if self.view_caps is None else self.view_caps.cap(topic, n, th, now)
         plan = plan_partition(view, th, chunk.records.get(n, []), now, allowed, why, cap)
         if why:
             self.metrics.partitions.forget((topic, n))
@@ -579,7 +591,7 @@ class Controller:
         view = self.state.views([(rec.topic, rec.partition)])[0] if rec.action == "delete_records" else None
         if view is None:
             return excluded
-        cap = None if self.view_cap is None else self.view_cap(rec.topic, rec.partition, th, now, True)
+        cap = None if self.view_caps is None else self.view_caps.cap(rec.topic, rec.partition, th, now, fresh=True)
         return send_check(rec, view, th, now, excluded, cap)
 
     def _stale(self, rec: ActionRecord) -> str | None:

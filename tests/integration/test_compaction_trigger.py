@@ -63,17 +63,17 @@ def test_the_delete_cap_comes_from_the_published_manifest(cluster, job_settings,
     t, _ = trigger(job_settings, redis_url, on, [topic])
     th = resolve(on, topic)
     now = t.clock()
-    assert t.view_cap(topic, 0, th, now, fresh=True) == 0  # on, nothing published: nothing may be deleted
-    assert t.view_cap(topic, 0, resolve({}, topic), now, fresh=True) is None  # no view, no cap
+    assert t.caps.cap(topic, 0, th, now, fresh=True) == 0  # on, nothing published: nothing may be deleted
+    assert t.caps.cap(topic, 0, resolve({}, topic), now, fresh=True) is None  # no view, no cap
 
     parts = {"0": PartitionView(40, 0, 10), "1": PartitionView(7, 0, 3)}
     manifest = Manifest(topic, f"{topic}.compacted", 1, partitions=parts, finished_at=now)
     t.compactor.log.write(manifest)  # published on the manifest topic only: Redis has no mirror yet
     t2, _ = trigger(job_settings, redis_url, on, [topic])  # a new job: refreshes the mirror from the topic
-    assert t2.view_cap(topic, 0, th, now) == 40 and t2.view_cap(topic, 1, th, now) == 7
+    assert t2.caps.cap(topic, 0, th, now) == 40 and t2.caps.cap(topic, 1, th, now) == 7
     assert t2.compactor.state.manifest(topic) == manifest
     # a topic whose service was turned off keeps its cap while its view exists
-    assert t2.view_cap(topic, 0, resolve({}, topic), now, fresh=True) == 40
+    assert t2.caps.cap(topic, 0, resolve({}, topic), now, fresh=True) == 40
 
 
 def test_a_recreated_source_caps_deletes_at_zero_until_a_new_view_is_published(
@@ -92,19 +92,19 @@ def test_a_recreated_source_caps_deletes_at_zero_until_a_new_view_is_published(
     t.compactor.log.write(old)
     t.compactor.state.mirror(old)
     t.tick(now=True)
-    assert t.view_cap(topic, 0, th, now, fresh=True) == 50  # the same log: its horizon caps
+    assert t.caps.cap(topic, 0, th, now, fresh=True) == 50  # the same log: its horizon caps
 
     cluster.recreate(topic, 1)
     produce(cluster, topic, history(seed=5, n=10, keys=5, partitions=1), partitions=1)  # ends below the horizon
     t.tick(now=True)
-    assert t.view_cap(topic, 0, th, now, fresh=True) == 0
+    assert t.caps.cap(topic, 0, th, now, fresh=True) == 0
     assert published[-1].reason == "first_generation" and published[-1].status == "dry_run"
 
     new = Manifest(topic, f"{topic}.compacted", 2, partitions={"0": PartitionView(10, 5, 9)}, finished_at=now, run="b")
     t.compactor.log.write(new)
     t.compactor.state.mirror(new)
     t.tick(now=True)
-    assert t.view_cap(topic, 0, th, now, fresh=True) == 10
+    assert t.caps.cap(topic, 0, th, now, fresh=True) == 10
 
 
 def test_explain_shows_when_the_sources_retention_reaches_past_the_horizon(cluster, job_settings, redis_url) -> None:
