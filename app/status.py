@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,6 +57,28 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def rich_table(rows: list[dict[str, Any]], title: str | None = None, caption: str | None = None) -> Any:
+    """The same table as `format_table`, drawn by rich for a terminal (numbers right-aligned)."""
+    from rich.table import Table
+
+    table = Table(title=title, caption=caption, caption_justify="left", title_justify="left")
+    for c in COLUMNS:
+        table.add_column(c, justify="left" if c in ("partition", "last_action") else "right")
+    for r in rows:
+        table.add_row(*(("-" if r[c] is None else str(r[c])) for c in COLUMNS))
+    return table
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    """A rich table on a terminal; the plain one (`format_table`) when stdout is piped or captured."""
+    if sys.stdout.isatty():
+        from rich.console import Console
+
+        Console().print(rich_table(rows))
+    else:
+        print(format_table(rows), flush=True)
+
+
 def print_status(settings: Settings, as_json: bool = False) -> None:
     state = settings.redis_state()
     state.start()  # one line naming the setting if Redis does not answer
@@ -64,4 +87,4 @@ def print_status(settings: Settings, as_json: bool = False) -> None:
         for row in rows:
             print(json.dumps(row))
     else:
-        print(format_table(rows))
+        print_table(rows)

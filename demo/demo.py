@@ -21,14 +21,16 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from compactd.app.settings import Settings
-from compactd.app.status import format_table, status_rows
+from compactd.app.status import format_table, print_table, rich_table, status_rows
 from compactd.clock import now_ms
 from compactd.demo.embedded import Service, free_port, kafka_broker, prometheus_server, redis_server
 from compactd.kafka.admin import admin_client, ensure_topics
@@ -239,24 +241,68 @@ class ViewWatch:
 
 
 def _printer(settings: Settings, watch: ViewWatch, stop: threading.Event, started: float) -> None:
+    """The demo's screen every 2 s: on a terminal, one live screen updated in place (rich) with the simulated
+    cluster's lines and the job's log scrolling above it; piped or captured, the plain table and the new lines."""
     state = settings.redis_state()
-    tty = sys.stdout.isatty()
     sim = watch.sim
-    while not stop.wait(2.0):
+
+    def frame() -> tuple[list[dict[str, Any]], list[str]]:
         rows = status_rows(state, settings.thresholds, now_ms())
         try:
-            view_lines = watch.refresh()
+            return rows, watch.refresh()
         except Exception as exc:  # the screen goes on; the next refresh tries again
-            view_lines = [f"compacted view: not read ({type(exc).__name__}: {(str(exc).splitlines() or [''])[0]})"]
-        out = ["\x1b[2J\x1b[H"] if tty else []
-        out.append(f"compactd demo — {time.monotonic() - started:5.0f}s — Ctrl-C to stop")
-        out.append(format_table(rows) if rows else "(waiting for the job's first batch: Spark takes ~20 s to start)")
-        out.append(LEGEND)
-        out.append("")
-        out.extend(view_lines)
-        out.append("")
-        out.extend(sim.log[-8:])
+            return rows, [f"compacted view: not read ({type(exc).__name__}: {(str(exc).splitlines() or [''])[0]})"]
+
+    if sys.stdout.isatty():
+        _live_screen(frame, sim, stop, started)
+        return
+    shown = 0
+    while not stop.wait(2.0):
+        rows, view_lines = frame()
+        out = [f"compactd demo — {time.monotonic() - started:5.0f}s — Ctrl-C to stop"]
+        out.append(format_table(rows) if rows else WAITING)
+        out.extend(["", *view_lines, ""])
+        out.extend(sim.log[shown:])
+        shown = len(sim.log)
         print("\n".join(out), flush=True)
+
+
+WAITING = "(waiting for the job's first batch: Spark takes ~20 s to start)"
+
+
+def _live_screen(
+    frame: Callable[[], tuple[list[dict[str, Any]], list[str]]],
+    sim: SimulatedCluster,
+    stop: threading.Event,
+    started: float,
+) -> None:
+    """rich's Live display: the table and the view in place, the legend once as the table's caption; what the
+    simulated cluster did and the job's log lines are printed above it and scroll."""
+    import logging
+
+    from rich.console import Group
+    from rich.live import Live
+    from rich.text import Text
+
+    def screen() -> Group:
+        rows, view_lines = frame()
+        title = f"compactd demo — {time.monotonic() - started:.0f}s — Ctrl-C to stop"
+        table = rich_table(rows, title=title, caption=LEGEND) if rows else Text(f"{title}\n{WAITING}")
+        return Group(table, Text("\n".join(view_lines)))
+
+    shown = 0
+    handlers = [h for h in logging.getLogger().handlers if type(h) is logging.StreamHandler]
+    with Live(screen(), auto_refresh=False, redirect_stderr=True, redirect_stdout=True) as live:
+        before = [h.setStream(sys.stderr) for h in handlers]  # the job's log through Live, above the screen
+        try:
+            while not stop.wait(2.0):
+                for line in sim.log[shown:]:
+                    live.console.print(line, highlight=False, markup=False)
+                shown = len(sim.log)
+                live.update(screen(), refresh=True)
+        finally:
+            for h, stream in zip(handlers, before, strict=True):
+                h.setStream(stream)
 
 
 def _until_closed(sim: SimulatedCluster, stop: threading.Event) -> None:
@@ -329,7 +375,8 @@ def run_demo(
         for t in threads[:2]:
             t.join(10)
         state = settings.redis_state()
-        print("\nfinal state:\n" + format_table(status_rows(state, settings.thresholds, now_ms())), flush=True)
+        print("\nfinal state:", flush=True)
+        print_table(status_rows(state, settings.thresholds, now_ms()))
         print("\n".join(watch.lines), flush=True)
         return 0
     finally:
