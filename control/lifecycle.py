@@ -143,7 +143,10 @@ class Lifecycle:
             else:
                 self.reset(topic, why, now)
                 if now_id is not None:
-                    self._bind({topic: now_id})
+                    try:
+                        self._bind({topic: now_id})
+                    except Exception as exc:  # the reset holds; the next check or sweep binds the ID again
+                        log.warning("topic %s: its new topic ID not recorded yet: %s", topic, exc)
 
     def sweep(self, now: int) -> None:
         """One DescribeTopics round over the known topics: record new IDs, reset re-created topics, forget topics

@@ -134,3 +134,34 @@ def test_ids_are_bound_when_a_topic_is_first_merged() -> None:
     assert store.ids == {"a": "A1"}
     rec = ActionRecord("x", "compact", "a", 0, "max_compaction_lag", False, 0, "pending")
     assert lc.check(rec, None) == "stale state: a/0: topic ID A1 is now A2"
+
+
+class Ledger:
+    """The records beyond Redis (sinks/nudge_ledger.py); `down`: writes fail as a broker that does not answer."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, str | None] = {}
+        self.resets: list[str] = []
+        self.down = False
+
+    def record_reset(self, topic: str, why: str, now: int) -> None:
+        self.resets.append(topic)
+
+    def record_ids(self, ids: Mapping[str, str | None]) -> None:
+        if self.down:
+            raise RuntimeError("broker unavailable")
+        self.ids.update(ids)
+
+
+def test_a_stale_topic_is_reset_bound_to_its_id_now_and_a_ledger_that_fails_keeps_the_reset() -> None:
+    reader, store, ledger = Reader(), Store(), Ledger()
+    lc = Lifecycle(store, reader, Metrics(CollectorRegistry()), lambda t, p: None, ledger)
+    store.ids, reader.ids = {"a": "A1", "b": "B1"}, {"a": "A2", "b": "B2"}
+    for topic in ("a", "b"):
+        assert lc.check(ActionRecord("x", "compact", topic, 0, "max_compaction_lag", False, 0, "pending"), None)
+    ledger.down = True  # a's new ID cannot be recorded: b is reset all the same
+    lc.settle(5)
+    assert store.resets == ["a", "b"] and ledger.resets == ["a", "b"] and store.ids == {}
+    ledger.down = False
+    assert lc.check(ActionRecord("y", "compact", "a", 0, "max_compaction_lag", False, 0, "pending"), None) is None
+    assert store.ids == {"a": "A2"} and ledger.ids == {"a": "A2"}  # bound at the next check, beyond Redis first
