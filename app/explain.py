@@ -22,7 +22,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from compactd.app.explain_rank import Deletes, Limits, worst_order
+import numpy as np
+
+from compactd.app.explain_rank import Deletes, worst_figures, worst_order
 from compactd.app.settings import Settings
 from compactd.clock import now_ms
 from compactd.compaction.manifest import RETENTION_SHARE, Manifest, retention_cap, retention_left
@@ -30,22 +32,14 @@ from compactd.compaction.store import CompactionState
 from compactd.compaction.takeover import Takeover, overlay
 from compactd.errors import UsageError
 from compactd.keys import parse_partition_key, partition_key
-from compactd.model import ActionRecord, Decision, PartitionView, Segment
-from compactd.policy.forecast import next_crossings
+from compactd.model import ActionRecord, PartitionNumbers, PartitionView
+from compactd.policy.arrays import NONE
 from compactd.policy.plan import NOT_CAUGHT_UP
-from compactd.policy.rules import (
-    aged_prefix_end,
-    consumed_retention_offset,
-    decide_deletion,
-    earliest_uncompacted_ts,
-    first_gap,
-    forced_retention_offset,
-    is_answered,
-    live_segments,
-)
+from compactd.policy.rules import RULES as RULE_NAMES
+from compactd.policy.rules import Evaluation, Limits, answered_at, value
 from compactd.policy.runtime_config import AppliedLayer, effective_layers
 from compactd.policy.thresholds import Thresholds, key_scope, resolve, resolve_global, topic_excluded
-from compactd.state.redis_store import PartitionDetail, PartitionNumbers, RedisState, TopicGroups
+from compactd.state.redis_store import PartitionDetail, RedisState, TopicGroups
 
 CHUNK = 2000  # partitions explained per Redis round trip
 RANK_CHUNK = 2000  # partitions ranked per script call: each call holds Redis for a few tens of ms
@@ -112,37 +106,91 @@ def threshold_sources(
     return out
 
 
+Seg = tuple[int, int, int, int, int]  # base offset, end offset, first batch max ts, size, closed at
+
+
 @dataclass(frozen=True, slots=True)
 class _Facts:
-    """What the rule functions say of one partition, asked once each."""
+    """One partition's row of the rules' evaluation (policy/rules.py), as explain reads it: nothing here is derived
+    again from the segments."""
 
-    segments: tuple[Segment, ...]  # closed segments still on disk, in offset order
     earliest: int | None  # KIP-354 earliest uncompacted timestamp
-    consumed_end: int | None  # consumed retention's delete offset now
-    forced_end: int | None  # forced retention's delete offset now
-    consumed_by_age: int | None  # consumed retention's prefix by age alone, as if no group held it back
-    winner: Decision | None  # the delete the controller would decide now (the furthest of the two)
+    compaction_due: int | None  # when the oldest dirty record crosses the lag
+    overdue: int  # how far past the lag it is, 0 when not (compaction is due exactly when > 0)
+    ends: dict[str, int | None]  # each retention's delete offset now
+    frees: dict[str, tuple[int, int]]  # each retention's (offsets, bytes) above the log start
+    by_age: int | None  # consumed retention's prefix by age alone, as if no group held it back
+    held: tuple[int, int]  # (offsets, bytes) the groups hold back beyond what consumed retention frees
+    winner: tuple[str, int] | None  # (reason, before_offset) of the delete decided now
+    crossings: dict[str, int]  # each rule's next threshold crossing
+    gap: tuple[int, Seg] | None  # the first offsets no known segment covers, and the segment after them
+    live: tuple[int, int]  # closed segments still on disk: count, bytes
+    oldest: Seg | None  # the first of them
+    dirty: tuple[int, int]  # dirty segments: count, bytes
+    oldest_dirty: Seg | None  # the lowest dirty segment holding the earliest timestamp
+    worst: tuple[int, int, int]  # overdue_ms, blocked_bytes, blocked_offsets (app/explain_rank.py)
 
 
-def _facts(view: PartitionView, th: Thresholds, now: int) -> _Facts:
-    consumed = consumed_retention_offset(view, th, now)
-    forced = forced_retention_offset(view, th, now)
-    by_age = None if th.consumed_retention_ms is None else aged_prefix_end(view, th.consumed_retention_ms, now)
-    deletable = max(consumed or 0, forced or 0) > view.log_start
-    return _Facts(
-        live_segments(view),
-        earliest_uncompacted_ts(view),
-        consumed,
-        forced,
-        by_age,
-        decide_deletion(view, th, now) if deletable else None,
-    )
+def _seg(seg: Any, i: int) -> Seg | None:
+    return tuple(int(x) for x in seg[i]) if i < len(seg) else None  # type: ignore[return-value]
 
 
-def _span(segments: Sequence[Segment], start: int, end: int) -> dict[str, int]:
-    """Offsets [start, end) with the bytes of the closed segments that end inside it."""
-    size = sum(s.size_bytes for s in segments if start < s.end_offset <= end)
-    return {"from": start, "to": end, "offsets": end - start, "bytes": size}
+def rule_facts(
+    parts: Sequence[tuple[PartitionView, Thresholds, bool, ActionRecord | None, int | None]],
+    gate_closed: bool,
+    cleaner_visible: bool,
+    now: int,
+) -> list[_Facts]:
+    """The rules' evaluation of a chunk of partitions, a row each: `parts` is (view, thresholds, excluded, live
+    delete record, view cap) per partition. No compaction is decided where the cleaner cannot be seen."""
+    n = len(parts)
+
+    def ranked(th: Thresholds) -> Thresholds:
+        return th if cleaner_visible else th.model_copy(update={"max_compaction_lag_ms": None})
+
+    nums = PartitionNumbers.of_views([p[0] for p in parts])
+    limits = Limits.of(n, (Thresholds(), False), {i: (ranked(p[1]), p[2]) for i, p in enumerate(parts)})
+    ev = Evaluation.of(nums, limits, now)
+    ins = ev.insight()
+    deletes = Deletes.of(n, {i: p[3] for i, p in enumerate(parts) if p[3] is not None}, now)
+    caps = np.array([NONE if p[4] is None else p[4] for p in parts], dtype=np.int64)
+    worst = [a.tolist() for a in worst_figures(ev, ins, deletes, gate_closed, caps)]
+    q, d = ev.q, ev.d
+    out = []
+    for i in range(n):
+        before = value(d.before, i)
+        crossings = zip(RULE_NAMES, (q.next_lag, q.next_consumed, q.next_forced), strict=True)
+        gap = value(ins.gap_at, i)
+        out.append(
+            _Facts(
+                earliest=value(q.earliest, i),
+                compaction_due=value(q.compaction_due, i),
+                overdue=int(d.delay[i]),
+                ends={"consumed_retention": value(d.consumed_end, i), "forced_retention": value(d.forced_end, i)},
+                frees={
+                    "consumed_retention": (int(d.consumed_offsets[i]), int(d.consumed_bytes[i])),
+                    "forced_retention": (int(d.forced_offsets[i]), int(d.forced_bytes[i])),
+                },
+                by_age=value(ins.by_age, i),
+                held=(int(ins.held_offsets[i]), int(ins.held_bytes[i])),
+                winner=None if before is None else
+                ("forced_retention" if d.forced[i] else "consumed_retention", before),
+                crossings={rule: int(a[i]) for rule, a in crossings if a[i] != NONE},
+                gap=None if gap is None else (gap, _seg(ins.seg, int(ins.gap_next[i]))),  # type: ignore[arg-type]
+                live=(int(ins.live_count[i]), int(ins.live_bytes[i])),
+                oldest=_seg(ins.seg, int(ins.first_live[i])),
+                dirty=(int(ins.dirty_count[i]), int(ins.dirty_bytes[i])),
+                oldest_dirty=_seg(ins.seg, int(ins.oldest_dirty[i])),
+                worst=(worst[0][i], worst[1][i], worst[2][i]),
+            )
+        )  # fmt: skip
+    return out
+
+
+def _span(start: int, figures: tuple[int, int]) -> dict[str, int] | None:
+    """Offsets [start, start + offsets) and the bytes of the closed segments ending inside; None when empty."""
+    offsets, size = figures
+    return {"from": start, "to": start + offsets, "offsets": offsets, "bytes": size} if offsets > 0 else None
 
 
 def _cause(cause: str, why: str, **extra: Any) -> dict[str, Any]:
@@ -160,6 +208,7 @@ def _action_status(
     wants: bool,
     kind: str,
     view: PartitionView,
+    facts: _Facts,
     th: Thresholds,
     dry_source: str,
     caps: Caps,
@@ -198,7 +247,7 @@ def _action_status(
             {"at": now, "what": f"{verb} sent when the cap allows"},
         )
     if rec.status == "sent":
-        if is_answered(rec, view):
+        if answered_at(rec, facts.earliest, view.log_start):
             return "acting", [], {"at": deadline or now, "what": f"{verb} answered: leaves at the next evaluation"}
         return "acting", [], {"at": again, "what": f"{verb} decided again if the cluster has not answered"}
     if rec.status == "dry_run":
@@ -222,31 +271,29 @@ def _compaction(
     if lag is None:
         return {**out, "state": "off", "blocked_by": [], "next": None}
     earliest = facts.earliest
-    cleaned = view.cleaned_up_to if view.cleaned_up_to is not None else -1
-    dirty = [s for s in facts.segments if s.end_offset > cleaned]
     out["now"] = {
         "cleaned_up_to": view.cleaned_up_to,
-        "dirty_segments": len(dirty),
-        "dirty_bytes": sum(s.size_bytes for s in dirty),
+        "dirty_segments": facts.dirty[0],
+        "dirty_bytes": facts.dirty[1],
         "earliest_uncompacted_ts": earliest,
     }
-    if earliest is None:
+    if earliest is None or facts.oldest_dirty is None or facts.compaction_due is None:
         state, blockers, nxt = action(rec, False, "compact")
         return {**out, "state": state or "clear", "blocked_by": blockers, "next": nxt}
-    oldest = min((s for s in dirty if s.first_batch_max_ts == earliest), key=lambda s: s.base_offset)
-    delay = now - lag - earliest  # compaction_delay_ms: positive means overdue
-    seg = {"base_offset": oldest.base_offset, "end_offset": oldest.end_offset, "size_bytes": oldest.size_bytes}
-    out["now"].update(dirty_segment={**seg, "dirty_for_ms": now - earliest}, delay_ms=delay, due_at=earliest + lag)
-    if delay <= 0:
+    base, end, _, size, _ = facts.oldest_dirty
+    due_at = facts.compaction_due
+    seg = {"base_offset": base, "end_offset": end, "size_bytes": size}
+    out["now"].update(dirty_segment={**seg, "dirty_for_ms": now - earliest}, delay_ms=now - due_at, due_at=due_at)
+    if facts.overdue <= 0:
         state, blockers, nxt = action(rec, False, "compact")
-        nxt = nxt or {"at": earliest + lag + 1, "what": "the oldest dirty record passes the lag: compact decided"}
+        nxt = nxt or {"at": due_at + 1, "what": "the oldest dirty record passes the lag: compact decided"}
         return {**out, "state": state or "waiting", "blocked_by": blockers, "next": nxt}
     why = (
-        f"segment [{oldest.base_offset}, {oldest.end_offset}) has held a record uncompacted for "
-        f"{_dur(now - earliest)}, {_dur(delay)} past {_dur(lag)}"
+        f"segment [{base}, {end}) has held a record uncompacted for "
+        f"{_dur(now - earliest)}, {_dur(facts.overdue)} past {_dur(lag)}"
     )
     state, more, nxt = action(rec, True, "compact")
-    blockers = [_cause("dirty_segment", why, **seg, dirty_for_ms=now - earliest, overdue_ms=delay), *more]
+    blockers = [_cause("dirty_segment", why, **seg, dirty_for_ms=now - earliest, overdue_ms=facts.overdue), *more]
     return {**out, "state": state or "due", "blocked_by": blockers, "next": nxt}
 
 
@@ -316,16 +363,15 @@ def _deletion(
     if ms is None:
         return {**out, "state": "off", "blocked_by": [], "frees": None, "held_back": None, "next": None}
     ls = view.log_start
-    end, by_age = (facts.consumed_end, facts.consumed_by_age) if consumed else (facts.forced_end, facts.forced_end)
-    start = max(end or ls, ls)
-    frees = _span(facts.segments, ls, end) if end is not None and end > ls else None
-    held = _span(facts.segments, start, by_age) if by_age is not None and by_age > start else None
+    end = facts.ends[rule]
+    frees = _span(ls, facts.frees[rule])
+    held = _span(max(end or ls, ls), facts.held) if consumed else None
     blockers: list[dict[str, Any]] = []
     if consumed:
         out["now"], blockers = _group_causes(view, groups, held is not None, now)
-    gap = first_gap(view)
-    if gap is not None and now - gap[1].closed_at > ms and (end or ls) <= gap[0]:
-        lo, after = gap[0], gap[1].base_offset
+    gap = facts.gap
+    if gap is not None and gap[1] is not None and now - gap[1][4] > ms and (end or ls) <= gap[0]:
+        lo, after = gap[0], gap[1][0]
         why = (
             f"offsets {lo}-{after} are in no segment compactd knows (their segment events were lost: a rebuild from a "
             "segments topic past its retention?): deletes stop there until the agent's next full scan (--full-every-ms)"
@@ -333,10 +379,10 @@ def _deletion(
         blockers.append(_cause("segments_unknown", why, offsets={"from": lo, "to": after}))
     out.update(frees=frees, held_back=held)
     winner = facts.winner
-    if frees is not None and winner is not None and winner.reason != rule and own is None:
-        covered = {"rule": winner.reason, "before_offset": winner.before_offset}
+    if frees is not None and winner is not None and winner[0] != rule and own is None:
+        covered = {"rule": winner[0], "before_offset": winner[1]}
         return {**out, "state": "covered", "blocked_by": blockers, "next": None, "covered_by": covered}
-    wants = frees is not None and winner is not None and winner.reason == rule
+    wants = frees is not None and winner is not None and winner[0] == rule
     state, more, nxt = action(own, wants, "delete_records")
     if (wants or (own is not None and own.status == "pending")) and gate is not None and not gate.get("open"):
         since = gate.get("since")
@@ -344,7 +390,7 @@ def _deletion(
         more = [_cause("gate_closed", why, since=since), *more]
         state = "blocked"
     if state is None:  # nothing to send: held back by the groups, waiting for a segment to age, or clear
-        crossing = dict(next_crossings(view, th, now)).get(rule)
+        crossing = facts.crossings.get(rule)
         if crossing is not None:
             nxt = {"at": crossing, "what": "a segment ages past the retention"}
         state = "blocked" if blockers else ("waiting" if crossing is not None else "clear")
@@ -407,19 +453,24 @@ def explain_partition(
     view_cap: int | None = None,
     cleaner_visible: bool = True,
     segment_source: bool = True,
+    facts: _Facts | None = None,
 ) -> dict[str, Any]:
     """Why one partition stands where it does, per rule, as a JSON-ready dict. Pure. `view_cap`: the compacted
     view's published horizon when the topic has one (compaction service): no delete passes it. `cleaner_visible`:
     False where the job never nudges (offsets_source admin); `segment_source`: False while no segment event has ever
-    reached the job's state."""
+    reached the job's state. `facts`: the partition's row of its chunk's evaluation (`rule_facts`); evaluated here
+    alone when not given."""
     live = {r.action: r for r in records}
     dry_src = sources.get("dry.run", "default")
-    facts = _facts(view, th, now)
+    if facts is None:
+        closed = gate is not None and not gate.get("open")
+        one = (view, th, bool(excluded), live.get("delete_records"), view_cap)
+        facts = rule_facts([one], closed, cleaner_visible, now)[0]
 
     def action(rec: ActionRecord | None, wants: bool, kind: str) -> Progress:
         if excluded and (wants or rec is not None):
             return "blocked", [_cause("topic_excluded", f"compactd never acts on this topic: {excluded}")], None
-        return _action_status(rec, wants, kind, view, th, dry_src, caps, deadline, now)
+        return _action_status(rec, wants, kind, view, facts, th, dry_src, caps, deadline, now)
 
     delete = live.get("delete_records")
     rules = {
@@ -454,26 +505,19 @@ def explain_partition(
     if view_cap is not None:
         _view_horizon(rules, view_cap, view.log_start)
     steps = [r["next"] for r in rules.values() if r["next"]]
-    lag = rules["max_compaction_lag"]
-    overdue = max(lag["now"].get("delay_ms") or 0, 0)
-    blocked_bytes = blocked_offsets = 0
-    for name in ("consumed_retention", "forced_retention"):
-        r = rules[name]
-        spans = [s for s in (r["held_back"], r["frees"] if r["state"] == "blocked" else None) if s]
-        blocked_bytes = max(blocked_bytes, sum(s["bytes"] for s in spans))
-        blocked_offsets = max(blocked_offsets, sum(s["offsets"] for s in spans))
-    oldest = facts.segments[0] if facts.segments else None
+    oldest = facts.oldest
+    overdue, blocked_bytes, blocked_offsets = facts.worst
     return {
         "partition": view.key,
         "topic": view.topic,
         "number": view.partition,
         "now": now,
         "log_start": view.log_start,
-        "closed_segments": len(facts.segments),
-        "bytes": sum(s.size_bytes for s in facts.segments),
+        "closed_segments": facts.live[0],
+        "bytes": facts.live[1],
         "oldest_segment": None
         if oldest is None
-        else {"base_offset": oldest.base_offset, "end_offset": oldest.end_offset, "closed_at": oldest.closed_at},
+        else {"base_offset": oldest[0], "end_offset": oldest[1], "closed_at": oldest[4]},
         "excluded": excluded,
         "dry_run": {"value": th.dry_run, "scope": dry_src},
         "gate": _gate_report(gate),
@@ -720,6 +764,11 @@ class Target:
     cleaner_visible: bool = True  # False with offsets_source admin: the job decides no nudge
     segment_source: bool = True  # False while no segment event has reached the state (health `segments_at`)
 
+    def cap(self, n: int, now: int) -> int | None:
+        """Partition n's compacted view horizon, where the topic has a view: no delete passes it."""
+        th = self.rules(n)[0]
+        return retention_cap(self.manifest, th.compaction_service, n, now, th.compaction_view_grace_ms)
+
     def rules(self, n: int) -> tuple[Thresholds, dict[str, str], str | None]:
         """Partition n's thresholds, their sources and its exclusion: the topic's unless a partition scope exists."""
         if n not in self.scoped:
@@ -779,25 +828,35 @@ def rank(state: RedisState, t: Target, now: int) -> list[int]:
         row[n]: (ranked(th), excluded is not None) for n in t.scoped if n in row for th, _, excluded in [t.rules(n)]
     }
     limits = Limits.of(len(parts), (ranked(t.topic_rules[0]), t.topic_rules[2] is not None), scoped)
+    caps = np.array([NONE if (c := t.cap(n, now)) is None else c for n in parts], dtype=np.int64)
+    ev = Evaluation.of(nums, limits, now)
     gate_closed = t.gate is not None and not t.gate.get("open")
-    return [int(n) for n in nums.partitions[worst_order(nums, limits, deletes, gate_closed, now)]]
+    return [int(n) for n in nums.partitions[worst_order(ev, deletes, gate_closed, caps)]]
 
 
 def explanations(state: RedisState, t: Target, partitions: Sequence[int], now: int) -> Iterator[dict[str, Any]]:
-    """Explanations of `partitions` in the order given, read a chunk at a time (one round trip per chunk)."""
+    """Explanations of `partitions` in the order given, read a chunk at a time (one round trip per chunk) and
+    evaluated a chunk at a time (`rule_facts`)."""
     in_flight: int | None = None
+    gate_closed = t.gate is not None and not t.gate.get("open")
     for chunk in _chunks(partitions, CHUNK):
         details = state.partition_details(t.topic, list(chunk), t.groups)
         if in_flight is None and any(_held_compaction(d, now) for d in details):
             in_flight = state.compactions_in_flight()  # once, only when a nudge may be waiting for that cap
         caps = replace(t.caps, in_flight=in_flight)
-        for d in details:
-            th, src, excluded = t.rules(d.view.partition)
+        rules = [t.rules(d.view.partition) for d in details]
+        caps_here = [t.cap(d.view.partition, now) for d in details]
+        live_deletes = [next((r for r in d.records if r.action == "delete_records"), None) for d in details]
+        facts = rule_facts(
+            [(d.view, th, ex is not None, rec, cap)
+             for d, (th, _, ex), rec, cap in zip(details, rules, live_deletes, caps_here, strict=True)],
+            gate_closed, t.cleaner_visible, now,
+        )  # fmt: skip
+        for d, (th, src, excluded), cap, f in zip(details, rules, caps_here, facts, strict=True):
             here = groups_here(d, t.groups)
-            cap = retention_cap(t.manifest, th.compaction_service, d.view.partition, now, th.compaction_view_grace_ms)
             e = explain_partition(
                 d.view, th, src, here, t.gate, d.records, d.last, d.deadline, now, excluded, caps, cap,
-                t.cleaner_visible, t.segment_source,
+                t.cleaner_visible, t.segment_source, f,
             )  # fmt: skip
             e["reset"], e["unlisted_groups"] = t.reset, t.unlisted
             e["compacted_view"] = view_report(t.manifest, t.retention, d.view, now)

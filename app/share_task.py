@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from compactd.app.settings import Settings
 from compactd.control.share import Layers, ShareResult, evaluate_share
-from compactd.policy.bulk import NONE
+from compactd.policy.arrays import NONE
 from compactd.policy.forecast import PartitionStats
 from compactd.streaming.aggregate import collect_changes
 

@@ -10,7 +10,7 @@ from typing import Any
 from compactd.app.settings import Settings
 from compactd.clock import now_ms
 from compactd.model import ActionRecord, PartitionView
-from compactd.policy.rules import compaction_delay_ms, decide_deletion
+from compactd.policy.rules import Evaluation, value
 from compactd.policy.thresholds import resolve
 from compactd.state.redis_store import RedisState
 
@@ -21,19 +21,17 @@ def status_row(
     view: PartitionView, layers: Mapping[str, Mapping[str, Any]], last: ActionRecord | None, now: int
 ) -> dict[str, Any]:
     th = resolve(layers, view.topic, view.partition)
+    ev = Evaluation.one(view, th, now)
     delay = None
-    if th.max_compaction_lag_ms is not None:
-        raw = compaction_delay_ms(view, th.max_compaction_lag_ms, now)
-        delay = None if raw is None else round(max(raw, 0) / 1000, 1)
-    deletion = decide_deletion(view, th, now)
+    if th.max_compaction_lag_ms is not None and value(ev.q.earliest, 0) is not None:
+        delay = round(int(ev.d.delay[0]) / 1000, 1)  # 0 until the lag is crossed
+    before = value(ev.d.before, 0)
     return {
         "partition": view.key,
         "compaction_delay_s": delay,
         "min_committed": view.min_committed,
         "log_start": view.log_start,
-        "deletable": 0
-        if deletion is None or deletion.before_offset is None
-        else deletion.before_offset - view.log_start,
+        "deletable": 0 if before is None else before - view.log_start,
         "last_action": None if last is None else describe(last),
     }
 

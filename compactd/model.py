@@ -57,18 +57,6 @@ class PartitionView:
     def key(self) -> str:
         return partition_key(self.topic, self.partition)
 
-    @cached_property
-    def live_segments(self) -> tuple[Segment, ...]:
-        """Closed segments still on disk (not wholly below the log start), in offset order. Computed once a view:
-        one plan asks the rules about ten times (policy/rules.py)."""
-        return tuple(sorted(s for s in self.segments if s.end_offset > self.log_start))
-
-    @cached_property
-    def earliest_uncompacted_ts(self) -> int | None:
-        """KIP-354 `earliest`: the smallest first-batch max timestamp over dirty, non-active segments."""
-        cleaned = self.cleaned_up_to if self.cleaned_up_to is not None else -1
-        return min((s.first_batch_max_ts for s in self.live_segments if s.end_offset > cleaned), default=None)
-
 
 class Nudge(msgspec.Struct, frozen=True):
     """A config value compactd set on a topic to make the cleaner run, and the value it replaced (None: the
@@ -208,6 +196,25 @@ class PartitionNumbers:
         return cls(
             cat("partitions"), cat("counted"), cat("cleaned"), cat("log_start"), cat("zcard"), cat("lowest"),
             cat("nseg"), segments,
+        )  # fmt: skip
+
+    @classmethod
+    def of_views(cls, views: Sequence[PartitionView]) -> PartitionNumbers:
+        """Views as arrays, what `view` reads back: a partition evaluated alone is a chunk of one (policy/rules.py).
+        A known minimum is every counted group positioned at it; an unknown one, a counted group without a position."""
+        head = [
+            (v.partition, max(v.counted_groups, 1) if v.min_committed is not None else v.counted_groups,
+             -1 if v.cleaned_up_to is None else v.cleaned_up_to, v.log_start,
+             v.min_committed is not None, -1 if v.min_committed is None else v.min_committed, len(v.segments))
+            for v in views
+        ]  # fmt: skip
+        cols = np.array(head, dtype=np.int64).reshape(-1, 7)
+        segs = [(s.base_offset, s.end_offset, s.first_batch_max_ts, s.size_bytes, s.closed_at) for v in views
+                for s in v.segments]  # fmt: skip
+        return cls(
+            partitions=cols[:, 0], counted=cols[:, 1], cleaned=cols[:, 2], log_start=cols[:, 3],
+            zcard=cols[:, 1] * cols[:, 4], lowest=cols[:, 5], nseg=cols[:, 6],
+            segments=np.array(segs, dtype=np.int64).reshape(-1, 5),
         )  # fmt: skip
 
     @cached_property

@@ -1,8 +1,9 @@
 """The driver-side loop body: merge (state/) → decide (policy/, pure) → act (sinks/).
 
 Runs from foreachBatch for new events and from a ticker for deadlines that time alone makes due; one lock keeps
-the two from interleaving. Each partition is planned by `policy.plan.plan_partition` (pure) and the plan is then
-applied here: records answered, decisions queued in the outbox, deadlines stored, and the outbox dispatched.
+the two from interleaving. Partitions are planned a chunk at a time by `policy.plan.plans` (pure, over the rules'
+arrays) and each plan is then applied here: records answered, decisions queued in the outbox, deadlines stored,
+and the outbox dispatched.
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ from compactd.gc_pause import gc_paused
 from compactd.kafka.groups import GroupCheck
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord
-from compactd.policy import bulk
-from compactd.policy.bulk import NONE
-from compactd.policy.forecast import partition_stats
-from compactd.policy.plan import NOT_CAUGHT_UP, PartitionPlan, cluster_check, plan_partition, send_check
+from compactd.policy.arrays import NONE
+from compactd.policy.forecast import partition_stats, stats_rows
+from compactd.policy.plan import NOT_CAUGHT_UP, PartitionPlan, cluster_check, plans, send_check
+from compactd.policy.rules import Due, Evaluation
+from compactd.policy.rules import due as due_now
 from compactd.policy.thresholds import (
     Thresholds,
     group_counts,
@@ -389,31 +391,29 @@ class Controller:
     def _evaluate_topic(
         self, topic: str, parts: list[int], now: int, allowed: bool, writes: _ChunkWrites, read: ChunkRead
     ) -> None:
-        """Plan a chunk of one topic's partitions from its arrays: where nothing is due, a deadline, a compaction-due
-        time and metrics (`bulk.quiet`); where a rule is crossed or a record waits, the decisions over arrays and the
-        records judged one by one (`bulk.plans`). Only an excluded topic's partitions take the full pure plan
-        (`plan_partition`), which both restate (tests/unit/test_bulk_plan.py). Its deadlines that changed since
-        this process stored them (control/scheduled.py) join the chunk's writes."""
+        """Plan a chunk of one topic's partitions from its arrays (policy/rules.py): where nothing is due, a deadline,
+        a compaction-due time and metrics (`rules.quiet`); where a rule is crossed, a record waits or the topic is
+        excluded, the decisions over arrays (`rules.due`) and the records judged one by one (`plan.plans`). Its
+        deadlines that changed since this process stored them (control/scheduled.py) join the chunk's writes."""
         chunk = plan_chunk(self.state, self._layers(), topic, parts, now, read)
         deadlines, due = chunk.q.deadline.copy(), chunk.q.compaction_due.copy()
         topic_th = self.thresholds(topic)  # resolved once: a pydantic validation per partition was 10 µs
-        rows = np.flatnonzero(chunk.full & ~chunk.limits.excluded).tolist()
+        rows = np.flatnonzero(chunk.full).tolist()
         if rows:
-            d = bulk.due(chunk.nums, chunk.limits, chunk.q, now)
-            plans = bulk.plans(topic, chunk.nums, chunk.q, d, rows, lambda row: chunk.scoped.get(row, topic_th),
-                               chunk.records, now, allowed, self._caps(chunk, d, now, topic_th))  # fmt: skip
-            for row, plan in zip(rows, plans, strict=True):
+            ev = Evaluation(chunk.nums, chunk.limits, chunk.q, due_now(chunk.nums, chunk.limits, chunk.q, now), now)
+            found = plans(topic, ev, rows, lambda row: chunk.scoped.get(row, topic_th), chunk.records, allowed,
+                          self._caps(chunk, ev.d, now, topic_th))  # fmt: skip
+            for row, plan in zip(rows, found, strict=True):
                 self._apply(plan, writes)
                 deadlines[row] = NONE if plan.deadline is None else plan.deadline
-            stats = chunk.q.stats_rows(rows, chunk.nums, chunk.limits, d)
+            acted = [row for row in rows if not chunk.limits.excluded[row]]
+            stats = stats_rows(acted, chunk.nums, chunk.limits, chunk.q, ev.d)
             self.metrics.partitions.update_many(
-                [((topic, chunk.parts[r]), st) for r, st in zip(rows, stats, strict=True)]
+                [((topic, chunk.parts[r]), st) for r, st in zip(acted, stats, strict=True)]
             )
-        for row in np.flatnonzero(chunk.full & chunk.limits.excluded).tolist():
-            plan = self._plan_full(chunk, row, now, allowed, topic_th)
-            self._apply(plan, writes)
-            deadlines[row] = NONE if plan.deadline is None else plan.deadline
-            due[row] = NONE if plan.compaction_due is None else plan.compaction_due
+            for row in rows:  # an excluded topic's partitions have no metrics
+                if chunk.limits.excluded[row]:
+                    self.metrics.partitions.forget((topic, chunk.parts[row]))
         self.metrics.partitions.update_many(chunk.calm_stats())
         ix = np.flatnonzero(self.scheduled.changed(topic, parts, deadlines, due))
         if len(ix):
@@ -426,31 +426,16 @@ class Controller:
         for topic, parts, deadlines, due in chunks:
             self.scheduled.remember(topic, parts, deadlines, due)
 
-    def _caps(self, chunk: TopicChunk, d: bulk.Due, now: int, topic_th: Thresholds) -> dict[int, int]:
+    def _caps(self, chunk: TopicChunk, d: Due, now: int, topic_th: Thresholds) -> dict[int, int]:
         """row -> the compacted view's horizon, for the rows with a delete to cap (compaction service)."""
         caps: dict[int, int] = {}
         if self.view_caps is None:
             return caps
-        for row in np.flatnonzero(d.before != NONE).tolist():
+        for row in np.flatnonzero((d.before != NONE) & ~chunk.limits.excluded).tolist():
             cap = self.view_caps.cap(chunk.topic, chunk.parts[row], chunk.scoped.get(row, topic_th), now)
             if cap is not None:
                 caps[row] = cap
         return caps
-
-    def _plan_full(self, chunk: TopicChunk, row: int, now: int, allowed: bool, topic_th: Thresholds) -> PartitionPlan:
-        """The full pure plan of one row of a chunk, and its metrics (forgotten on an excluded topic). `topic_th`:
-        the topic's thresholds, for rows without partition-scoped ones."""
-        topic, n = chunk.topic, chunk.parts[row]
-        view = chunk.nums.view(topic, row)
-        th = chunk.scoped.get(row, topic_th)
-        why = topic_excluded(topic, th, self.own_topics)
-        cap = None if self.view_caps is None else self.view_caps.cap(topic, n, th, now)
-        plan = plan_partition(view, th, chunk.records.get(n, []), now, allowed, why, cap)
-        if why:
-            self.metrics.partitions.forget((topic, n))
-        else:  # what operators see per partition comes from this evaluation, not from a scan at scrape time
-            self.metrics.partitions.update((topic, n), partition_stats(view, th, now))
-        return plan
 
     def _layers(self) -> Layers:
         return Layers(self.layers, self.own_topics)

@@ -7,7 +7,7 @@ topic is excluded are planned there (their decisions and records, the readiness 
 outbox and its caps, the send-time re-check), the metrics are kept there, and group-level changes (deletes,
 memberships: they reach every topic of a group) are merged there first.
 
-`evaluate_share` is what one share does: merge, then plan the quiet partitions in bulk (`policy/bulk.py`): store their
+`evaluate_share` is what one share does: merge, then plan the quiet partitions in bulk (`policy/rules.py`): store their
 deadlines and return their metrics; return the other partitions for the driver. It takes plain values (state, layers,
 changes), so the same code runs in the controller's process or in a Spark task.
 """
@@ -22,9 +22,8 @@ from typing import Any
 import numpy as np
 
 from compactd.model import ActionRecord, PartitionNumbers
-from compactd.policy import bulk
-from compactd.policy.bulk import Limits, Quiet
-from compactd.policy.forecast import PartitionStats
+from compactd.policy.forecast import PartitionStats, stats_rows
+from compactd.policy.rules import Limits, Quiet, quiet
 from compactd.policy.thresholds import (
     Thresholds,
     group_counts,
@@ -58,7 +57,7 @@ class TopicChunk:
 
     def calm_stats(self) -> list[tuple[Key, PartitionStats]]:
         rows = self.calm
-        stats = self.q.stats_rows(rows, self.nums, self.limits)
+        stats = stats_rows(rows, self.nums, self.limits, self.q)
         return [((self.topic, self.parts[row]), st) for row, st in zip(rows, stats, strict=True)]
 
 
@@ -106,7 +105,7 @@ def plan_chunk(
         (th, layers.excluded(topic, th) is not None),
         {row: (t, layers.excluded(topic, t) is not None) for row, t in scoped.items()},
     )
-    q = bulk.quiet(nums, limits, now)
+    q = quiet(nums, limits, now)
     full = ~q.quiet | limits.excluded
     if records:
         full[[row for row, n in enumerate(parts) if n in records]] = True

@@ -1,23 +1,18 @@
 """What each partition looks like to an operator: how late, how much could go, and what happens next. Pure.
 
-Computed from the same view and thresholds the controller evaluates with, so metrics never need a Redis scan.
+Read off the controller's own evaluation (policy/rules.py), so metrics never need a Redis scan.
 Values that age with time (compaction delay) are kept as timestamps and turned into seconds at scrape time.
 """
 
 from __future__ import annotations
 
 import msgspec
+import numpy as np
 
-from compactd.model import PartitionView
-from compactd.policy.rules import (
-    consumed_retention_offset,
-    earliest_uncompacted_ts,
-    forced_retention_offset,
-    live_segments,
-)
+from compactd.model import PartitionNumbers, PartitionView
+from compactd.policy.arrays import NONE
+from compactd.policy.rules import RULES, Due, Evaluation, Limits, Quiet
 from compactd.policy.thresholds import Thresholds
-
-RULES = ("max_compaction_lag", "consumed_retention", "forced_retention")
 
 
 class PartitionStats(msgspec.Struct, frozen=True, gc=False):
@@ -42,44 +37,40 @@ class PartitionStats(msgspec.Struct, frozen=True, gc=False):
         return max(now - self.earliest_ts - self.lag_ms, 0)
 
 
-def _deletable(view: PartitionView, before: int | None) -> tuple[int, int]:
-    if before is None or before <= view.log_start:
-        return 0, 0
-    size = sum(s.size_bytes for s in live_segments(view) if s.end_offset <= before)
-    return before - view.log_start, size
-
-
-def next_crossings(view: PartitionView, th: Thresholds, now: int) -> tuple[tuple[str, int], ...]:
-    """For each rule, the next future time a threshold is crossed (a segment ages past a retention, the oldest dirty
-    record passes the lag). Rules already crossed show in the delay and deletable figures instead."""
-    out: list[tuple[str, int]] = []
-    earliest = earliest_uncompacted_ts(view)
-    if th.max_compaction_lag_ms is not None and earliest is not None and earliest + th.max_compaction_lag_ms >= now:
-        out.append(("max_compaction_lag", earliest + th.max_compaction_lag_ms + 1))
-    segments = live_segments(view)
-    if th.consumed_retention_ms is not None and view.min_committed is not None:
-        ages = [s.closed_at + th.consumed_retention_ms + 1 for s in segments if s.end_offset <= view.min_committed]
-        future = [t for t in ages if t > now]
-        if future:
-            out.append(("consumed_retention", min(future)))
-    if th.forced_retention_ms is not None:
-        future = [t for t in (s.closed_at + th.forced_retention_ms + 1 for s in segments) if t > now]
-        if future:
-            out.append(("forced_retention", min(future)))
-    return tuple(out)
+def stats_rows(
+    rows: list[int], nums: PartitionNumbers, limits: Limits, q: Quiet, d: Due | None = None
+) -> list[PartitionStats]:
+    """The stats of `rows`, built from lists (one object each: what the metrics keep). Without `d` the rows must be
+    quiet: a quiet row frees nothing (`rules.quiet`), so its deletable figures are 0 without deciding it."""
+    ix = np.asarray(rows, dtype=np.int64)
+    zero = [0] * len(rows)
+    co, cb, fo, fb = (zero,) * 4 if d is None else (
+        a[ix].tolist() for a in (d.consumed_offsets, d.consumed_bytes, d.forced_offsets, d.forced_bytes)
+    )  # fmt: skip
+    earliest = q.earliest[ix].tolist()
+    lag_on, lag = limits.lag_on[ix].tolist(), limits.lag[ix].tolist()
+    low, ls = q.min_committed[ix].tolist(), nums.log_start[ix].tolist()
+    crossings = [a[ix].tolist() for a in (q.next_lag, q.next_consumed, q.next_forced)]
+    out = []
+    for i in range(len(rows)):
+        nxt = tuple((rule, at[i]) for rule, at in zip(RULES, crossings, strict=True) if at[i] != NONE)
+        out.append(
+            PartitionStats(
+                None if earliest[i] == NONE else earliest[i],
+                lag[i] if lag_on[i] else None,
+                None if low[i] == NONE else low[i],
+                ls[i],
+                co[i],
+                cb[i],
+                fo[i],
+                fb[i],
+                nxt,
+            )
+        )
+    return out
 
 
 def partition_stats(view: PartitionView, th: Thresholds, now: int) -> PartitionStats:
-    consumed = _deletable(view, consumed_retention_offset(view, th, now))
-    forced = _deletable(view, forced_retention_offset(view, th, now))
-    return PartitionStats(
-        earliest_ts=earliest_uncompacted_ts(view),
-        lag_ms=th.max_compaction_lag_ms,
-        min_committed=view.min_committed,
-        log_start=view.log_start,
-        consumed_offsets=consumed[0],
-        consumed_bytes=consumed[1],
-        forced_offsets=forced[0],
-        forced_bytes=forced[1],
-        next_at=next_crossings(view, th, now),
-    )
+    """One partition's stats (a chunk of one)."""
+    ev = Evaluation.one(view, th, now)
+    return stats_rows([0], ev.nums, ev.limits, ev.q, ev.d)[0]

@@ -11,7 +11,7 @@ An action record's lifecycle, in one place:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -19,14 +19,8 @@ import msgspec
 from compactd.errors import UnsafeDecision
 from compactd.keys import partition_key
 from compactd.model import ActionRecord, Decision, PartitionView, action_id
-from compactd.policy.rules import (
-    answered_at,
-    decide,
-    decide_deletion,
-    earliest_uncompacted_ts,
-    next_deadline,
-    should_record,
-)
+from compactd.policy.arrays import NONE
+from compactd.policy.rules import Evaluation, answered_at, decide_deletion, should_record
 from compactd.policy.thresholds import Thresholds, group_counts
 
 NOT_CAUGHT_UP = "offsets not caught up"
@@ -148,6 +142,38 @@ def to_record(d: Decision, previous: ActionRecord | None, th: Thresholds, now: i
     )
 
 
+def plans(
+    topic: str,
+    ev: Evaluation,
+    rows: list[int],
+    th_of: Callable[[int], Thresholds],
+    records: Mapping[int, list[ActionRecord]],
+    deletes_allowed: bool,
+    caps: Mapping[int, int] | None = None,
+) -> list[PartitionPlan]:
+    """The plans of `rows` of an evaluated chunk: the rules' decisions (none on an excluded topic's rows, which get
+    no deadline either), then `plan_decided` judges each row's action records. `th_of(row)`: the row's thresholds;
+    `records`: partition -> its action records; `caps`: row -> the compacted view's horizon, where there is one."""
+    q, now = ev.q, ev.now
+    parts = ev.nums.partitions[rows].tolist() if rows else []
+    earliest, crossing = q.earliest[rows].tolist(), q.deadline[rows].tolist()
+    low, ls = q.min_committed[rows].tolist(), ev.nums.log_start[rows].tolist()
+    excluded = ev.limits.excluded[rows].tolist()
+    caps = caps or {}
+    out = []
+    for i, row in enumerate(rows):
+        n = parts[i]
+        facts = Facts(
+            topic, n, None if earliest[i] == NONE else earliest[i], ls[i], None if low[i] == NONE else low[i],
+            None if crossing[i] == NONE or excluded[i] else crossing[i],
+        )  # fmt: skip
+        decisions = [] if excluded[i] else ev.decisions(topic, row)
+        rec, th, cap = records.get(n, []), th_of(row), caps.get(row)
+        out.append(plan_decided(facts, decisions, rec, th, now, deletes_allowed=deletes_allowed, view_cap=cap,
+                                excluded=excluded[i]))  # fmt: skip
+    return out
+
+
 def plan_partition(
     view: PartitionView,
     th: Thresholds,
@@ -157,21 +183,17 @@ def plan_partition(
     excluded: str | None = None,
     view_cap: int | None = None,
 ) -> PartitionPlan:
-    """`excluded`: why compactd never acts on this topic (internal, its own, topics.exclude); None to decide.
-    `view_cap`: the compacted view's published horizon (compaction service): no delete goes past it."""
-    facts = Facts(
-        view.topic, view.partition, earliest_uncompacted_ts(view), view.log_start, view.min_committed,
-        None if excluded else next_deadline(view, th, [], now),
-    )  # fmt: skip
-    decisions = [] if excluded else decide(view, th, now)
-    return plan_decided(
-        facts, decisions, records, th, now, deletes_allowed=deletes_allowed, view_cap=view_cap, excluded=bool(excluded)
-    )
+    """One partition's plan (a chunk of one). `excluded`: why compactd never acts on this topic (internal, its own,
+    topics.exclude); None to decide. `view_cap`: the compacted view's published horizon (compaction service): no
+    delete goes past it."""
+    ev = Evaluation.one(view, th, now, excluded=bool(excluded))
+    caps = None if view_cap is None else {0: view_cap}
+    return plans(view.topic, ev, [0], lambda _: th, {view.partition: records}, deletes_allowed, caps)[0]
 
 
 class Facts(msgspec.Struct, frozen=True):
-    """What planning reads of a partition besides the rules' decisions: `plan_partition` takes it from a view,
-    `bulk.plans` from a chunk's arrays. `crossing`: `next_deadline` without records (the next threshold crossing)."""
+    """What planning reads of a partition besides the rules' decisions. `crossing`: the next threshold crossing
+    (`Quiet.deadline`; None on an excluded topic)."""
 
     topic: str
     partition: int
@@ -231,7 +253,7 @@ def plan_decided(
 
 
 def _soonest(crossing: int | None, retries: list[int], now: int) -> int | None:
-    """`rules.next_deadline`: the next threshold crossing or the soonest future retry of a live record."""
+    """The next threshold crossing or the soonest future retry of a live record."""
     future = [t for t in retries if t > now]
     if crossing is not None:
         future.append(crossing)

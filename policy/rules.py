@@ -1,133 +1,325 @@
-"""The decision rules: plain functions over (PartitionView, Thresholds, now).
+"""The decision rules, each written once, over arrays: one row per partition, so one partition is an array of one.
 
-Each rule of docs/contract.md ("Decisions") is one function here, the way Kafka's LogCleanerManager keeps
-`maxCompactionDelay` apart from the cleaner threads. Nothing in this module does IO.
+The rules of docs/contract.md ("Decisions"), the way Kafka's LogCleanerManager keeps `maxCompactionDelay` apart from
+the cleaner threads:
+- a segment is *live* while it ends above the log start; KIP-354's earliest uncompacted timestamp is the smallest
+  first-batch max timestamp of the live segments above the cleaned offset, and compaction is due strictly past
+  max.compaction.lag.ms (`quiet`, `due`);
+- a retention lets a segment go when it closed strictly longer ago than the retention, no offsets below it are
+  unknown (a gap: segment events lost), and, for consumed retention (KIP-68 level 1), every counted group has read
+  it (`_letting_go`); a delete frees the longest prefix of live segments that retention lets go;
+- the delete decided is the furthest of the two, forced retention (level 2) only where it reaches further, and
+  nothing at or below the log start; an unknown minimum (a counted group without a position, or none) frees
+  nothing under consumed retention.
+
+Everything that decides or explains reads these arrays: the controller's chunks (control/), a partition's plan
+(policy/plan.py), its metrics (policy/forecast.py), `compactd explain` and its ranking (app/). `Evaluation.one` is
+the same code for one partition. What an action record's answer is (`answered_at`) and when a decision becomes a
+record (`should_record`) are rules over one record. Nothing here does IO.
 """
 
 from __future__ import annotations
 
-from compactd.model import ActionRecord, Decision, PartitionView, Segment
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from compactd.model import ActionRecord, Decision, PartitionNumbers, PartitionView
+from compactd.policy.arrays import (
+    I64,
+    MAX,
+    NONE,
+    first_where,
+    per_row,
+    pick,
+    prefix_end,
+    reach_before,
+    segment_rows,
+)
 from compactd.policy.thresholds import Thresholds
 
-
-def live_segments(view: PartitionView) -> tuple[Segment, ...]:
-    """Closed segments still on disk (not wholly below the log start), in offset order (kept on the view)."""
-    return view.live_segments
+RULES = ("max_compaction_lag", "consumed_retention", "forced_retention")
 
 
-def earliest_uncompacted_ts(view: PartitionView) -> int | None:
-    """KIP-354 `earliest`: smallest first-batch max timestamp over dirty, non-active segments (kept on the view)."""
-    return view.earliest_uncompacted_ts
+@dataclass(frozen=True)
+class Limits:
+    """Per partition, what the rules read of the thresholds: a value and whether the rule is on, dry.run, exclusion.
+    Built from the topic's thresholds, with the partitions that have a partition scope overriding theirs."""
+
+    lag: np.ndarray
+    lag_on: np.ndarray
+    consumed: np.ndarray
+    consumed_on: np.ndarray
+    forced: np.ndarray
+    forced_on: np.ndarray
+    dry_run: np.ndarray
+    excluded: np.ndarray
+
+    @classmethod
+    def of(cls, rows: int, topic: tuple[Thresholds, bool], scoped: Mapping[int, tuple[Thresholds, bool]]) -> Limits:
+        """`topic`: (thresholds, excluded) for every row; `scoped`: row -> its own (thresholds, excluded)."""
+        cols: dict[str, np.ndarray] = {}
+        for name, attr in (("lag", "max_compaction_lag_ms"), ("consumed", "consumed_retention_ms"),
+                           ("forced", "forced_retention_ms")):  # fmt: skip
+            value = getattr(topic[0], attr)
+            cols[name] = np.full(rows, value or 0, dtype=I64)
+            cols[f"{name}_on"] = np.full(rows, value is not None)
+            for row, (th, _) in scoped.items():
+                own = getattr(th, attr)
+                cols[name][row], cols[f"{name}_on"][row] = own or 0, own is not None
+        cols["dry_run"] = np.full(rows, bool(topic[0].dry_run))
+        cols["excluded"] = np.full(rows, topic[1])
+        for row, (th, excluded) in scoped.items():
+            cols["dry_run"][row], cols["excluded"][row] = bool(th.dry_run), excluded
+        return cls(**cols)
 
 
-def compaction_delay_ms(view: PartitionView, max_lag_ms: int, now: int) -> int | None:
-    """KIP-354 `(now - max.compaction.lag.ms) - earliest`; positive means overdue. None: nothing dirty."""
-    earliest = earliest_uncompacted_ts(view)
-    if earliest is None:
-        return None
-    return now - max_lag_ms - earliest
+def _known(nums: PartitionNumbers) -> np.ndarray:
+    """Per row: the minimum committed offset over counted groups is known (every counted group has a position)."""
+    return (nums.counted > 0) & (nums.zcard == nums.counted) & (nums.lowest >= 0)
 
 
-def decide_compaction(view: PartitionView, th: Thresholds, now: int) -> Decision | None:
-    """A record may stay uncompacted at most max.compaction.lag.ms; strictly past it we act."""
-    if th.max_compaction_lag_ms is None:
-        return None
-    delay = compaction_delay_ms(view, th.max_compaction_lag_ms, now)
-    if delay is None or delay <= 0:
-        return None
-    return Decision(
-        action="compact",
-        topic=view.topic,
-        partition=view.partition,
-        reason="max_compaction_lag",
-        delay_ms=delay,
-        earliest_ts=earliest_uncompacted_ts(view),
+def _earliest(nums: PartitionNumbers, seg_row: np.ndarray, starts: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """KIP-354 earliest uncompacted timestamp per row (NONE: nothing dirty)."""
+    end = seg[:, 1]
+    dirty = (end > nums.log_start[seg_row]) & (end > nums.cleaned[seg_row])
+    earliest = per_row(np.minimum, np.where(dirty, seg[:, 2], MAX), starts, nums.nseg, MAX)
+    return np.where(earliest == MAX, NONE, earliest)
+
+
+def _letting_go(
+    nums: PartitionNumbers, limits: Limits, seg_row: np.ndarray, seg: np.ndarray, now: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per segment, whether (consumed retention by age alone, consumed retention, forced retention) lets it go: it
+    closed strictly longer ago than the retention, it starts at or below what the log start and the segments before
+    it reach (no unknown offsets before it), and for consumed retention every counted group has read past it."""
+    end, closed = seg[:, 1], seg[:, 4]
+    joined = seg[:, 0] <= reach_before(seg_row, seg, nums.log_start) if len(seg) else np.ones(0, dtype=bool)
+    aged = joined & (now - closed > limits.consumed[seg_row])
+    return aged, aged & (end <= nums.lowest[seg_row]), joined & (now - closed > limits.forced[seg_row])
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """Per row: whether nothing is due (`quiet`), and what a plan then consists of. Times are epoch ms, NONE where
+    there is none."""
+
+    quiet: np.ndarray  # bool: no rule crossed (`due` decides nothing)
+    deadline: np.ndarray  # the next threshold crossing of any rule (a plan adds its records' retries)
+    compaction_due: np.ndarray  # when the oldest dirty record crosses the lag
+    earliest: np.ndarray  # KIP-354 earliest uncompacted timestamp
+    next_lag: np.ndarray  # each rule's next future threshold crossing
+    next_consumed: np.ndarray
+    next_forced: np.ndarray
+    min_committed: np.ndarray  # NONE where unknown
+
+
+def quiet(nums: PartitionNumbers, limits: Limits, now: int) -> Quiet:
+    """Which rows have nothing due at `now`, and their crossings. A delete is due exactly when the first live segment
+    is let go (the prefix is empty when it is not), so this reads one segment a row where `due` reads them all: most
+    rows of a batch only moved a group's offset, and this is all their evaluation costs (issue 17)."""
+    nseg = nums.nseg
+    seg_row, starts, seg = segment_rows(nums)
+    end, closed = seg[:, 1], seg[:, 4]
+    live = end > nums.log_start[seg_row]
+    earliest = _earliest(nums, seg_row, starts, seg)
+    has_earliest = earliest != NONE
+    compaction_busy = limits.lag_on & has_earliest & (now - limits.lag - earliest > 0)
+    known = _known(nums)
+    _, consumed_ok, forced_ok = _letting_go(nums, limits, seg_row, seg, now)
+    first_live = first_where(live, starts, nseg)
+    consumed_busy = limits.consumed_on & known & pick(consumed_ok, first_live, False)
+    forced_busy = limits.forced_on & pick(forced_ok, first_live, False)
+
+    def next_future(times: np.ndarray, where: np.ndarray) -> np.ndarray:
+        """The smallest of each row's `times` (per segment) above `now` where `where` holds; NONE if none."""
+        soonest = per_row(np.minimum, np.where(where & (times > now), times, MAX), starts, nseg, MAX)
+        return np.where(soonest == MAX, NONE, soonest)
+
+    lag_at = earliest + limits.lag + 1
+    next_lag = np.where(limits.lag_on & has_earliest & (lag_at > now), lag_at, NONE)
+    read = live & known[seg_row] & (end <= nums.lowest[seg_row])
+    next_consumed = np.where(limits.consumed_on, next_future(closed + limits.consumed[seg_row] + 1, read), NONE)
+    next_forced = np.where(limits.forced_on, next_future(closed + limits.forced[seg_row] + 1, live), NONE)
+    soonest = np.minimum.reduce([np.where(t == NONE, MAX, t) for t in (next_lag, next_consumed, next_forced)])
+    return Quiet(
+        quiet=~(compaction_busy | consumed_busy | forced_busy),
+        deadline=np.where(soonest == MAX, NONE, soonest),
+        compaction_due=np.where(limits.lag_on & has_earliest, earliest + limits.lag, NONE),
+        earliest=earliest,
+        next_lag=next_lag,
+        next_consumed=next_consumed,
+        next_forced=next_forced,
+        min_committed=np.where(known, nums.lowest, NONE),
     )
 
 
-def _deletable_end(view: PartitionView, age_ms: int, now: int, limit: int | None) -> int | None:
-    """End of the longest run of oldest segments that are older than age_ms and end at or below limit.
+@dataclass(frozen=True)
+class Due:
+    """Per row, what is decided at `now` (an excluded topic's rows are decided too, the caller drops them) and what
+    each retention frees. Offsets are NONE where there is no such decision."""
 
-    deleteRecords removes everything below its offset, so the run must be a prefix: the first segment
-    that is too young or reaches past `limit` stops it. So does a gap: offsets between the log start or the segments
-    before and the next segment's base that no segment event told compactd about (a state rebuilt from a source that
-    lost events, before the agent's next full scan) are unknown, and unknown is never due.
-    """
-    end = None
-    reach = view.log_start
-    for seg in live_segments(view):
-        if seg.base_offset > reach:
-            break
-        if limit is not None and seg.end_offset > limit:
-            break
-        if now - seg.closed_at <= age_ms:
-            break
-        end = seg.end_offset
-        reach = max(reach, seg.end_offset)
-    return end
+    compact: np.ndarray  # bool: compaction is due (delay_ms = now - lag - earliest > 0)
+    delay: np.ndarray  # its delay_ms, where `compact`, else 0
+    before: np.ndarray  # the delete's before_offset, NONE where no delete is decided
+    forced: np.ndarray  # bool: that delete's reason is forced retention (else consumed retention)
+    consumed_end: np.ndarray  # consumed retention's delete offset, NONE where it frees no prefix
+    forced_end: np.ndarray  # forced retention's
+    consumed_offsets: np.ndarray  # offsets and bytes each retention frees now (0 where nothing above the log start)
+    consumed_bytes: np.ndarray
+    forced_offsets: np.ndarray
+    forced_bytes: np.ndarray
 
 
-def first_gap(view: PartitionView) -> tuple[int, Segment] | None:
-    """(where, the segment after it): the first offsets above the log start that no known segment covers, which
-    stop every delete there (`_deletable_end`). `compactd explain` names them."""
-    reach = view.log_start
-    for seg in live_segments(view):
-        if seg.base_offset > reach:
-            return reach, seg
-        reach = max(reach, seg.end_offset)
-    return None
+def due(nums: PartitionNumbers, limits: Limits, q: Quiet, now: int) -> Due:
+    """The decisions of every row: compaction when the oldest dirty record is strictly past the lag; a delete up to
+    the longest prefix of live segments a retention lets go, forced retention winning only where it reaches further."""
+    seg_row, starts, seg = segment_rows(nums)
+    nseg, ls = nums.nseg, nums.log_start
+    end, size = seg[:, 1], seg[:, 3]
+    live = end > ls[seg_row]
+    delay = now - limits.lag - q.earliest
+    compact = limits.lag_on & (q.earliest != NONE) & (delay > 0)
+    _, consumed_ok, forced_ok = _letting_go(nums, limits, seg_row, seg, now)
+    c_end, c_found = prefix_end(seg_row, starts, nseg, live, end, consumed_ok)
+    c_valid = limits.consumed_on & (q.min_committed != NONE) & c_found
+    f_end, f_found = prefix_end(seg_row, starts, nseg, live, end, forced_ok)
+    f_valid = limits.forced_on & f_found
+    forced = f_valid & (~c_valid | (f_end > c_end))
+    before = np.where(forced, f_end, c_end)
+    before = np.where((forced | c_valid) & (before > ls), before, NONE)
+
+    def frees(valid: np.ndarray, upto: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Offsets and bytes of live segments below `upto`, where it is above the log start."""
+        above = valid & (upto > ls)
+        size_sum = per_row(np.add, np.where(live & (end <= upto[seg_row]), size, 0), starts, nseg, 0)
+        return np.where(above, upto - ls, 0), np.where(above, size_sum, 0)
+
+    co, cb = frees(c_valid, c_end)
+    fo, fb = frees(f_valid, f_end)
+    return Due(
+        compact, np.where(compact, delay, 0), before, forced & (before != NONE),
+        np.where(c_valid, c_end, NONE), np.where(f_valid, f_end, NONE), co, cb, fo, fb,
+    )  # fmt: skip
 
 
-def aged_prefix_end(view: PartitionView, age_ms: int, now: int) -> int | None:
-    """The prefix rule by age alone: what consumed retention would free if no group held it back (`compactd explain`
-    reports the difference as held back)."""
-    return _deletable_end(view, age_ms, now, limit=None)
+@dataclass(frozen=True)
+class Insight:
+    """What `compactd explain` shows of each row besides the decisions, from the same predicates. Indices point into
+    `seg` (the rows' segments in offset order); len(seg) where there is no such segment."""
+
+    seg: np.ndarray
+    live_count: np.ndarray
+    live_bytes: np.ndarray
+    first_live: np.ndarray
+    dirty_count: np.ndarray  # live segments above the cleaned offset
+    dirty_bytes: np.ndarray
+    oldest_dirty: np.ndarray  # the lowest dirty segment holding the earliest uncompacted timestamp
+    by_age: np.ndarray  # consumed retention's prefix by age alone, as if no group held it back (NONE: none, off)
+    held_offsets: np.ndarray  # what the groups hold back: (what consumed retention frees, by_age]
+    held_bytes: np.ndarray
+    gap_at: np.ndarray  # the first offset above the log start no known segment covers (NONE: none)
+    gap_next: np.ndarray  # the segment after that gap
 
 
-def consumed_retention_offset(view: PartitionView, th: Thresholds, now: int) -> int | None:
-    """KIP-68 level 1: delete segments every counted group has read, once they are old enough.
+def insight(nums: PartitionNumbers, limits: Limits, q: Quiet, d: Due, now: int) -> Insight:
+    seg_row, starts, seg = segment_rows(nums)
+    nseg, ls = nums.nseg, nums.log_start
+    end, size = seg[:, 1], seg[:, 3]
+    live = end > ls[seg_row]
+    dirty = live & (end > nums.cleaned[seg_row])
+    aged, _, _ = _letting_go(nums, limits, seg_row, seg, now)
+    by_age, found = prefix_end(seg_row, starts, nseg, live, end, aged)
+    by_age = np.where(limits.consumed_on & found, by_age, NONE)
+    held_from = ls + d.consumed_offsets  # past what consumed retention frees (the log start where it frees nothing)
+    held = (by_age != NONE) & (by_age > held_from)
+    inside = live & (end > held_from[seg_row]) & (end <= by_age[seg_row])
+    held_bytes = per_row(np.add, np.where(inside, size, 0), starts, nseg, 0)
+    gap = live & (seg[:, 0] > reach_before(seg_row, seg, ls)) if len(seg) else np.zeros(0, dtype=bool)
+    gap_next = first_where(gap, starts, nseg)
+    gap_at = pick(reach_before(seg_row, seg, ls), gap_next, NONE)
+    return Insight(
+        seg=seg,
+        live_count=per_row(np.add, live.astype(I64), starts, nseg, 0),
+        live_bytes=per_row(np.add, np.where(live, size, 0), starts, nseg, 0),
+        first_live=first_where(live, starts, nseg),
+        dirty_count=per_row(np.add, dirty.astype(I64), starts, nseg, 0),
+        dirty_bytes=per_row(np.add, np.where(dirty, size, 0), starts, nseg, 0),
+        oldest_dirty=first_where(dirty & (seg[:, 2] == q.earliest[seg_row]), starts, nseg),
+        by_age=by_age,
+        held_offsets=np.where(held, by_age - held_from, 0),
+        held_bytes=np.where(held, held_bytes, 0),
+        gap_at=gap_at,
+        gap_next=gap_next,
+    )
 
-    Unknown minimum (a counted group without a position here, or no groups) means nothing is deleted.
-    """
-    if th.consumed_retention_ms is None or view.min_committed is None:
-        return None
-    return _deletable_end(view, th.consumed_retention_ms, now, limit=view.min_committed)
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A chunk's rules at `now`: its numbers, limits, crossings (`q`) and decisions (`d`)."""
+
+    nums: PartitionNumbers
+    limits: Limits
+    q: Quiet
+    d: Due
+    now: int
+
+    @classmethod
+    def of(cls, nums: PartitionNumbers, limits: Limits, now: int, q: Quiet | None = None) -> Evaluation:
+        q = quiet(nums, limits, now) if q is None else q
+        return cls(nums, limits, q, due(nums, limits, q, now), now)
+
+    @classmethod
+    def one(cls, view: PartitionView, th: Thresholds, now: int, excluded: bool = False) -> Evaluation:
+        """One partition, as a chunk of one."""
+        return cls.of(PartitionNumbers.of_views([view]), Limits.of(1, (th, excluded), {}), now)
+
+    def decisions(self, topic: str, row: int) -> list[Decision]:
+        """What row `row` decides now, as decisions."""
+        out = []
+        n = int(self.nums.partitions[row])
+        if self.d.compact[row]:
+            delay, earliest = int(self.d.delay[row]), int(self.q.earliest[row])
+            out.append(Decision("compact", topic, n, "max_compaction_lag", delay_ms=delay, earliest_ts=earliest))
+        before = int(self.d.before[row])
+        if before != NONE:
+            reason = "forced_retention" if self.d.forced[row] else "consumed_retention"
+            out.append(Decision("delete_records", topic, n, reason, before_offset=before))
+        return out
+
+    def insight(self) -> Insight:
+        return insight(self.nums, self.limits, self.q, self.d, self.now)
 
 
-def forced_retention_offset(view: PartitionView, th: Thresholds, now: int) -> int | None:
-    """KIP-68 level 2: plain time retention, whatever the groups did."""
-    if th.forced_retention_ms is None:
-        return None
-    return _deletable_end(view, th.forced_retention_ms, now, limit=None)
-
-
-def decide_deletion(view: PartitionView, th: Thresholds, now: int) -> Decision | None:
-    """The furthest safe delete_records offset, labelled with the level that allows it."""
-    consumed = consumed_retention_offset(view, th, now)
-    forced = forced_retention_offset(view, th, now)
-    if forced is not None and (consumed is None or forced > consumed):
-        before, reason = forced, "forced_retention"
-    elif consumed is not None:
-        before, reason = consumed, "consumed_retention"
-    else:
-        return None
-    if before <= view.log_start:
-        return None  # already gone: deleteRecords below the log start is a no-op
-    return Decision("delete_records", view.topic, view.partition, reason, before_offset=before)  # type: ignore[arg-type]
+def value(a: np.ndarray, row: int) -> int | None:
+    """An array's value at `row` as Python, None where NONE."""
+    v = int(a[row])
+    return None if v == NONE else v
 
 
 def decide(view: PartitionView, th: Thresholds, now: int) -> list[Decision]:
-    return [d for d in (decide_compaction(view, th, now), decide_deletion(view, th, now)) if d is not None]
+    """What one partition decides now (compaction first, then a delete)."""
+    return Evaluation.one(view, th, now).decisions(view.topic, 0)
 
 
-def is_answered(record: ActionRecord, view: PartitionView) -> bool:
-    """Whether the cluster has done what the action asked, as seen through segment events."""
-    return answered_at(record, earliest_uncompacted_ts(view), view.log_start)
+def decide_compaction(view: PartitionView, th: Thresholds, now: int) -> Decision | None:
+    return next((d for d in decide(view, th, now) if d.action == "compact"), None)
+
+
+def decide_deletion(view: PartitionView, th: Thresholds, now: int) -> Decision | None:
+    """The furthest delete the retentions allow now, labelled with the level that allows it."""
+    return next((d for d in decide(view, th, now) if d.action == "delete_records"), None)
+
+
+def earliest_uncompacted_ts(view: PartitionView) -> int | None:
+    """KIP-354 `earliest` of one partition (None: nothing dirty)."""
+    return value(Evaluation.one(view, Thresholds(), 0).q.earliest, 0)
 
 
 def answered_at(record: ActionRecord, earliest: int | None, log_start: int) -> bool:
-    """`is_answered` from the two numbers it reads: the log start passed a delete's offset, or the dirty segment a
-    compaction was decided for is gone (KIP-354's earliest moved)."""
+    """Whether the cluster has done what the action asked: the log start passed a delete's offset, or the dirty
+    segment a compaction was decided for is gone (KIP-354's earliest moved)."""
     if record.action == "delete_records":
         return record.before_offset is not None and log_start >= record.before_offset
     if record.action == "compact":
@@ -144,26 +336,3 @@ def should_record(decision: Decision, existing: ActionRecord | None, now: int, r
     if existing.status == "pending":
         return False  # still in the outbox
     return now - existing.decided_at >= retry_ms
-
-
-def next_deadline(view: PartitionView, th: Thresholds, records: list[ActionRecord], now: int) -> int | None:
-    """Next time evaluating this partition could decide something new, after evaluating it at `now`.
-
-    Time alone makes actions due (KIP-354 lag crossing, segments ageing past a retention), so the
-    scheduler needs a wake-up even when no events arrive. Thresholds already crossed were acted on at
-    `now`; their follow-up is the retry of the live record.
-    """
-    candidates = [rec.decided_at + th.action_retry_ms for rec in records]
-    if th.max_compaction_lag_ms is not None:
-        earliest = earliest_uncompacted_ts(view)
-        if earliest is not None:
-            candidates.append(earliest + th.max_compaction_lag_ms + 1)
-    segments = live_segments(view)
-    if th.forced_retention_ms is not None:
-        candidates.extend(s.closed_at + th.forced_retention_ms + 1 for s in segments)
-    if th.consumed_retention_ms is not None and view.min_committed is not None:
-        candidates.extend(
-            s.closed_at + th.consumed_retention_ms + 1 for s in segments if s.end_offset <= view.min_committed
-        )
-    future = [c for c in candidates if c > now]
-    return min(future) if future else None

@@ -1,5 +1,7 @@
-"""`compactd explain TOPIC` ranks every partition over arrays and explains only the worst: the ranking must give each
-partition exactly the `worst` figures its explanation reports, whatever the partition, its thresholds and records."""
+"""`compactd explain TOPIC` ranks every partition over arrays and explains only the worst. An explanation reads its
+`worst` figures from the same arrays (its row of `rule_facts`); what is checked here is that those figures are what
+its text shows: how overdue the compaction rule says it is, and the spans its retention rules show as held back or
+blocked, whatever the partition, its thresholds and records."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactd.app.explain import GroupsHere, explain_partition, threshold_sources, worst_first
-from compactd.app.explain_rank import Deletes, Limits, worst_figures, worst_order
+from compactd.app.explain_rank import Deletes, worst_figures, worst_order
 from compactd.model import ActionRecord, PartitionView, Segment
+from compactd.policy.rules import Evaluation, Limits
 from compactd.policy.thresholds import Thresholds, resolve
 from tests.support.examples import examples
 from tests.support.partition_cases import T0, Case, H, cases, make_case, numbers
@@ -33,9 +36,23 @@ def ranked(cs: list[Case], gate: dict[str, Any] | None) -> tuple[list[tuple[int,
         len(cs), {i: r for i, c in enumerate(cs) for r in c.records if r.action == "delete_records"}, T0
     )
     gate_closed = gate is not None and not gate.get("open")
-    figures = worst_figures(nums, limits, deletes, gate_closed, T0)
-    order = worst_order(nums, limits, deletes, gate_closed, T0)
+    ev = Evaluation.of(nums, limits, T0)
+    figures = worst_figures(ev, ev.insight(), deletes, gate_closed)
+    order = worst_order(ev, deletes, gate_closed)
     return [tuple(int(a[i]) for a in figures) for i in range(len(cs))], [int(nums.partitions[i]) for i in order]
+
+
+def shown(e: dict[str, Any]) -> tuple[int, int, int]:
+    """The figures as the text shows them: the compaction's delay past the lag, and per retention what it holds back
+    plus what it frees where the rule is blocked (the larger of the two retentions)."""
+    lag = e["rules"]["max_compaction_lag"]
+    overdue = max(lag["now"].get("delay_ms") or 0, 0)
+    by_rule = []
+    for name in ("consumed_retention", "forced_retention"):
+        r = e["rules"][name]
+        spans = [s for s in (r["held_back"], r["frees"] if r["state"] == "blocked" else None) if s]
+        by_rule.append((sum(s["bytes"] for s in spans), sum(s["offsets"] for s in spans)))
+    return overdue, max(b for b, _ in by_rule), max(o for _, o in by_rule)
 
 
 GATES = st.sampled_from([None, {"open": True, "why": "", "since": T0 - H}, {"open": False, "why": "x", "since": T0}])
@@ -46,7 +63,7 @@ def check(cs: list[Case], gate: dict[str, Any] | None) -> None:
     figures, order = ranked(cs, gate)
     for c, e, got in zip(cs, es, figures, strict=True):
         w = e["worst"]
-        assert got == (w["overdue_ms"], w["blocked_bytes"], w["blocked_offsets"]), (c, e["rules"])
+        assert got == (w["overdue_ms"], w["blocked_bytes"], w["blocked_offsets"]) == shown(e), (c, e["rules"])
     assert order == [e["number"] for e in sorted(es, key=worst_first)]
 
 
@@ -71,7 +88,8 @@ def test_topic_thresholds_apply_to_every_row_and_a_partition_scope_only_to_its_o
     lag = resolve({"global": {"max.compaction.lag.ms": H}}, "orders")
     longer = resolve({"global": {"max.compaction.lag.ms": 2 * H}}, "orders")
     limits = Limits.of(3, (lag, False), {1: (longer, False), 2: (lag, True)})
-    overdue, _, _ = worst_figures(nums, limits, Deletes.of(3, {}, T0), False, T0)
+    ev = Evaluation.of(nums, limits, T0)
+    overdue, _, _ = worst_figures(ev, ev.insight(), Deletes.of(3, {}, T0), False)
     assert overdue.tolist() == [4 * H, 3 * H, 4 * H]
     assert limits.excluded.tolist() == [False, False, True] and limits.dry_run.all()  # dry.run defaults to true
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 import pytest
 
 from compactd.model import ActionRecord, Decision, PartitionView, Segment
+from compactd.policy.arrays import NONE
+from compactd.policy.plan import plan_partition
 from compactd.policy.rules import (
-    compaction_delay_ms,
+    Evaluation,
+    answered_at,
     decide,
     decide_compaction,
     decide_deletion,
     earliest_uncompacted_ts,
-    is_answered,
-    next_deadline,
     should_record,
 )
 from compactd.policy.thresholds import ConfigError, Thresholds, group_counts, resolve, validate_layer
@@ -44,7 +45,7 @@ def th(**kw: object) -> Thresholds:
 
 def test_compaction_not_due_exactly_at_threshold_and_due_one_ms_later() -> None:
     v = view(seg(0, 10, NOW - H))
-    assert compaction_delay_ms(v, H, NOW) == 0
+    assert Evaluation.one(v, th(max_compaction_lag_ms=H), NOW).q.compaction_due[0] == NOW  # due strictly after
     assert decide_compaction(v, th(max_compaction_lag_ms=H), NOW) is None
     d = decide_compaction(v, th(max_compaction_lag_ms=H), NOW + 1)
     assert d is not None and d.delay_ms == 1 and d.reason == "max_compaction_lag" and d.earliest_ts == NOW - H
@@ -60,7 +61,7 @@ def test_earliest_uncompacted_skips_cleaned_and_deleted_segments() -> None:
 def test_empty_partition_decides_nothing() -> None:
     full = th(max_compaction_lag_ms=1, consumed_retention_ms=0, forced_retention_ms=0)
     assert decide(view(), full, NOW) == []
-    assert next_deadline(view(), full, [], NOW) is None
+    assert Evaluation.one(view(), full, NOW).q.deadline[0] == NONE  # and nothing to wake up for
 
 
 def test_compaction_disabled_without_threshold() -> None:
@@ -190,6 +191,9 @@ def test_larger_delete_supersedes_at_once() -> None:
 
 
 def test_answers() -> None:
+    def is_answered(r: ActionRecord, v: PartitionView) -> bool:
+        return answered_at(r, earliest_uncompacted_ts(v), v.log_start)
+
     assert is_answered(rec(before=100), view(log_start=100))
     assert not is_answered(rec(before=100), view(log_start=99))
     overdue = view(seg(0, 10, NOW - 2 * H), seg(10, 20, NOW - H))
@@ -200,10 +204,14 @@ def test_answers() -> None:
 
 def test_next_deadline_is_when_time_alone_makes_an_action_due() -> None:
     v = view(seg(0, 10, NOW - 10_000, closed=NOW - 5_000), min_committed=10)
-    assert next_deadline(v, th(max_compaction_lag_ms=60_000), [], NOW) == NOW - 10_000 + 60_000 + 1
-    assert next_deadline(v, th(consumed_retention_ms=60_000), [], NOW) == NOW - 5_000 + 60_000 + 1
+
+    def next_deadline(t: Thresholds, records: list[ActionRecord]) -> int | None:
+        return plan_partition(v, t, records, NOW, deletes_allowed=True).deadline
+
+    assert next_deadline(th(max_compaction_lag_ms=60_000), []) == NOW - 10_000 + 60_000 + 1
+    assert next_deadline(th(consumed_retention_ms=60_000), []) == NOW - 5_000 + 60_000 + 1
     # already due: the follow-up is the retry of the live record
-    assert next_deadline(v, th(consumed_retention_ms=1, action_retry_ms=7), [rec(decided=NOW)], NOW) == NOW + 7
+    assert next_deadline(th(consumed_retention_ms=1, action_retry_ms=7), [rec(decided=NOW)]) == NOW + 7
 
 
 # ---- configuration ----

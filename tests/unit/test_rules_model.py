@@ -1,0 +1,139 @@
+"""The rules (policy/rules.py) are written once, over arrays; here they are checked against a model written from
+docs/contract.md ("Decisions") one partition at a time, in plain Python, on generated partitions: what is decided,
+when time next makes something due, and what each retention frees. A chunk is also planned as each of its rows alone
+would be (`plan_partition`, a chunk of one): no row's segments reach into another's."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compactd.policy.arrays import NONE
+from compactd.policy.forecast import stats_rows
+from compactd.policy.plan import plan_partition, plans
+from compactd.policy.rules import Evaluation, Limits
+from compactd.policy.thresholds import Thresholds
+from tests.support.examples import examples
+from tests.support.partition_cases import T0, Case, H, cases, make_case, numbers
+
+
+def model(c: Case, now: int) -> dict[str, Any]:
+    """The contract's rules for one partition, read literally."""
+    v, th = c.view, c.th
+    live = sorted(s for s in v.segments if s.end_offset > v.log_start)  # on disk: not wholly below the log start
+    cleaned = -1 if v.cleaned_up_to is None else v.cleaned_up_to
+    earliest = min((s.first_batch_max_ts for s in live if s.end_offset > cleaned), default=None)
+
+    def prefix(ms: int, limit: int | None) -> int | None:
+        """deleteRecords frees a prefix: the oldest segments, each old enough, read (limit), with no offsets unknown
+        before it; the first that fails stops it."""
+        end, reach = None, v.log_start
+        for s in live:
+            if s.base_offset > reach or (limit is not None and s.end_offset > limit) or now - s.closed_at <= ms:
+                break
+            end, reach = s.end_offset, max(reach, s.end_offset)
+        return end
+
+    lag, cms, fms = th.max_compaction_lag_ms, th.consumed_retention_ms, th.forced_retention_ms
+    consumed = None if cms is None or v.min_committed is None else prefix(cms, v.min_committed)
+    forced = None if fms is None else prefix(fms, None)
+    decided: list[tuple[Any, ...]] = []
+    if lag is not None and earliest is not None and now - lag - earliest > 0:
+        decided.append(("compact", "max_compaction_lag", now - lag - earliest))
+    if forced is not None and (consumed is None or forced > consumed):
+        before, reason = forced, "forced_retention"
+    else:
+        before, reason = consumed, "consumed_retention"
+    if before is not None and before > v.log_start:
+        decided.append(("delete_records", reason, before))
+    crossings = []
+    if lag is not None and earliest is not None and earliest + lag + 1 > now:
+        crossings.append(("max_compaction_lag", earliest + lag + 1))
+    for rule, ms, segs in (
+        (
+            "consumed_retention",
+            cms,
+            [s for s in live if v.min_committed is not None and s.end_offset <= v.min_committed],
+        ),
+        ("forced_retention", fms, live),
+    ):
+        future = [s.closed_at + ms + 1 for s in segs if ms is not None and s.closed_at + ms + 1 > now]
+        if future:
+            crossings.append((rule, min(future)))
+
+    def frees(end: int | None) -> tuple[int, int]:
+        if end is None or end <= v.log_start:
+            return 0, 0
+        return end - v.log_start, sum(s.size_bytes for s in live if s.end_offset <= end)
+
+    return {
+        "decided": decided,
+        "crossings": tuple(crossings),
+        "deadline": min((t for _, t in crossings), default=None),
+        "frees": (*frees(consumed), *frees(forced)),
+        "earliest": earliest,
+    }
+
+
+def check(cs: list[Case], now: int) -> int:
+    """The chunk's evaluation against the model on every row, and its plans against each row's alone; returns how
+    many rows were quiet."""
+    nums = numbers(cs)
+    limits = Limits.of(len(cs), (Thresholds(), False), {i: (c.th, False) for i, c in enumerate(cs)})
+    ev = Evaluation.of(nums, limits, now)
+    rows = list(range(len(cs)))
+    stats = stats_rows(rows, nums, limits, ev.q, ev.d)
+    quiet_stats = stats_rows([i for i in rows if ev.q.quiet[i]], nums, limits, ev.q)
+    for i, c in enumerate(cs):
+        assert nums.view("orders", i) == c.view
+        m = model(c, now)
+        got = [
+            (d.action, d.reason, d.delay_ms if d.action == "compact" else d.before_offset)
+            for d in ev.decisions("orders", i)
+        ]
+        assert got == m["decided"], (i, c)
+        assert bool(ev.q.quiet[i]) == (m["decided"] == []), (i, c)
+        assert (None if ev.q.deadline[i] == NONE else int(ev.q.deadline[i])) == m["deadline"], (i, c)
+        st_ = stats[i]
+        assert st_.next_at == m["crossings"] and st_.earliest_ts == m["earliest"], (i, c)
+        assert (st_.consumed_offsets, st_.consumed_bytes, st_.forced_offsets, st_.forced_bytes) == m["frees"], (i, c)
+        if ev.q.quiet[i]:  # a quiet row's metrics need no decision: it frees nothing
+            assert quiet_stats.pop(0) == st_
+    records = {c.view.partition: list(c.records) for c in cs}
+    caps = {i: c.view.log_start + cap for i, c in enumerate(cs) if (cap := (0, 120, None)[i % 3]) is not None}
+    for allowed in (True, False):
+        chunk = plans("orders", ev, rows, lambda row: cs[row].th, records, allowed, caps)
+        for i, c in enumerate(cs):
+            alone = plan_partition(c.view, c.th, list(c.records), now, allowed, None, caps.get(i))
+            assert chunk[i] == alone, (i, c)
+    return int(ev.q.quiet.sum())
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(data=st.data(), size=st.integers(1, 8), shift=st.sampled_from([0, 1, -1, H, -H, 3 * H]))
+def test_the_rules_decide_as_the_contract_says(data: st.DataObject, size: int, shift: int) -> None:
+    check([data.draw(cases(n)) for n in range(size)], T0 + shift)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_large_chunk_has_quiet_and_busy_rows_and_every_one_is_decided_as_the_contract_says(seed: int) -> None:
+    """One chunk of 3,000 partitions (what the controller evaluates at once): both kinds of rows occur, so neither
+    side is vacuous, and segment-less rows sit between the others."""
+    rng = random.Random(seed)
+    quiet_rows = check([make_case(rng.choice, n) for n in range(3000)], T0)
+    assert 300 < quiet_rows < 2700
+
+
+def test_an_excluded_row_decides_nothing_and_has_no_deadline() -> None:
+    rng = random.Random(7)
+    cs = [make_case(rng.choice, n) for n in range(200)]
+    nums = numbers(cs)
+    limits = Limits.of(len(cs), (Thresholds(), True), {i: (c.th, True) for i, c in enumerate(cs)})
+    ev = Evaluation.of(nums, limits, T0)
+    found = plans("orders", ev, list(range(len(cs))), lambda row: cs[row].th, {}, True)
+    assert any(ev.decisions("orders", i) for i in range(len(cs)))  # there was something to decide
+    assert all(p.enqueue == () and p.deadline is None for p in found)
