@@ -36,7 +36,7 @@ from compactd.model import ActionRecord, PartitionNumbers, PartitionView
 from compactd.policy.arrays import NONE
 from compactd.policy.plan import NOT_CAUGHT_UP
 from compactd.policy.rules import RULES as RULE_NAMES
-from compactd.policy.rules import Evaluation, Limits, answered_at, value
+from compactd.policy.rules import Evaluation, Limits, answered_at, value, view_horizon
 from compactd.policy.runtime_config import AppliedLayer, effective_layers
 from compactd.policy.thresholds import Thresholds, key_scope, resolve, resolve_global, topic_excluded
 from compactd.state.redis_store import PartitionDetail, RedisState, TopicGroups
@@ -407,10 +407,13 @@ def _view_horizon(rules: dict[str, dict[str, Any]], cap: int, log_start: int) ->
     for name in ("consumed_retention", "forced_retention"):
         r = rules[name]
         frees = r.get("frees")
-        if r["state"] in ("off", "covered") or not frees or frees["to"] <= cap:
+        if r["state"] in ("off", "covered") or not frees:
+            continue
+        allowed = int(view_horizon(frees["to"], cap, log_start))
+        if allowed == frees["to"]:
             continue
         r["blocked_by"].append(_cause("view_horizon", why, horizon=cap))
-        if cap <= log_start:  # nothing of it may go until a generation is published past the log start
+        if allowed == NONE:  # nothing of it may go until a generation is published past the log start
             r["state"], r["next"] = "blocked", None
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from compactd.model import ActionRecord
 from compactd.policy.arrays import NONE
-from compactd.policy.rules import Evaluation, Insight
+from compactd.policy.rules import Evaluation, Insight, view_horizon
 
 # a live delete record's reason
 NO_RECORD, CONSUMED, FORCED, OTHER = 0, 1, 2, 3
@@ -69,10 +69,10 @@ def worst_figures(
     win_forced, win_consumed = winner & d.forced, winner & ~d.forced
     c_frees, f_frees = d.consumed_offsets > 0, d.forced_offsets > 0
     record_blocks = (deletes.blocks == ALWAYS) | ((deletes.blocks == IF_DRY_RUN) & limits.dry_run)
-    capped = np.zeros(len(ls), dtype=bool) if caps is None else (caps != NONE) & (caps <= ls)
+    caps = np.full(len(ls), NONE, dtype=np.int64) if caps is None else caps
 
     def blocked(
-        on: np.ndarray, frees: np.ndarray, wins: np.ndarray, other_wins: np.ndarray, own: np.ndarray
+        on: np.ndarray, frees: np.ndarray, end: np.ndarray, wins: np.ndarray, other_wins: np.ndarray, own: np.ndarray
     ) -> np.ndarray:
         """Where `_deletion` (then the exclusion, then the view's horizon) leaves the rule `blocked`, wherever that
         can count: where it frees something. There, a rule with nothing to send is always `covered` (what it frees
@@ -82,10 +82,13 @@ def worst_figures(
         wants = frees & wins
         by_action = np.where(own, record_blocks, wants & limits.dry_run)
         by_gate = gate_closed & (wants | (own & deletes.pending))
-        return on & (limits.excluded | (~covered & (by_action | by_gate | (frees & capped))))
+        by_cap = frees & (view_horizon(end, caps, ls) == NONE)
+        return on & (limits.excluded | (~covered & (by_action | by_gate | by_cap)))
 
-    c_blocked = blocked(limits.consumed_on, c_frees, win_consumed, win_forced, deletes.reason == CONSUMED)
-    f_blocked = blocked(limits.forced_on, f_frees, win_forced, win_consumed, deletes.reason == FORCED)
+    c_blocked = blocked(
+        limits.consumed_on, c_frees, d.consumed_end, win_consumed, win_forced, deletes.reason == CONSUMED
+    )
+    f_blocked = blocked(limits.forced_on, f_frees, d.forced_end, win_forced, win_consumed, deletes.reason == FORCED)
     c_bytes = ins.held_bytes + np.where(c_blocked, d.consumed_bytes, 0)
     c_offsets = ins.held_offsets + np.where(c_blocked, d.consumed_offsets, 0)
     blocked_bytes = np.maximum(c_bytes, np.where(f_blocked, d.forced_bytes, 0))

@@ -20,7 +20,7 @@ from compactd.errors import UnsafeDecision
 from compactd.keys import partition_key
 from compactd.model import ActionRecord, Decision, PartitionView, action_id
 from compactd.policy.arrays import NONE
-from compactd.policy.rules import Evaluation, answered_at, decide_deletion, should_record
+from compactd.policy.rules import Evaluation, answered_at, decide_deletion, should_record, view_horizon
 from compactd.policy.thresholds import Thresholds, group_counts
 
 NOT_CAUGHT_UP = "offsets not caught up"
@@ -71,7 +71,7 @@ def send_check(
         return None
     if rec.before_offset is None:
         return "no offset"
-    if view_cap is not None and rec.before_offset > view_cap:
+    if view_cap is not None and view_horizon(rec.before_offset, view_cap, view.log_start) != rec.before_offset:
         return f"past the compacted view's horizon {view_cap}: view + tail would lose keys"
     if rec.reason == "consumed_retention" and (view.min_committed is None or rec.before_offset > view.min_committed):
         return f"no longer safe: min committed offset is {view.min_committed} (unknown if None)"
@@ -167,10 +167,9 @@ def plans(
             topic, n, None if earliest[i] == NONE else earliest[i], ls[i], None if low[i] == NONE else low[i],
             None if crossing[i] == NONE or excluded[i] else crossing[i],
         )  # fmt: skip
-        decisions = [] if excluded[i] else ev.decisions(topic, row)
-        rec, th, cap = records.get(n, []), th_of(row), caps.get(row)
-        out.append(plan_decided(facts, decisions, rec, th, now, deletes_allowed=deletes_allowed, view_cap=cap,
-                                excluded=excluded[i]))  # fmt: skip
+        decisions = [] if excluded[i] else ev.decisions(topic, row, caps.get(row))
+        out.append(plan_decided(facts, decisions, records.get(n, []), th_of(row), now,
+                                deletes_allowed=deletes_allowed, excluded=excluded[i]))  # fmt: skip
     return out
 
 
@@ -205,7 +204,7 @@ class Facts(msgspec.Struct, frozen=True):
 
 def plan_decided(
     f: Facts, decisions: list[Decision], records: list[ActionRecord], th: Thresholds, now: int, *,
-    deletes_allowed: bool, view_cap: int | None = None, excluded: bool = False,
+    deletes_allowed: bool, excluded: bool = False,
 ) -> PartitionPlan:  # fmt: skip
     """A partition's plan from what the rules decided now and its action records: which records the cluster
     answered, which decisions become records (no duplicates, a larger delete supersedes, unsafe ones dropped), and
@@ -224,10 +223,6 @@ def plan_decided(
     enqueue: list[ActionRecord] = []
     dropped: list[str] = []
     for decision in decisions:
-        if decision.action == "delete_records" and view_cap is not None and decision.before_offset is not None:
-            if view_cap <= f.log_start:
-                continue  # the view holds nothing beyond what is already gone: nothing may be deleted
-            decision = msgspec.structs.replace(decision, before_offset=min(decision.before_offset, view_cap))
         existing = next((r for r in live if r.action == decision.action), None)
         if not should_record(decision, existing, now, th.action_retry_ms):
             continue

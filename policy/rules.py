@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -275,14 +276,16 @@ class Evaluation:
         """One partition, as a chunk of one."""
         return cls.of(PartitionNumbers.of_views([view]), Limits.of(1, (th, excluded), {}), now)
 
-    def decisions(self, topic: str, row: int) -> list[Decision]:
-        """What row `row` decides now, as decisions."""
+    def decisions(self, topic: str, row: int, cap: int | None = None) -> list[Decision]:
+        """What row `row` decides now, as decisions; `cap`: the compacted view's horizon, where there is one."""
         out = []
         n = int(self.nums.partitions[row])
         if self.d.compact[row]:
             delay, earliest = int(self.d.delay[row]), int(self.q.earliest[row])
             out.append(Decision("compact", topic, n, "max_compaction_lag", delay_ms=delay, earliest_ts=earliest))
         before = int(self.d.before[row])
+        if cap is not None and before != NONE:
+            before = int(view_horizon(before, cap, int(self.nums.log_start[row])))
         if before != NONE:
             reason = "forced_retention" if self.d.forced[row] else "consumed_retention"
             out.append(Decision("delete_records", topic, n, reason, before_offset=before))
@@ -290,6 +293,13 @@ class Evaluation:
 
     def insight(self) -> Insight:
         return insight(self.nums, self.limits, self.q, self.d, self.now)
+
+
+def view_horizon(before: Any, cap: Any, log_start: Any) -> Any:
+    """The compacted view's cap on a delete (compaction service): a delete stops at the view's published horizon, so
+    the view and the topic's tail keep every key; with the horizon at or below the log start nothing may go (NONE).
+    `cap` NONE: the topic has no view. Arrays or single values."""
+    return np.where(cap == NONE, before, np.where(cap <= log_start, NONE, np.minimum(before, cap)))
 
 
 def value(a: np.ndarray, row: int) -> int | None:
