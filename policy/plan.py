@@ -159,7 +159,7 @@ def plans(
     earliest, crossing = q.earliest[rows].tolist(), q.deadline[rows].tolist()
     low, ls = q.min_committed[rows].tolist(), ev.nums.log_start[rows].tolist()
     excluded = ev.limits.excluded[rows].tolist()
-    caps = caps or {}
+    decided = ev.decisions(topic, rows, caps)
     out = []
     for i, row in enumerate(rows):
         n = parts[i]
@@ -167,7 +167,7 @@ def plans(
             topic, n, None if earliest[i] == NONE else earliest[i], ls[i], None if low[i] == NONE else low[i],
             None if crossing[i] == NONE or excluded[i] else crossing[i],
         )  # fmt: skip
-        decisions = [] if excluded[i] else ev.decisions(topic, row, caps.get(row))
+        decisions = [] if excluded[i] else decided[i]
         out.append(plan_decided(facts, decisions, records.get(n, []), th_of(row), now,
                                 deletes_allowed=deletes_allowed, excluded=excluded[i]))  # fmt: skip
     return out

@@ -276,19 +276,31 @@ class Evaluation:
         """One partition, as a chunk of one."""
         return cls.of(PartitionNumbers.of_views([view]), Limits.of(1, (th, excluded), {}), now)
 
-    def decisions(self, topic: str, row: int, cap: int | None = None) -> list[Decision]:
-        """What row `row` decides now, as decisions; `cap`: the compacted view's horizon, where there is one."""
+    def decisions(self, topic: str, rows: list[int], caps: Mapping[int, int] | None = None) -> list[list[Decision]]:
+        """What each of `rows` decides now; `caps`: row -> the compacted view's horizon, where there is one. Read
+        from lists: a batch decides on tens of thousands of rows, and indexing numpy scalars was most of it."""
+        ix = np.asarray(rows, dtype=I64)
+        before = self.d.before[ix]
+        if caps:
+            cap = np.array([caps.get(r, NONE) for r in rows], dtype=I64)
+            before = np.where(before == NONE, NONE, view_horizon(before, cap, self.nums.log_start[ix]))
+        parts, compact, delay = (
+            self.nums.partitions[ix].tolist(),
+            self.d.compact[ix].tolist(),
+            self.d.delay[ix].tolist(),
+        )
+        earliest, forced, before = self.q.earliest[ix].tolist(), self.d.forced[ix].tolist(), before.tolist()
         out = []
-        n = int(self.nums.partitions[row])
-        if self.d.compact[row]:
-            delay, earliest = int(self.d.delay[row]), int(self.q.earliest[row])
-            out.append(Decision("compact", topic, n, "max_compaction_lag", delay_ms=delay, earliest_ts=earliest))
-        before = int(self.d.before[row])
-        if cap is not None and before != NONE:
-            before = int(view_horizon(before, cap, int(self.nums.log_start[row])))
-        if before != NONE:
-            reason = "forced_retention" if self.d.forced[row] else "consumed_retention"
-            out.append(Decision("delete_records", topic, n, reason, before_offset=before))
+        for i, n in enumerate(parts):
+            found = []
+            if compact[i]:
+                found.append(
+                    Decision("compact", topic, n, "max_compaction_lag", delay_ms=delay[i], earliest_ts=earliest[i])
+                )
+            if before[i] != NONE:
+                reason = "forced_retention" if forced[i] else "consumed_retention"
+                found.append(Decision("delete_records", topic, n, reason, before_offset=before[i]))
+            out.append(found)
         return out
 
     def insight(self) -> Insight:
@@ -310,7 +322,7 @@ def value(a: np.ndarray, row: int) -> int | None:
 
 def decide(view: PartitionView, th: Thresholds, now: int) -> list[Decision]:
     """What one partition decides now (compaction first, then a delete)."""
-    return Evaluation.one(view, th, now).decisions(view.topic, 0)
+    return Evaluation.one(view, th, now).decisions(view.topic, [0])[0]
 
 
 def decide_compaction(view: PartitionView, th: Thresholds, now: int) -> Decision | None:

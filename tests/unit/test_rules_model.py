@@ -93,7 +93,7 @@ def check(cs: list[Case], now: int) -> int:
         m = model(c, now)
         got = [
             (d.action, d.reason, d.delay_ms if d.action == "compact" else d.before_offset)
-            for d in ev.decisions("orders", i)
+            for d in ev.decisions("orders", [i])[0]
         ]
         assert got == m["decided"], (i, c)
         assert bool(ev.q.quiet[i]) == (m["decided"] == []), (i, c)
@@ -135,5 +135,5 @@ def test_an_excluded_row_decides_nothing_and_has_no_deadline() -> None:
     limits = Limits.of(len(cs), (Thresholds(), True), {i: (c.th, True) for i, c in enumerate(cs)})
     ev = Evaluation.of(nums, limits, T0)
     found = plans("orders", ev, list(range(len(cs))), lambda row: cs[row].th, {}, True)
-    assert any(ev.decisions("orders", i) for i in range(len(cs)))  # there was something to decide
+    assert any(ev.decisions("orders", list(range(len(cs)))))  # there was something to decide
     assert all(p.enqueue == () and p.deadline is None for p in found)
