@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from compactd.app.explain_rank import Deletes, worst_figures, worst_order
+from compactd.app.progress import Reporter, progress
 from compactd.app.settings import Settings
 from compactd.clock import now_ms
 from compactd.compaction.manifest import RETENTION_SHARE, Manifest, retention_cap, retention_left
@@ -902,6 +903,21 @@ def groups_here(d: PartitionDetail, groups: TopicGroups) -> GroupsHere:
     return GroupsHere(d.lowest, missing, groups.assigned, groups.commit_ts)
 
 
+def _write(
+    rows: Iterator[dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+    as_json: bool,
+    bar: Reporter | None,
+    total: int,
+) -> None:
+    """Each explanation as soon as it is made, a blank line between texts (one JSON object a line with --json)."""
+    for i, e in enumerate(rows):
+        text = render(e)
+        sys.stdout.write(text + "\n" if as_json or i == 0 else "\n" + text + "\n")
+        if bar is not None and (i % 500 == 0 or i + 1 == total):
+            bar.advance(i + 1, total, f"{i + 1:,}/{total:,} partitions")
+
+
 def more_line(topic: str, shown: int, total: int) -> str | None:
     """The line after a topic's worst partitions: how many more there are and how to see them (None: none)."""
     if total <= shown:
@@ -920,16 +936,20 @@ def print_explain(settings: Settings, target: str, as_json: bool = False, limit:
     state = settings.redis_state()
     state.start()  # one line naming the setting if Redis does not answer
     try:
-        now = now_ms()
-        t = read_target(state, settings, target)
-        order = rank(state, t, now)
-        shown = order[:limit] if limit > 0 else order
-        rows = explanations(state, t, shown, now)
-        if limit > 0:  # a screenful: ordered by the figures they show, should Redis have moved since the ranking
-            rows = iter(sorted(rows, key=worst_first))
-        for i, e in enumerate(rows):
-            text = render(e)
-            sys.stdout.write(text + "\n" if as_json or i == 0 else "\n" + text + "\n")
+        with progress(f"explain {target}") as bar:  # on stderr, only on a terminal; gone when it ends
+            now = now_ms()
+            bar.phase("ranking")
+            t = read_target(state, settings, target)
+            order = rank(state, t, now)
+            shown = order[:limit] if limit > 0 else order
+            rows = explanations(state, t, shown, now)
+            bar.phase("explaining")
+            if limit > 0:  # a screenful: ordered by the figures they show, should Redis have moved since the ranking
+                rows = iter(sorted(rows, key=worst_first))
+            if not sys.stdout.isatty():  # written to a file or a pipe: count the partitions here meanwhile
+                _write(rows, render, as_json, bar, len(shown))
+        if sys.stdout.isatty():  # on the terminal the text itself shows the progress, once the line is gone
+            _write(rows, render, as_json, None, len(shown))
     finally:
         state.close()
     more = more_line(t.topic, len(shown), len(order)) if t.partition is None else None

@@ -1,4 +1,4 @@
-"""Progress of long commands (`compact`, `read --compacted`) for the operator watching a terminal.
+"""Progress of long commands (`compact`, `read --compacted`, `explain TOPIC`) for the operator watching a terminal.
 
 Drawn with rich on stderr, and only when stderr is a terminal: stdout carries the commands' JSON, which scripts and
 tests read byte for byte, so nothing here ever writes to it; piped or captured, every call is a no-op.

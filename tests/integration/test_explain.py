@@ -366,3 +366,33 @@ def test_same_explanations_on_a_cluster_as_on_one_server(cluster_nodes: list[Ser
     assert scenario(on_cluster) == single
     # equally overdue; then by bytes held back: p2 (no position, all of [0,200)), p0 (billing at 150), p1 (none)
     assert [e["partition"] for e in single] == ["orders/2", "orders/0", "orders/1"]
+
+
+def test_explaining_every_partition_into_a_file_counts_them_on_the_terminal(
+    rclient: redis.Redis, redis_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`explain TOPIC --limit 0 > file` on a terminal: a progress line on stderr counts the partitions written, and
+    stdout holds exactly what it holds without one."""
+    import functools
+    import io
+
+    from rich.console import Console
+
+    from compactd.app import explain as explain_mod
+    from compactd.app.progress import progress
+
+    state(rclient).merge("s", 0, segments("orders", partitions=1200), everyone)
+    assert main(["explain", "orders", "--limit", "0", "--json", "--redis-url", redis_url]) == 0
+    plain = capsys.readouterr().out
+    terminal = io.StringIO()
+    console = Console(file=terminal, force_terminal=True, width=120)
+    monkeypatch.setattr(explain_mod, "progress", functools.partial(progress, enabled=True, console=console))
+    assert main(["explain", "orders", "--limit", "0", "--json", "--redis-url", redis_url]) == 0
+    out = capsys.readouterr().out
+
+    def partitions(text: str) -> list[str]:
+        return [json.loads(line)["partition"] for line in text.splitlines()]
+
+    assert partitions(out) == partitions(plain) and len(partitions(plain)) == 1200
+    drawn = terminal.getvalue()
+    assert "explain orders: explaining" in drawn and "1,200/1,200 partitions" in drawn
