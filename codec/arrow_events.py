@@ -1,10 +1,13 @@
-"""Blocks of JSON input events decoded at once: `pyarrow.json` parses the whole block into columns (~1 µs a record,
-no Python object per field), and the contract's checks run as Arrow compute kernels over those columns.
+"""The fast path for JSON input events: `pyarrow.json` parses a whole block into columns (~1 µs a record, no Python
+object per field), and the contract's checks run as Arrow compute kernels over those columns.
 
-Accepting is, as in `fast_events`, the only decision made here, and it never accepts what the pydantic reference
-rejects. A block the parser refuses (one bad record fails the whole block) is split in halves until the bad records
-are found; those, and every row the checks do not accept, are handed back to the per-record path, which names the
-DLQ reason. `tests/unit/test_arrow_events.py` compares the rows with the reference's on generated blocks.
+Accepting is the only decision made here, and it never accepts what the pydantic reference (`events`) rejects: every
+constraint of the models is checked (ranges, topic pattern, lengths, which types belong on which topic, end after
+base, a null `size_bytes` refused where an absent one is 0). A block the parser refuses (one bad record fails the
+whole block) is split in halves until the bad records are found; those, blocks too small to be worth a parse, and
+every row the checks do not accept, are handed back to the reference, record by record, which names the DLQ reason.
+`tests/unit/test_arrow_events.py` compares the rows with the reference's on generated blocks, and checks that every
+valid event is accepted here (else the path would be fast for nothing).
 """
 
 from __future__ import annotations
@@ -136,7 +139,7 @@ def _count(col: pa.ChunkedArray | pa.Array) -> pa.Array:
 
 def _checked(t: pa.Table, types: frozenset[str]) -> tuple[dict[str, pa.Array], pa.Array]:
     """The decoded-schema columns of the parsed rows (fields a type does not carry are null, as in the reference's
-    rows) and the mask of rows that satisfy the contract: the checks of `fast_events.fast_row`, as kernels."""
+    rows) and the mask of rows that satisfy the contract: the constraints of the models in `events`, as kernels."""
     kind = t.column("type")
     is_ = {k: pc.equal(kind, k) for k in ("offset_commit", "offset_delete", "group_delete", "segment_rolled",
                                           "compacted", "log_start")}  # fmt: skip

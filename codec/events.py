@@ -4,7 +4,7 @@ Unknown fields are ignored; anything else invalid is rejected with a reason that
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -86,6 +86,15 @@ SEGMENT_EVENTS: TypeAdapter[SegmentRolled | Compacted | LogStart] = TypeAdapter(
 OFFSET_EVENTS: TypeAdapter[OffsetCommit | OffsetDelete | GroupDelete] = TypeAdapter(OffsetEvent)
 
 AnyEvent = SegmentRolled | Compacted | LogStart | OffsetCommit | OffsetDelete | GroupDelete
+
+
+def _types(*models: type[_Event]) -> frozenset[str]:
+    return frozenset(get_args(m.model_fields["type"].annotation)[0] for m in models)
+
+
+# the `type`s each topic carries (an event of the other topic's types is `unknown_type` there)
+SEGMENT_TYPES = _types(SegmentRolled, Compacted, LogStart)
+OFFSET_TYPES = _types(OffsetCommit, OffsetDelete, GroupDelete)
 
 
 class Rejected(Exception):

@@ -1,7 +1,11 @@
-"""Decode Kafka rows (Spark's Kafka source shape) into flat, typed event rows inside Spark executors.
+"""Decode Kafka records into flat, typed event rows inside Spark executors.
 
-Used with `DataFrame.mapInArrow`: Arrow in, Arrow out, pydantic-core validation per record. Invalid
-records become rows with `error` set and the original bytes kept for the DLQ.
+Two paths per input format, nothing in between: the fast one (`Decoder.table`: JSON events in Arrow blocks,
+`codec/arrow_events.py`; `__consumer_offsets` commits with numpy, `codec/arrow_offsets.py`), which compactd's source
+runs in its tasks, and the reference, record by record (`Decoder.row`: the pydantic models of `codec/events.py`, the
+binary codec of `codec/offsets.py`), which names every DLQ reason and is what `mapInArrow` over raw Kafka rows runs
+(`Decoder.__call__`). Whatever the fast path does not accept goes to the reference. Invalid records become rows with
+`error` set and the original bytes kept for the DLQ.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from compactd.codec.arrow_offsets import decode_offset_commits
 from compactd.codec.events import (
     MAX_INT,
     OFFSET_EVENTS,
+    OFFSET_TYPES,
     SEGMENT_EVENTS,
+    SEGMENT_TYPES,
     Compacted,
     GroupDelete,
     LogStart,
@@ -29,7 +35,6 @@ from compactd.codec.events import (
     SegmentRolled,
     parse,
 )
-from compactd.codec.fast_events import OFFSET_TYPES, SEGMENT_TYPES, fast_row
 from compactd.codec.offsets import (
     DecodeError,
     GroupKey,
@@ -129,20 +134,16 @@ class Decoder:
         return {**out, "kind": "offset_commit", "value_offset": v.offset, "ts": v.commit_timestamp}
 
     def row(self, src_topic: str, value: bytes | None, key: bytes | None = None) -> dict:
+        """One record's row on the reference path."""
         if src_topic == self.offsets_topic:
             return self.binary_row(key, value)
         if src_topic == self.config_topic:
             return {"stream": "config", "kind": "config"}
         if src_topic == self.segments_topic:
-            stream, adapter, types = "segments", SEGMENT_EVENTS, SEGMENT_TYPES
-        elif src_topic == self.commits_topic:
-            stream, adapter, types = "commits", OFFSET_EVENTS, OFFSET_TYPES
-        else:
-            return {"stream": "unknown", "error": UNKNOWN_TOPIC, "message": f"unexpected topic {src_topic}"}
-        fast = fast_row(stream, types, value, self.max_event_bytes)
-        if fast is not None:
-            return fast
-        return self.reference_row(stream, adapter, value)
+            return self.reference_row("segments", SEGMENT_EVENTS, value)
+        if src_topic == self.commits_topic:
+            return self.reference_row("commits", OFFSET_EVENTS, value)
+        return {"stream": "unknown", "error": UNKNOWN_TOPIC, "message": f"unexpected topic {src_topic}"}
 
     def reference_row(self, stream: str, adapter: TypeAdapter, value: bytes | None) -> dict:
         """The pydantic models decide, and name the DLQ reason (every record the fast path does not accept)."""
@@ -199,9 +200,9 @@ class Decoder:
         self, src_topic: str, src_partition: int, offsets: list[int], keys: list[bytes | None],
         values: list[bytes | None],
     ) -> pa.Table:  # fmt: skip
-        """Records of one source partition → decoded rows (`n` = 1). JSON streams are decoded in blocks
-        (`arrow_events`), `__consumer_offsets` commits with numpy (`arrow_offsets`); config events and whatever a
-        block does not accept, record by record."""
+        """Records of one source partition → decoded rows (`n` = 1), on the fast path: JSON streams are decoded in
+        blocks (`arrow_events`), `__consumer_offsets` commits with numpy (`arrow_offsets`); config events and whatever
+        a block does not accept go to the reference (`record_row`)."""
         if src_topic in (self.segments_topic, self.commits_topic):
             types = SEGMENT_TYPES if src_topic == self.segments_topic else OFFSET_TYPES
             cols, positions, rest = decode_json_block(values, types, self.max_event_bytes)
@@ -244,7 +245,8 @@ class Decoder:
         return out.filter(keep)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """`mapInArrow` over Kafka rows (Spark's own Kafka connector: `spark_source: kafka`)."""
+        """`mapInArrow` over Kafka rows, record by record on the reference path (Spark's own Kafka connector:
+        `spark_source: kafka`; compactd's source with `decode_in_source=False`)."""
         for batch in batches:
             yield to_arrow(self.rows(batch))
 

@@ -7,8 +7,7 @@ import json
 
 from hypothesis import strategies as st
 
-from compactd.codec.events import MAX_INT
-from compactd.codec.fast_events import OFFSET_TYPES, SEGMENT_TYPES
+from compactd.codec.events import MAX_INT, OFFSET_TYPES, SEGMENT_TYPES
 
 TYPES = sorted(SEGMENT_TYPES | OFFSET_TYPES)
 FIELDS = ("group", "topic", "partition", "offset", "base_offset", "end_offset", "first_batch_max_ts", "size_bytes",

@@ -1,5 +1,6 @@
-"""Blocks decoded in Arrow give, record for record, the rows of the pydantic reference: nothing it rejects is accepted,
-DLQ reasons come from it, and valid blocks never fall back to the per-record path (else there is no speed-up)."""
+"""Blocks decoded in Arrow (the fast path) give, record for record, the rows of the pydantic reference: nothing it
+rejects is accepted, DLQ reasons come from it, and valid blocks — every valid event, unknown fields and all — never
+fall back to the per-record path (else there is no speed-up)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from compactd.codec.arrow_events import _SMALL, decode_json_block
-from compactd.codec.events import OFFSET_EVENTS, SEGMENT_EVENTS
-from compactd.codec.fast_events import OFFSET_TYPES, SEGMENT_TYPES
+from compactd.codec.events import OFFSET_EVENTS, OFFSET_TYPES, SEGMENT_EVENTS, SEGMENT_TYPES
 from compactd.streaming.decode import DECODED_SCHEMA, Decoder
 from tests.support.event_values import VALID, event, value
 from tests.support.examples import examples
@@ -36,12 +36,15 @@ def decoded_rows(topic: str, values: list[bytes | None]) -> list[dict]:
     return sorted(table.to_pylist(), key=lambda r: r["src_offset"])
 
 
+# every valid event, as it is and with an unknown field (ignored, as in the reference)
+VALID_VALUES = [json.dumps({"type": k, **f, **extra}).encode() for k, f in VALID.items()
+                for extra in ({}, {"unknown": {"x": [1]}})]  # fmt: skip
 # mostly valid events (blocks must reach the Arrow parser), with some of every kind of damage
 blocks = st.lists(
-    st.one_of(value(), event().map(lambda e: json.dumps(e).encode()), st.sampled_from(VALID_VALUES := [
-        json.dumps({"type": k, **f}).encode() for k, f in VALID.items()])),
-    min_size=0, max_size=300,
-)  # fmt: skip
+    st.one_of(value(), event().map(lambda e: json.dumps(e).encode()), st.sampled_from(VALID_VALUES)),
+    min_size=0,
+    max_size=300,
+)
 
 
 NULL_SIZE = b'{"type": "segment_rolled", "topic": "orders", "partition": 0, "base_offset": 0, "end_offset": 1, "first_batch_max_ts": 0, "size_bytes": null, "ts": 0}'  # noqa: E501
@@ -54,6 +57,15 @@ NULL_SIZE = b'{"type": "segment_rolled", "topic": "orders", "partition": 0, "bas
 def test_blocks_decode_to_the_reference_rows(values: list[bytes | None]) -> None:
     for topic in ("seg", "com"):
         assert decoded_rows(topic, values) == reference_rows(topic, values)
+
+
+def test_every_valid_event_is_taken_on_its_own_topic_only() -> None:
+    values = VALID_VALUES * (2 * _SMALL // len(VALID_VALUES) + 1)  # one block, large enough for the parser
+    kinds = [json.loads(v)["type"] for v in values]
+    for types in (SEGMENT_TYPES, OFFSET_TYPES):
+        _, positions, rest = decode_json_block(values, types, 20_000)
+        assert positions.to_pylist() == [i for i, k in enumerate(kinds) if k in types]
+        assert rest == [i for i, k in enumerate(kinds) if k not in types]  # the reference's unknown_type there
 
 
 @settings(max_examples=examples(50), deadline=None)
