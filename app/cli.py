@@ -288,7 +288,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from compactd.app.explain import print_explain
+    from compactd.app.explain_cli import print_explain
 
     print_explain(_settings(args), args.target, as_json=args.json, limit=args.limit)
     return 0

@@ -1,4 +1,5 @@
-"""Which partitions `compactd explain TOPIC` shows: every partition's `worst` figures at once, over numpy arrays.
+"""The arrays side of `compactd explain`: every partition's `worst` figures at once (which partitions a topic's
+explanation shows), and each explained partition's row of its chunk's evaluation (`rule_facts`).
 
 An explanation costs about 100 µs of Python per partition (every rule, every cause, their text): 100k partitions
 took seconds before the first line, and people read the first screen. `worst_first` needs only three numbers per
@@ -12,14 +13,17 @@ evaluation (policy/rules.py), and which of what they free the action states (app
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from compactd.model import ActionRecord
+from compactd.model import ActionRecord, PartitionNumbers, PartitionView
 from compactd.policy.arrays import NONE
-from compactd.policy.rules import Evaluation, Insight, view_horizon
+from compactd.policy.rules import RULES as RULE_NAMES
+from compactd.policy.rules import Evaluation, Insight, Limits, value, view_horizon
+from compactd.policy.thresholds import Thresholds
 
 # a live delete record's reason
 NO_RECORD, CONSUMED, FORCED, OTHER = 0, 1, 2, 3
@@ -100,3 +104,84 @@ def worst_order(ev: Evaluation, deletes: Deletes, gate_closed: bool, caps: np.nd
     """Row indices worst first, in `worst_first`'s order: most overdue, most bytes, most offsets, partition number."""
     overdue, blocked_bytes, blocked_offsets = worst_figures(ev, ev.insight(), deletes, gate_closed, caps)
     return np.lexsort((ev.nums.partitions, -blocked_offsets, -blocked_bytes, -overdue))
+
+
+Seg = tuple[int, int, int, int, int]  # base offset, end offset, first batch max ts, size, closed at
+
+
+@dataclass(frozen=True, slots=True)
+class RowFacts:
+    """One partition's row of the rules' evaluation (policy/rules.py), as explain reads it: nothing here is derived
+    again from the segments."""
+
+    earliest: int | None  # KIP-354 earliest uncompacted timestamp
+    compaction_due: int | None  # when the oldest dirty record crosses the lag
+    overdue: int  # how far past the lag it is, 0 when not (compaction is due exactly when > 0)
+    ends: dict[str, int | None]  # each retention's delete offset now
+    frees: dict[str, tuple[int, int]]  # each retention's (offsets, bytes) above the log start
+    by_age: int | None  # consumed retention's prefix by age alone, as if no group held it back
+    held: tuple[int, int]  # (offsets, bytes) the groups hold back beyond what consumed retention frees
+    winner: tuple[str, int] | None  # (reason, before_offset) of the delete decided now
+    crossings: dict[str, int]  # each rule's next threshold crossing
+    gap: tuple[int, Seg] | None  # the first offsets no known segment covers, and the segment after them
+    live: tuple[int, int]  # closed segments still on disk: count, bytes
+    oldest: Seg | None  # the first of them
+    dirty: tuple[int, int]  # dirty segments: count, bytes
+    oldest_dirty: Seg | None  # the lowest dirty segment holding the earliest timestamp
+    worst: tuple[int, int, int]  # overdue_ms, blocked_bytes, blocked_offsets (app/explain_rank.py)
+
+
+def _seg(seg: Any, i: int) -> Seg | None:
+    return tuple(int(x) for x in seg[i]) if i < len(seg) else None  # type: ignore[return-value]
+
+
+def rule_facts(
+    parts: Sequence[tuple[PartitionView, Thresholds, bool, ActionRecord | None, int | None]],
+    gate_closed: bool,
+    cleaner_visible: bool,
+    now: int,
+) -> list[RowFacts]:
+    """The rules' evaluation of a chunk of partitions, a row each: `parts` is (view, thresholds, excluded, live
+    delete record, view cap) per partition. No compaction is decided where the cleaner cannot be seen."""
+    n = len(parts)
+
+    def ranked(th: Thresholds) -> Thresholds:
+        return th if cleaner_visible else th.model_copy(update={"max_compaction_lag_ms": None})
+
+    nums = PartitionNumbers.of_views([p[0] for p in parts])
+    limits = Limits.of(n, (Thresholds(), False), {i: (ranked(p[1]), p[2]) for i, p in enumerate(parts)})
+    ev = Evaluation.of(nums, limits, now)
+    ins = ev.insight()
+    deletes = Deletes.of(n, {i: p[3] for i, p in enumerate(parts) if p[3] is not None}, now)
+    caps = np.array([NONE if p[4] is None else p[4] for p in parts], dtype=np.int64)
+    worst = [a.tolist() for a in worst_figures(ev, ins, deletes, gate_closed, caps)]
+    q, d = ev.q, ev.d
+    out = []
+    for i in range(n):
+        before = value(d.before, i)
+        crossings = zip(RULE_NAMES, (q.next_lag, q.next_consumed, q.next_forced), strict=True)
+        gap = value(ins.gap_at, i)
+        out.append(
+            RowFacts(
+                earliest=value(q.earliest, i),
+                compaction_due=value(q.compaction_due, i),
+                overdue=int(d.delay[i]),
+                ends={"consumed_retention": value(d.consumed_end, i), "forced_retention": value(d.forced_end, i)},
+                frees={
+                    "consumed_retention": (int(d.consumed_offsets[i]), int(d.consumed_bytes[i])),
+                    "forced_retention": (int(d.forced_offsets[i]), int(d.forced_bytes[i])),
+                },
+                by_age=value(ins.by_age, i),
+                held=(int(ins.held_offsets[i]), int(ins.held_bytes[i])),
+                winner=None if before is None else
+                ("forced_retention" if d.forced[i] else "consumed_retention", before),
+                crossings={rule: int(a[i]) for rule, a in crossings if a[i] != NONE},
+                gap=None if gap is None else (gap, _seg(ins.seg, int(ins.gap_next[i]))),  # type: ignore[arg-type]
+                live=(int(ins.live_count[i]), int(ins.live_bytes[i])),
+                oldest=_seg(ins.seg, int(ins.first_live[i])),
+                dirty=(int(ins.dirty_count[i]), int(ins.dirty_bytes[i])),
+                oldest_dirty=_seg(ins.seg, int(ins.oldest_dirty[i])),
+                worst=(worst[0][i], worst[1][i], worst[2][i]),
+            )
+        )  # fmt: skip
+    return out

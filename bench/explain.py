@@ -29,7 +29,8 @@ from typing import Any
 
 import redis
 
-from compactd.app.explain import LIMIT, explain, format_text, print_explain, rank, read_target
+from compactd.app.explain_cli import LIMIT, explain, print_explain, rank, read_target
+from compactd.app.explain_text import format_text
 from compactd.app.settings import Settings
 from compactd.demo.embedded import redis_server
 from compactd.model import ActionRecord, Segment

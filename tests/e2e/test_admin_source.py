@@ -19,7 +19,7 @@ from compactd.agent.admin_agent import AdminAgent, AdminPublisher, run_admin_age
 from compactd.agent.admin_poll import AdminPoll, Event
 from compactd.app import gate
 from compactd.app.application import Application
-from compactd.app.explain import explain
+from compactd.app.explain_cli import explain
 from compactd.clock import now_ms
 from compactd.control.agent_watch import AGENT_WAIT
 from compactd.kafka.config import KafkaConnection

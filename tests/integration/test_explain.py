@@ -11,7 +11,7 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from compactd.app.cli import main
-from compactd.app.explain import explain
+from compactd.app.explain_cli import explain
 from compactd.app.settings import Settings
 from compactd.control.controller import Controller
 from compactd.demo.embedded import Service, redis_cluster
@@ -378,7 +378,7 @@ def test_explaining_every_partition_into_a_file_counts_them_on_the_terminal(
 
     from rich.console import Console
 
-    from compactd.app import explain as explain_mod
+    from compactd.app import explain_cli as explain_mod
     from compactd.app.progress import progress
 
     state(rclient).merge("s", 0, segments("orders", partitions=1200), everyone)

@@ -5,15 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from compactd.app.explain import (
-    Caps,
-    GroupsHere,
-    explain_partition,
-    format_text,
-    parse_target,
-    threshold_sources,
-    worst_first,
-)
+from compactd.app.explain import Caps, GroupsHere, explain_partition, threshold_sources, worst_first
+from compactd.app.explain_cli import parse_target
+from compactd.app.explain_text import format_text
 from compactd.model import ActionRecord, PartitionView, Segment
 from compactd.policy.runtime_config import AppliedLayer, effective_layers
 from compactd.policy.thresholds import key_scope, resolve
