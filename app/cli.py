@@ -1,4 +1,8 @@
-"""`compactd` command line. Exit status: 0 success, 2 bad usage or bad input, 1 other failure; errors are one line."""
+"""`compactd` command line. Exit status: 0 success, 2 bad usage or bad input, 1 other failure; errors are one line.
+
+One module (~520 lines): the parser of every subcommand and the one place errors become a line and an exit status;
+what each command does lives in its own module (app/*_cli.py, app/status.py, app/explain_cli.py, agent/, demo/).
+"""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ id) and GroupMetadataValue v0-v4 (v4 flexible), strict: trailing bytes are an er
 read with v4's layout and anything after it is ignored, because Kafka's compatibility rules only append fields or
 add tagged ones (KIP-915: new fields are tags, the version stays 4) and never move the offset, which stays first; only a
 value that cannot hold even v4's fields is an error. All big-endian. Peer tools broke on v2 values, on tombstones
-and on the v4 compact-string length (an unsigned varint, not one byte): each has a test here.
+and on the v4 compact-string length (an unsigned varint, not one byte): each has a test here. One module (~460
+lines): the reference decoder and the fixture encoder of one binary format, field for field side by side.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ fence → publish (write the manifest) → collect garbage → status.
 The order is what makes a crash harmless at any point: nothing a run writes is visible before its manifest is on
 the manifest topic; the previous generation stays readable until then and for `compaction.view.grace.ms` after;
 what a dead run wrote is below the next published range and is deleted with the old generations. A run publishes
-only while it still holds the lease and the manifest it started from is still the published one.
+only while it still holds the lease and the manifest it started from is still the published one. One module (~470
+lines) because that order is the safety argument: it reads top to bottom as the steps of a run.
 """
 
 from __future__ import annotations

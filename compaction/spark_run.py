@@ -9,7 +9,8 @@ partition of the same number; each writing task reports the contiguous view rang
 there with the pure rule (`reduce.settle`).
 
 A retried writing task starts a new range after the failed attempt's records: those are below the published range
-and are collected as garbage like an old generation.
+and are collected as garbage like an old generation. One module (~520 lines): both phases share the Spark schema,
+the partition layout and the task-side IO, and a change to one phase is a change to the other.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ this virtualenv); nothing is put on PYTHONPATH. The Python data source is regist
 Spark's JVM is started in a session (and process group) of its own: a signal to the driver's process group — Ctrl-C,
 `kill -TERM -- -PGID`, `timeout`, supervisord's `stopasgroup` — reaches only the driver, whose graceful stop needs
 the JVM until it has finished. The JVM still ends with the driver: it exits when its stdin (a pipe from the driver)
-closes, and `stop_spark` stops it, waits for it and its Python workers, and kills what outlives the budget.
+closes, and `stop_spark` stops it, waits for it and its Python workers, and kills what outlives the budget. One
+module (~420 lines): starting and stopping the JVM are two halves of one process-group contract.
 """
 
 from __future__ import annotations
