@@ -3,7 +3,8 @@
 Runs from foreachBatch for new events and from a ticker for deadlines that time alone makes due; one lock keeps
 the two from interleaving. Partitions are planned a chunk at a time by `policy.plan.plans` (pure, over the rules'
 arrays) and each plan is then applied here: records answered, decisions queued in the outbox, deadlines stored,
-and the outbox dispatched.
+and the outbox dispatched (control/dispatch.py, the act side). The batch's entry points, its merge and the
+evaluation stay in this one module (~450 lines): they share the lock, the chunked reads and the writes behind them.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import msgspec
 import numpy as np
 
 from compactd.clock import now_ms
+from compactd.control.dispatch import NUDGE_CHECK_MS, Dispatch
 from compactd.control.io_ahead import IoAhead
 from compactd.control.lifecycle import Lifecycle, Records, TopicReader
 from compactd.control.scheduled import Scheduled
@@ -32,14 +33,13 @@ from compactd.control.share import (
     plan_chunk,
     split,
 )
-from compactd.errors import DeliveryTimeout, DependencyUnavailable
 from compactd.gc_pause import gc_paused
 from compactd.kafka.groups import GroupCheck
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord
 from compactd.policy.arrays import NONE
 from compactd.policy.forecast import partition_stats, stats_rows
-from compactd.policy.plan import NOT_CAUGHT_UP, PartitionPlan, cluster_check, plans, send_check
+from compactd.policy.plan import PartitionPlan, plans
 from compactd.policy.rules import Due, Evaluation
 from compactd.policy.rules import due as due_now
 from compactd.policy.thresholds import (
@@ -49,7 +49,7 @@ from compactd.policy.thresholds import (
     resolve_global,
     topic_excluded,
 )
-from compactd.policy.throttle import TokenBucket, backoff_ms
+from compactd.policy.throttle import TokenBucket
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.base import ActionSink
 from compactd.sinks.dry_run import DryRunSink
@@ -59,7 +59,6 @@ from compactd.state.protocols import ControllerState
 log = logging.getLogger("compactd.controller")
 
 EVAL_CHUNK = 2000
-NUDGE_CHECK_MS = 15_000  # how often nudges still on are checked for a restore (Kafka's cleaner backoff)
 # A probe is called at named points of a batch ("after_merge", "after_enqueue") with the batch id, and after a nudge
 # was made ("after_nudge", 0); crash tests inject one that kills the process there, the way an OOM kill would.
 Probe = Callable[[str, int], None]
@@ -101,7 +100,9 @@ class _ChunkWrites:
         self.queued.clear()
 
 
-class Controller:
+class Controller(Dispatch):
+    """Merge, evaluate and plan; what is planned is carried out by `Dispatch` (control/dispatch.py)."""
+
     def __init__(
         self,
         state: ControllerState,
@@ -449,191 +450,3 @@ class Controller:
         for why in plan.dropped:
             log.error("dropped unsafe decision: %s", why)
         writes.queued.extend(plan.enqueue)
-
-    def restore_nudges(self) -> int:
-        """Every nudge still on (after a state loss the ledger brought them back, with no compaction pending) is put
-        back once no compaction is pending on its topic, or once it has been on compaction.nudge.max.ms; returns
-        how many restores were queued. Runs every NUDGE_CHECK_MS of the tick."""
-        with self.lock:
-            now = self.clock()
-            if now - self._nudges_checked_at < NUDGE_CHECK_MS:
-                return 0
-            self._nudges_checked_at = now
-            queued = 0
-            since_by_topic: dict[str, int] = {}
-            for n in self.state.nudges():
-                since_by_topic[n.topic] = min(n.at, since_by_topic.get(n.topic, n.at))
-            for topic, since in since_by_topic.items():
-                th = self.thresholds(topic)
-                expired = now - since >= th.compaction_nudge_max_ms
-                if expired:
-                    self.state.rest_nudges(topic, th.compaction_nudge_max_ms)
-                    log.warning(
-                        "nudge of %s on for %ds without the cleaner answering: put back, and not nudged again "
-                        "for compaction.nudge.max.ms=%d",
-                        topic, (now - since) // 1000, th.compaction_nudge_max_ms,
-                    )  # fmt: skip
-                queued += self._maybe_restore(topic, now, "nudge_expired" if expired else "compacted")
-            if queued:
-                self._dispatch()
-            return queued
-
-    def _maybe_restore(self, topic: str, now: int, reason: str = "compacted") -> int:
-        """Put a nudged topic config back once no partition of the topic has a compaction pending (at once when
-        `reason` is nudge_expired). Returns 1 when a restore was queued."""
-        if not self.state.nudged(topic) or (reason == "compacted" and self.state.live_compactions(topic)):
-            return 0
-        rec = ActionRecord(
-            id=f"restore-{topic}-{now}",
-            action="restore_config",
-            topic=topic,
-            partition=-1,
-            reason=reason,
-            dry_run=False,
-            decided_at=now,
-            status="pending",
-        )
-        self.state.enqueue(rec)
-        return 1
-
-    # ---- act ----
-
-    def drain(self) -> int:
-        """Dispatch what is due now; returns how many due actions the rate cap still holds back."""
-        with self.lock:
-            self._dispatch()
-            return self.held_back
-
-    def _dispatch(self) -> None:
-        """Send what the outbox holds that is due, within the caps, re-checking each action right before it goes.
-
-        Dry-run records and skips go out at once. A refused or timed-out send stays in the outbox with exponential
-        backoff, and ends this round's sending: when the cluster fails one request it is likely to fail the next.
-        """
-        now = self.clock()
-        g = resolve_global(self.layers)
-        in_flight: int | None = None
-        failed_round = False
-        sending, held, rate_held = True, 0, 0
-        finished: list[ActionRecord] = []
-        for rec in self.state.outbox(now):
-            th = self.thresholds(rec.topic, rec.partition if rec.partition >= 0 else None)
-            if rec.dry_run or (th.dry_run and rec.action != "restore_config"):
-                # dry.run set since the decision: still dry
-                done = self.dry.execute(msgspec.structs.replace(rec, dry_run=True))
-            elif (why := self._why_not_now(rec, th, now)) is not None:
-                done = rec.with_status("skipped", why=why)
-            elif not sending:
-                held += 1
-                rate_held += not failed_round
-                continue
-            else:
-                if rec.action == "compact":
-                    if in_flight is None:
-                        in_flight = self.state.compactions_in_flight()
-                    if in_flight >= g.max_concurrent_nudges:
-                        held += 1  # waits in the outbox until a nudged partition shows up compacted
-                        continue
-                try:
-                    why = self._stale(rec) or self._cluster_says_no(rec, th)
-                except DependencyUnavailable as exc:  # the cluster cannot vouch for the action: not now
-                    done, why = rec.with_status("failed", error=str(exc)), None
-                else:
-                    if why is not None:
-                        finished.append(rec.with_status("skipped", why=why))
-                        continue
-                    if not self.bucket.take(self.monotonic()):
-                        held += 1
-                        rate_held += 1
-                        sending = False  # the rate cap is global: nothing else may go this round
-                        continue
-                    done = self.sink.execute(rec)
-                    if rec.action == "compact" and done.status == "sent":
-                        self.probe("after_nudge", 0)  # the topic's config is altered, its record not yet written
-                    if done.detail.get("stale"):  # the sink's own last check: a delete past the log end
-                        self.lifecycle.stale(rec.topic, f"{rec.topic}/{rec.partition}: {done.detail['stale']}")
-                if done.status == "sent" and rec.action == "compact" and in_flight is not None:
-                    in_flight += 1
-                if done.status == "failed":
-                    tries = int(rec.detail.get("try", 0)) + 1
-                    retry_at = now + backoff_ms(tries, th.action_backoff_ms, th.action_retry_ms)
-                    done = done.with_status("failed", **{"try": tries, "retry_at": retry_at})
-                    sending, failed_round = False, True
-            finished.append(done)
-        self.held_back = rate_held
-        self.metrics.actions_held.set(held)
-        self._finish(finished)
-        self.lifecycle.settle(now)  # after the records went: a reset drops them from the live set
-        self.metrics.outbox_depth.set(self.state.outbox_depth())
-
-    def _why_not_now(self, rec: ActionRecord, th: Thresholds, now: int) -> str | None:
-        """The guards that hold at send time as well as at decision time."""
-        if rec.action == "restore_config":
-            return None  # puts a topic's own config back: always wanted
-        if rec.action == "delete_records" and not self.deletes_allowed():
-            return NOT_CAUGHT_UP
-        excluded = topic_excluded(rec.topic, th, self.own_topics)
-        view = self.state.views([(rec.topic, rec.partition)])[0] if rec.action == "delete_records" else None
-        if view is None:
-            return excluded
-        cap = None if self.view_caps is None else self.view_caps.cap(rec.topic, rec.partition, th, now, fresh=True)
-        return send_check(rec, view, th, now, excluded, cap)
-
-    def _stale(self, rec: ActionRecord) -> str | None:
-        """Why `rec` must not go because its topic is not the log its state describes (control/lifecycle.py)."""
-        if rec.action not in ("delete_records", "compact"):
-            return None
-        # a delete is judged by the log's evidence too; a nudge (put back whatever happens) by the topic ID alone
-        deleting = self.lifecycle.reader is not None and rec.action == "delete_records"
-        view = self.state.views([(rec.topic, rec.partition)])[0] if deleting else None
-        try:
-            return self.lifecycle.check(rec, view)
-        except Exception as exc:  # the cluster cannot say which log it holds: hold the action
-            why = str(exc)
-            raise DependencyUnavailable("Kafka (topic check)", rec.topic, "the topic's Describe ACL", why) from None
-
-    def _cluster_says_no(self, rec: ActionRecord, th: Thresholds) -> str | None:
-        """The last guard before a consumed-retention delete goes: the committed offsets of the topic's groups as
-        the cluster holds them (`cluster_check`). Raises DependencyUnavailable when they cannot be read."""
-        if self.cluster_offsets is None or rec.action != "delete_records" or rec.reason != "consumed_retention":
-            return None
-        why = None
-        for fresh in (False, True):  # a cached answer that holds the delete is read again: it may be the older
-            seen = self.cluster_offsets(rec.topic, fresh)
-            why = cluster_check(rec, seen.committed, th, seen.unlisted, self.strict_groups)
-            if why is None:
-                break
-        counted_unlisted = [g for g in seen.unlisted if group_counts(g, th)]
-        self.metrics.groups_unlisted.labels(rec.topic).set(len(counted_unlisted))
-        if counted_unlisted:
-            self.state.note_unlisted(rec.topic, sorted(counted_unlisted), self.clock())
-        if why is not None:
-            log.warning("delete of %s/%d before %s held back: %s", rec.topic, rec.partition, rec.before_offset, why)
-        return why
-
-    def _finish(self, finished: list[ActionRecord]) -> None:
-        """Audit every outcome, then move each record on: completed, or kept for its retry."""
-        for done in finished:
-            if self.audit is not None and done.action != "restore_config":
-                self.audit.publish(done)
-            self.metrics.actions.labels(done.action, done.reason, done.status).inc()
-            if done.status == "failed":
-                log.warning("action failed (retry at %s): %s", done.detail.get("retry_at"), done.audit())
-        audited = True
-        if finished and self.audit is not None:
-            try:
-                self.audit.flush()
-            except DeliveryTimeout as exc:
-                audited = False
-                log.warning("audit topic unavailable, actions stay in the outbox: %s", exc)
-        # Leave the outbox only once the audit records are durable: a crash before this repeats, never loses.
-        # A failed send changed nothing on the cluster, so its backoff is kept even when its audit record is late.
-        completed = []
-        for done in finished:
-            if done.status == "failed":
-                self.state.retry(msgspec.structs.replace(done, status="pending"), int(done.detail["retry_at"]))
-                self.outcomes["failed"] += 1
-            elif audited:
-                completed.append(done)
-                self.outcomes[done.status] += 1
-        self.state.complete(*completed)

@@ -1,0 +1,252 @@
+"""The act side of the controller: the outbox sent within the caps, each action checked once more right before it
+goes, its outcome audited before it leaves the outbox, and nudged configs put back.
+
+A mixin of `Controller` (control/controller.py), which owns the state, sinks, clock and lock these methods use: the
+evaluation decides what to do, this module does it, and the two only meet in the outbox.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from compactd.errors import DeliveryTimeout, DependencyUnavailable
+from compactd.model import ActionRecord
+from compactd.policy.plan import NOT_CAUGHT_UP, cluster_check, send_check
+from compactd.policy.thresholds import Thresholds, group_counts, resolve_global, topic_excluded
+from compactd.policy.throttle import backoff_ms
+
+if TYPE_CHECKING:
+    import threading
+
+    from compactd.control.lifecycle import Lifecycle
+    from compactd.kafka.groups import GroupCheck
+    from compactd.metrics import Metrics
+    from compactd.policy.throttle import TokenBucket
+    from compactd.sinks.audit import AuditLog
+    from compactd.sinks.base import ActionSink
+    from compactd.sinks.dry_run import DryRunSink
+    from compactd.state.protocols import ControllerState
+
+log = logging.getLogger("compactd.controller")
+
+NUDGE_CHECK_MS = 15_000  # how often nudges still on are checked for a restore (Kafka's cleaner backoff)
+
+
+class Dispatch:
+    """What `Controller` carries out (see the module docstring); the attributes are the controller's."""
+
+    state: ControllerState
+    layers: dict[str, Mapping[str, Any]]
+    lock: threading.Lock
+    clock: Callable[[], int]
+    monotonic: Callable[[], float]
+    sink: ActionSink
+    dry: DryRunSink
+    audit: AuditLog | None
+    metrics: Metrics
+    bucket: TokenBucket
+    lifecycle: Lifecycle
+    own_topics: frozenset[str]
+    deletes_allowed: Callable[[], bool]
+    cluster_offsets: Callable[[str, bool], GroupCheck] | None
+    strict_groups: bool
+    view_caps: Any
+    probe: Callable[[str, int], None]
+    held_back: int
+    outcomes: Counter[str]
+    _nudges_checked_at: int
+
+    def thresholds(self, topic: str, partition: int | None = None) -> Thresholds: ...
+
+    def restore_nudges(self) -> int:
+        """Every nudge still on (after a state loss the ledger brought them back, with no compaction pending) is put
+        back once no compaction is pending on its topic, or once it has been on compaction.nudge.max.ms; returns
+        how many restores were queued. Runs every NUDGE_CHECK_MS of the tick."""
+        with self.lock:
+            now = self.clock()
+            if now - self._nudges_checked_at < NUDGE_CHECK_MS:
+                return 0
+            self._nudges_checked_at = now
+            queued = 0
+            since_by_topic: dict[str, int] = {}
+            for n in self.state.nudges():
+                since_by_topic[n.topic] = min(n.at, since_by_topic.get(n.topic, n.at))
+            for topic, since in since_by_topic.items():
+                th = self.thresholds(topic)
+                expired = now - since >= th.compaction_nudge_max_ms
+                if expired:
+                    self.state.rest_nudges(topic, th.compaction_nudge_max_ms)
+                    log.warning(
+                        "nudge of %s on for %ds without the cleaner answering: put back, and not nudged again "
+                        "for compaction.nudge.max.ms=%d",
+                        topic, (now - since) // 1000, th.compaction_nudge_max_ms,
+                    )  # fmt: skip
+                queued += self._maybe_restore(topic, now, "nudge_expired" if expired else "compacted")
+            if queued:
+                self._dispatch()
+            return queued
+
+    def _maybe_restore(self, topic: str, now: int, reason: str = "compacted") -> int:
+        """Put a nudged topic config back once no partition of the topic has a compaction pending (at once when
+        `reason` is nudge_expired). Returns 1 when a restore was queued."""
+        if not self.state.nudged(topic) or (reason == "compacted" and self.state.live_compactions(topic)):
+            return 0
+        rec = ActionRecord(
+            id=f"restore-{topic}-{now}",
+            action="restore_config",
+            topic=topic,
+            partition=-1,
+            reason=reason,
+            dry_run=False,
+            decided_at=now,
+            status="pending",
+        )
+        self.state.enqueue(rec)
+        return 1
+
+    # ---- act ----
+
+    def drain(self) -> int:
+        """Dispatch what is due now; returns how many due actions the rate cap still holds back."""
+        with self.lock:
+            self._dispatch()
+            return self.held_back
+
+    def _dispatch(self) -> None:
+        """Send what the outbox holds that is due, within the caps, re-checking each action right before it goes.
+
+        Dry-run records and skips go out at once. A refused or timed-out send stays in the outbox with exponential
+        backoff, and ends this round's sending: when the cluster fails one request it is likely to fail the next.
+        """
+        now = self.clock()
+        g = resolve_global(self.layers)
+        in_flight: int | None = None
+        failed_round = False
+        sending, held, rate_held = True, 0, 0
+        finished: list[ActionRecord] = []
+        for rec in self.state.outbox(now):
+            th = self.thresholds(rec.topic, rec.partition if rec.partition >= 0 else None)
+            if rec.dry_run or (th.dry_run and rec.action != "restore_config"):
+                # dry.run set since the decision: still dry
+                done = self.dry.execute(msgspec.structs.replace(rec, dry_run=True))
+            elif (why := self._why_not_now(rec, th, now)) is not None:
+                done = rec.with_status("skipped", why=why)
+            elif not sending:
+                held += 1
+                rate_held += not failed_round
+                continue
+            else:
+                if rec.action == "compact":
+                    if in_flight is None:
+                        in_flight = self.state.compactions_in_flight()
+                    if in_flight >= g.max_concurrent_nudges:
+                        held += 1  # waits in the outbox until a nudged partition shows up compacted
+                        continue
+                try:
+                    why = self._stale(rec) or self._cluster_says_no(rec, th)
+                except DependencyUnavailable as exc:  # the cluster cannot vouch for the action: not now
+                    done, why = rec.with_status("failed", error=str(exc)), None
+                else:
+                    if why is not None:
+                        finished.append(rec.with_status("skipped", why=why))
+                        continue
+                    if not self.bucket.take(self.monotonic()):
+                        held += 1
+                        rate_held += 1
+                        sending = False  # the rate cap is global: nothing else may go this round
+                        continue
+                    done = self.sink.execute(rec)
+                    if rec.action == "compact" and done.status == "sent":
+                        self.probe("after_nudge", 0)  # the topic's config is altered, its record not yet written
+                    if done.detail.get("stale"):  # the sink's own last check: a delete past the log end
+                        self.lifecycle.stale(rec.topic, f"{rec.topic}/{rec.partition}: {done.detail['stale']}")
+                if done.status == "sent" and rec.action == "compact" and in_flight is not None:
+                    in_flight += 1
+                if done.status == "failed":
+                    tries = int(rec.detail.get("try", 0)) + 1
+                    retry_at = now + backoff_ms(tries, th.action_backoff_ms, th.action_retry_ms)
+                    done = done.with_status("failed", **{"try": tries, "retry_at": retry_at})
+                    sending, failed_round = False, True
+            finished.append(done)
+        self.held_back = rate_held
+        self.metrics.actions_held.set(held)
+        self._finish(finished)
+        self.lifecycle.settle(now)  # after the records went: a reset drops them from the live set
+        self.metrics.outbox_depth.set(self.state.outbox_depth())
+
+    def _why_not_now(self, rec: ActionRecord, th: Thresholds, now: int) -> str | None:
+        """The guards that hold at send time as well as at decision time."""
+        if rec.action == "restore_config":
+            return None  # puts a topic's own config back: always wanted
+        if rec.action == "delete_records" and not self.deletes_allowed():
+            return NOT_CAUGHT_UP
+        excluded = topic_excluded(rec.topic, th, self.own_topics)
+        view = self.state.views([(rec.topic, rec.partition)])[0] if rec.action == "delete_records" else None
+        if view is None:
+            return excluded
+        cap = None if self.view_caps is None else self.view_caps.cap(rec.topic, rec.partition, th, now, fresh=True)
+        return send_check(rec, view, th, now, excluded, cap)
+
+    def _stale(self, rec: ActionRecord) -> str | None:
+        """Why `rec` must not go because its topic is not the log its state describes (control/lifecycle.py)."""
+        if rec.action not in ("delete_records", "compact"):
+            return None
+        # a delete is judged by the log's evidence too; a nudge (put back whatever happens) by the topic ID alone
+        deleting = self.lifecycle.reader is not None and rec.action == "delete_records"
+        view = self.state.views([(rec.topic, rec.partition)])[0] if deleting else None
+        try:
+            return self.lifecycle.check(rec, view)
+        except Exception as exc:  # the cluster cannot say which log it holds: hold the action
+            why = str(exc)
+            raise DependencyUnavailable("Kafka (topic check)", rec.topic, "the topic's Describe ACL", why) from None
+
+    def _cluster_says_no(self, rec: ActionRecord, th: Thresholds) -> str | None:
+        """The last guard before a consumed-retention delete goes: the committed offsets of the topic's groups as
+        the cluster holds them (`cluster_check`). Raises DependencyUnavailable when they cannot be read."""
+        if self.cluster_offsets is None or rec.action != "delete_records" or rec.reason != "consumed_retention":
+            return None
+        why = None
+        for fresh in (False, True):  # a cached answer that holds the delete is read again: it may be the older
+            seen = self.cluster_offsets(rec.topic, fresh)
+            why = cluster_check(rec, seen.committed, th, seen.unlisted, self.strict_groups)
+            if why is None:
+                break
+        counted_unlisted = [g for g in seen.unlisted if group_counts(g, th)]
+        self.metrics.groups_unlisted.labels(rec.topic).set(len(counted_unlisted))
+        if counted_unlisted:
+            self.state.note_unlisted(rec.topic, sorted(counted_unlisted), self.clock())
+        if why is not None:
+            log.warning("delete of %s/%d before %s held back: %s", rec.topic, rec.partition, rec.before_offset, why)
+        return why
+
+    def _finish(self, finished: list[ActionRecord]) -> None:
+        """Audit every outcome, then move each record on: completed, or kept for its retry."""
+        for done in finished:
+            if self.audit is not None and done.action != "restore_config":
+                self.audit.publish(done)
+            self.metrics.actions.labels(done.action, done.reason, done.status).inc()
+            if done.status == "failed":
+                log.warning("action failed (retry at %s): %s", done.detail.get("retry_at"), done.audit())
+        audited = True
+        if finished and self.audit is not None:
+            try:
+                self.audit.flush()
+            except DeliveryTimeout as exc:
+                audited = False
+                log.warning("audit topic unavailable, actions stay in the outbox: %s", exc)
+        # Leave the outbox only once the audit records are durable: a crash before this repeats, never loses.
+        # A failed send changed nothing on the cluster, so its backoff is kept even when its audit record is late.
+        completed = []
+        for done in finished:
+            if done.status == "failed":
+                self.state.retry(msgspec.structs.replace(done, status="pending"), int(done.detail["retry_at"]))
+                self.outcomes["failed"] += 1
+            elif audited:
+                completed.append(done)
+                self.outcomes[done.status] += 1
+        self.state.complete(*completed)
