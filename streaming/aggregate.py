@@ -1,85 +1,62 @@
-"""Reduce a micro-batch in Spark to one row per distinct state key, then turn those rows into BatchChanges.
+"""A micro-batch's rows, reduced to one row per distinct state key, and those rows turned into BatchChanges.
 
-Redis work then grows with distinct keys (partitions, segments, (group, partition) pairs), not with events:
-a group committing 10,000 times in a batch costs one merge entry.
+The reduction is one function, `decode.reduce_table` (its rule: `decode.key_and_order`), run wherever the rows are:
+in the source's tasks over their records, then on the driver (`reduce_on_driver`) or, with evaluation shares, in the
+shares' tasks (`reduce_keyed`). Redis work then grows with distinct keys (partitions, segments, (group, partition)
+pairs), not with events: a group committing 10,000 times in a batch costs one merge entry.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from compactd.model import Segment
 from compactd.state.changes import BatchChanges
-from compactd.streaming.decode import reduce_table
+from compactd.streaming.decode import DECODED_DDL, key_and_order, reduce_table
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
-def aggregate(decoded: DataFrame) -> DataFrame:
-    """One row per key: the latest event (commits, in log order) or the furthest one (cleaner, log start); `n` sums
-    the input records each row stands for (the source may have pre-aggregated them: see decode.reduce_table)."""
-    err = F.col("error").isNotNull()
-    kind = F.col("kind")
-    key_kind = (
-        F.when(err, F.lit("error")).when(kind.isin("offset_commit", "offset_delete"), F.lit("offset")).otherwise(kind)
-    )
-    # rejected records and config events are kept one by one (keyed by their source position)
-    single = err | (kind == "config")
-    # Order of events for one key: cleaner checkpoints and log starts only move forward, so the largest
-    # wins; offset events follow the log order of the commits topic (keyed by group: one partition).
-    order = F.when(
-        kind.isin("compacted", "log_start"),
-        F.struct(F.col("value_offset").alias("a"), F.lit(0).cast("bigint").alias("b")),
-    ).otherwise(F.struct(F.col("src_partition").cast("bigint").alias("a"), F.col("src_offset").alias("b")))
-    record = F.struct(*[F.col(c) for c in decoded.columns if c != "n"], order.alias("ord"))
-    return (
-        decoded.withColumn("k", key_kind)
-        .withColumn("e_topic", F.when(single, F.col("src_topic")))
-        .withColumn("e_partition", F.when(single, F.col("src_partition")))
-        .withColumn("e_offset", F.when(single, F.col("src_offset")))
-        .groupBy("k", "topic", "partition", "grp", "base_offset", "e_topic", "e_partition", "e_offset")
-        .agg(F.max_by(record, order).alias("r"), F.sum("n").alias("n"))
-        .select("k", "n", "r.*")
-        .withColumn("ord_a", F.col("ord.a"))
-        .withColumn("ord_b", F.col("ord.b"))
-        .drop("ord")
-    )
-
-
-def collect_rows(aggregated: DataFrame) -> pa.Table:
-    """Bring the (small) aggregate to the driver through Arrow: far cheaper than building Row objects."""
-    return aggregated.toArrow()
-
-
-def reduce_on_driver(pre_aggregated: DataFrame) -> pa.Table:
-    """The source's tasks already reduced their records to one row per key (decode.reduce_table): what is left is the
-    same reduction over the tasks' rows, done here instead of in a shuffle stage (a micro-batch then runs one Spark
-    stage, not two). Returns a table shaped like `aggregate()`'s."""
-    return keyed(reduce_table(pre_aggregated.toArrow()))
+# reduced rows with their key kind and order (`keyed`): what `collect_changes` and the shares' tasks read
+KEYED_DDL = f"{DECODED_DDL}, k string, ord_a bigint, ord_b bigint"
 
 
 def keyed(reduced: pa.Table) -> pa.Table:
-    """`aggregate()`'s `k`, `ord_a` and `ord_b` columns, in Arrow kernels, for rows reduced by `reduce_table`."""
-    kind = reduced.column("kind")
-    k = pc.if_else(
-        pc.is_valid(reduced.column("error")),
-        pa.scalar("error"),
-        pc.if_else(pc.fill_null(pc.is_in(kind, _OFFSET_KINDS), False), pa.scalar("offset"), kind),
-    )
-    forward = pc.fill_null(pc.is_in(kind, _FORWARD_KINDS), False)
-    ord_a = pc.if_else(forward, reduced.column("value_offset"), pc.cast(reduced.column("src_partition"), pa.int64()))
-    ord_b = pc.if_else(forward, pa.scalar(0, pa.int64()), reduced.column("src_offset"))
+    """Reduced rows with the key kind `k` and the order (`ord_a`, `ord_b`) the reduction used."""
+    k, ord_a, ord_b = key_and_order(reduced)
     return reduced.append_column("k", k).append_column("ord_a", ord_a).append_column("ord_b", ord_b)
 
 
-_OFFSET_KINDS = pa.array(["offset_commit", "offset_delete"])
-_FORWARD_KINDS = pa.array(["compacted", "log_start"])
+def reduce_on_driver(rows: DataFrame) -> pa.Table:
+    """The tasks already reduced their records to one row per key: what is left is the same reduction over the tasks'
+    rows, on the driver (one Spark stage a micro-batch, no shuffle). Returns the keyed rows (`KEYED_DDL`)."""
+    return keyed(reduce_table(rows.toArrow()))
+
+
+def reduce_keyed(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """`mapInArrow` (→ `KEYED_DDL`) in an evaluation share's task: the same reduction over the rows of its topics."""
+    received = list(batches)
+    if received:
+        yield from keyed(reduce_table(pa.Table.from_batches(received))).to_batches()
+
+
+def reducing(
+    decode: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A `mapInArrow` decode whose every batch is reduced in its task, as the source's tasks reduce their records."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in decode(batches):
+            yield from reduce_table(pa.Table.from_batches([batch])).to_batches()
+
+    return run
 
 
 @dataclass
@@ -91,14 +68,16 @@ class Collected:
     deleted: dict[str, tuple[int, int]] = field(default_factory=dict)  # group -> log position of its deletion
 
 
-# the kinds of aggregated rows that belong to one topic: with evaluation shares, they stay in the executors
+# the key kinds of reduced rows that belong to one topic (with evaluation shares, they stay in the executors), and the
+# kinds of the records they reduce
 PER_TOPIC_KINDS = ("segment_rolled", "compacted", "log_start", "offset")
+PER_TOPIC_RECORD_KINDS = ("segment_rolled", "compacted", "log_start", "offset_commit", "offset_delete")
 
 
 def collect_changes(
     table: pa.Table | list[dict[str, Any]], deleted_elsewhere: dict[str, tuple[int, int]] | None = None
 ) -> Collected:
-    """Aggregated rows (an Arrow table shaped like `aggregate()`'s, or its rows) → typed changes, DLQ rows, and input
+    """Reduced, keyed rows (`keyed`: an Arrow table, or its rows) → typed changes, DLQ rows, and input
     counts. `deleted_elsewhere`: group deletions of the same batch held by another share of its rows (they void this
     share's older offset events). Per-topic rows are read column by column: a batch at a million partitions has
     hundreds of thousands of them, and a dict per row cost more than the rest of the conversion."""

@@ -263,11 +263,29 @@ def to_arrow(rows: list[dict]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(rows, schema=DECODED_SCHEMA)
 
 
+def key_and_order(table: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """The reduction's rule, written once: each row's key kind — `error` for a rejected record, `offset` for a (group,
+    partition)'s commits and deletions, else its kind — and its order within its key: cleaner checkpoints and log
+    starts only move forward (the largest value wins), every other key follows the log order of its source (source
+    partition, then offset; a group's records are keyed by group: one partition). A key is the key kind with the
+    topic, partition, group and base offset; rejected records and config events are each a key of their own."""
+    kind = table.column("kind")
+    k = pc.if_else(
+        pc.is_valid(table.column("error")),
+        pa.scalar("error"),
+        pc.if_else(pc.fill_null(pc.is_in(kind, _OFFSET_KINDS), False), pa.scalar("offset"), kind),
+    )
+    forward = pc.fill_null(pc.is_in(kind, _FORWARD_KINDS), False)
+    a = pc.if_else(forward, table.column("value_offset"), pc.cast(table.column("src_partition"), pa.int64()))
+    b = pc.if_else(forward, pa.scalar(0, pa.int64()), table.column("src_offset"))
+    return k, a, b
+
+
 def reduce_table(table: pa.Table) -> pa.Table:
-    """One row per state key — the latest event (commits, in log order) or the furthest one (cleaner checkpoints, log
-    starts only move forward) — with `n` summing the records each stands for. Rejected records and config events are
-    kept one by one. This is `aggregate()`'s reduction, in Arrow kernels: the source's tasks run it over their records
-    (Spark then converts one row per key and task, not per record) and the driver over the tasks' rows."""
+    """One row per key (`key_and_order`): its last by order (ties: the last one read), with `n` summing the records
+    the key's rows stand for. The one reduction of a batch: the source's tasks run it over their records (Spark then
+    converts one row per key and task, not per record), and the driver, or the evaluation shares' tasks, over the
+    tasks' rows."""
     if table.num_rows == 0:
         return table
     kind = table.column("kind")
@@ -275,15 +293,8 @@ def reduce_table(table: pa.Table) -> pa.Table:
     kept, rest = table.filter(single), table.filter(pc.invert(single))
     if rest.num_rows == 0:
         return kept
-    kind = rest.column("kind")
-    forward = pc.is_in(kind, _FORWARD_KINDS)
-    keyed = (
-        rest.append_column("_k", pc.if_else(pc.is_in(kind, _OFFSET_KINDS), pa.scalar("offset"), kind))
-        .append_column(
-            "_a", pc.if_else(forward, rest.column("value_offset"), pc.cast(rest.column("src_partition"), pa.int64()))
-        )
-        .append_column("_b", pc.if_else(forward, pa.scalar(0, pa.int64()), rest.column("src_offset")))
-    )
+    k, a, b = key_and_order(rest)
+    keyed = rest.append_column("_k", k).append_column("_a", a).append_column("_b", b)
     # stable sort by order; the last row of each key wins (ties: the last one read)
     keyed = keyed.take(pc.sort_indices(keyed, [("_a", "ascending"), ("_b", "ascending")]))
     keyed = keyed.append_column("_i", pa.array(range(keyed.num_rows), pa.int64()))

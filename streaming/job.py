@@ -1,4 +1,4 @@
-"""The Structured Streaming query: source → decode → aggregate in Spark, one handler call per micro-batch.
+"""The Structured Streaming query: source → decode → reduce, one handler call per micro-batch.
 
 What happens to a batch's rows on the driver (DLQ, merge, decide, act) is the handler's business: the
 application layer wires it to the controller. This module only builds, runs and stops the query.
@@ -21,12 +21,13 @@ from compactd.gc_pause import gc_paused
 from compactd.kafka.admin import Offsets
 from compactd.kafka.config import KafkaConnection
 from compactd.streaming.aggregate import (
-    PER_TOPIC_KINDS,
+    KEYED_DDL,
+    PER_TOPIC_RECORD_KINDS,
     Collected,
-    aggregate,
     collect_changes,
-    collect_rows,
+    reduce_keyed,
     reduce_on_driver,
+    reducing,
 )
 from compactd.streaming.checkpoint import batch_end_offsets
 from compactd.streaming.decode import DECODED_DDL, Decoder
@@ -38,7 +39,7 @@ PerTopic = Callable[[Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatc
 
 @dataclass
 class Batch:
-    """One micro-batch as the driver sees it, after Spark reduced it."""
+    """One micro-batch as the driver sees it, reduced."""
 
     batch_id: int
     collected: Collected
@@ -113,33 +114,39 @@ class StreamingJob:
             self._process_in_shares(df, batch_id)
             return
         started = time.monotonic()
-        if self.decodes_in_source:
-            collected = collect_changes(reduce_on_driver(df))
-        else:
-            collected = collect_changes(collect_rows(aggregate(df.mapInArrow(self.spec.decoder, DECODED_DDL))))
+        collected = collect_changes(reduce_on_driver(self._decoded(df)))
         try:
             self.handler(Batch(batch_id, collected, time.monotonic() - started, self.spec.checkpoint))
         except BaseException as exc:
             self.batch_error = exc  # reported as it is, not through Spark's wrapping of it
             raise
 
+    def _decoded(self, df: DataFrame) -> DataFrame:
+        """The batch's decoded rows, reduced in the tasks that decoded them (`DECODED_DDL`)."""
+        return df if self.decodes_in_source else df.mapInArrow(reducing(self.spec.decoder), DECODED_DDL)
+
     def _process_in_shares(self, df: DataFrame, batch_id: int) -> None:
-        """Reduce in Spark and bring to the driver only the rows that are not per topic (rejected records, config
-        events, group deletions and memberships) and the per-topic rows' counts; the per-topic rows stay in the
-        executors for the handler's `per_topic` tasks (reduced once: the aggregate is persisted for the batch)."""
+        """Bring to the driver only the rows that are not per topic (rejected records, config events, group deletions
+        and memberships), reduced there, and the per-topic rows' counts; the per-topic rows are reduced in the shares'
+        tasks, hash-partitioned by topic, and stay there (persisted for the batch) for the handler's `per_topic`
+        tasks. The decoded rows are persisted too: the source is read once."""
         started = time.monotonic()
-        source = df if self.decodes_in_source else df.mapInArrow(self.spec.decoder, DECODED_DDL)
-        agg = aggregate(source).persist()
+        rows = self._decoded(df).persist()
+        per_topic = F.col("error").isNull() & F.col("kind").isin(*PER_TOPIC_RECORD_KINDS)
+        reduced = (
+            rows.filter(per_topic)
+            .repartition(self.spec.shares, self._share_key())
+            .mapInArrow(reduce_keyed, KEYED_DDL)
+            .persist()
+        )
         try:
-            per_topic = F.col("k").isin(*PER_TOPIC_KINDS)
-            collected = collect_changes(collect_rows(agg.filter(~per_topic)))
-            counted = agg.filter(per_topic).groupBy("stream", "kind").agg(F.sum("n").alias("n")).toArrow()
+            collected = collect_changes(reduce_on_driver(rows.filter(~per_topic)))
+            counted = reduced.groupBy("stream", "kind").agg(F.sum("n").alias("n")).toArrow()
             for row in counted.to_pylist():
                 collected.counts[(row["stream"], row["kind"])] += row["n"]
-            shares = self.spec.shares
 
             def run(fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], ddl: str) -> pa.Table:
-                return agg.filter(per_topic).repartition(shares, self._share_key()).mapInArrow(fn, ddl).toArrow()
+                return reduced.mapInArrow(fn, ddl).toArrow()
 
             batch = Batch(batch_id, collected, time.monotonic() - started, self.spec.checkpoint, per_topic=run)
             try:
@@ -148,7 +155,8 @@ class StreamingJob:
                 self.batch_error = exc
                 raise
         finally:
-            agg.unpersist()
+            reduced.unpersist()
+            rows.unpersist()
 
     def _share_key(self) -> Column:
         """A column Spark's hash partitioning sends to task `share_of(topic)` (control/share.py), so a topic's share is

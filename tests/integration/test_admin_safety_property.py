@@ -62,7 +62,7 @@ class Cluster:
 
 
 def changes(events: list[Event]) -> BatchChanges:
-    """The agent's events as the job merges them (the decoder and Spark's aggregation do this on the real path)."""
+    """The agent's events as the job merges them (the decoder and the reduction do this on the real path)."""
     batch = BatchChanges()
     tc = batch.topic(TOPIC)
     for ev in events:
