@@ -120,6 +120,7 @@ class ShareResult:
     replayed: bool = False  # a topic of the share had this batch already (Spark replayed it)
     full: list[Key] = field(default_factory=list)  # partitions for the driver's full plan
     stats: list[tuple[Key, PartitionStats]] = field(default_factory=list)  # the quiet partitions' metrics
+    merged: list[str] = field(default_factory=list)  # topics merged, with partitions touched or not (where known)
 
 
 def evaluate_share(
