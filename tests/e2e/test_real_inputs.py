@@ -20,10 +20,11 @@ from compactd.codec.offsets import (
     encode_offset_key,
     encode_offset_value,
 )
-from compactd.control.controller import NOT_CAUGHT_UP, Controller
+from compactd.control.controller import Controller
 from compactd.kafka.config import KafkaConnection
 from compactd.metrics import Metrics
 from compactd.model import Segment
+from compactd.policy.plan import NOT_CAUGHT_UP
 from compactd.policy.readiness import Readiness
 from compactd.policy.rules import earliest_uncompacted_ts
 from compactd.sinks.audit import AuditLog
