@@ -30,8 +30,8 @@ demo: deps
 
 # The suite mostly waits (Spark starting, brokers answering, jobs in subprocesses): tests run in TEST_WORKERS pytest
 # processes, each with its own Redis, broker and Spark session, work-stealing so the long tests do not queue up.
-# 3 on a 2-core machine, from clean-clone runs of the same commit: 2 workers 6 min 2 s of tests, 3 5 min 10 s, 4 5 min
-# 31 s, 6 6 min 15 s (every worker starts its own Spark: past 3 they queue for the cores).
+# 3 on a 2-core machine, from clean-clone runs of the same code: 2 workers 6 min 2 s of tests, 3 5 min 10 s and 5 min
+# 34 s, 4 5 min 31 s, 6 6 min 15 s (every worker starts its own Spark: past 3 they queue for the cores).
 TEST_WORKERS ?= 3
 test: deps
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
