@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, Literal
 
 import msgspec
@@ -172,8 +171,8 @@ def action_id(decision: Decision, attempts: int) -> str:
 @dataclass(frozen=True)
 class PartitionNumbers:
     """A chunk of one topic's partitions as arrays (one row per partition, in the order asked; lua/explain_rank.lua):
-    what the rules read of a `PartitionView`, for `compactd explain TOPIC`'s ranking and the controller's bulk
-    evaluation (policy/bulk.py), which build a view only for the rows that need one."""
+    what the rules read of a `PartitionView` (policy/rules.py evaluates these arrays: the controller's chunks,
+    `compactd explain TOPIC`'s ranking, and a single partition as a chunk of one)."""
 
     partitions: np.ndarray  # int64 [P]
     counted: np.ndarray  # int64 [P]: the topic's counted groups, as each chunk read them
@@ -200,7 +199,7 @@ class PartitionNumbers:
 
     @classmethod
     def of_views(cls, views: Sequence[PartitionView]) -> PartitionNumbers:
-        """Views as arrays, what `view` reads back: a partition evaluated alone is a chunk of one (policy/rules.py).
+        """Views as arrays: a partition evaluated alone is a chunk of one (policy/rules.py).
         A known minimum is every counted group positioned at it; an unknown one, a counted group without a position."""
         head = [
             (v.partition, max(v.counted_groups, 1) if v.min_committed is not None else v.counted_groups,
@@ -216,30 +215,3 @@ class PartitionNumbers:
             zcard=cols[:, 1] * cols[:, 4], lowest=cols[:, 5], nseg=cols[:, 6],
             segments=np.array(segs, dtype=np.int64).reshape(-1, 5),
         )  # fmt: skip
-
-    @cached_property
-    def _starts(self) -> list[int]:
-        """Where each row's segments start in `segments` (summed once, not once a row: a chunk's views were
-        quadratic in its rows)."""
-        return [0, *np.cumsum(self.nseg).tolist()]
-
-    @cached_property
-    def _lists(self) -> tuple[list[int], ...]:
-        """The per-row arrays as lists, converted once a chunk: indexing numpy scalars was a third of a view."""
-        return tuple(a.tolist() for a in (self.partitions, self.counted, self.cleaned, self.log_start, self.zcard,
-                                          self.lowest))  # fmt: skip
-
-    def view(self, topic: str, row: int) -> PartitionView:
-        """Row `row` as the `PartitionView` `RedisState.views` reads (the same state, the same rules)."""
-        start, end = self._starts[row], self._starts[row + 1]
-        partitions, counted_, cleaned_, log_start, zcard_, lowest_ = self._lists
-        counted, zcard, lowest, cleaned = counted_[row], zcard_[row], lowest_[row], cleaned_[row]
-        return PartitionView(
-            topic=topic,
-            partition=partitions[row],
-            segments=tuple(Segment(*s) for s in self.segments[start:end].tolist()),
-            cleaned_up_to=None if cleaned < 0 else cleaned,
-            log_start=log_start[row],
-            min_committed=lowest if counted > 0 and zcard == counted and lowest >= 0 else None,
-            counted_groups=counted,
-        )

@@ -106,3 +106,20 @@ def numbers(cs: list[Case]) -> PartitionNumbers:
         nseg=np.array([len(c.view.segments) for c in cs], dtype=i64),
         segments=np.array(segs, dtype=i64).reshape(-1, 5),
     )  # fmt: skip
+
+
+def view_of(nums: PartitionNumbers, topic: str, row: int) -> PartitionView:
+    """Row `row` of a chunk's arrays as the `PartitionView` `RedisState.views` reads (the same state): what tests
+    compare the packed read and generated cases with."""
+    starts = [0, *np.cumsum(nums.nseg).tolist()]
+    counted, zcard, lowest = int(nums.counted[row]), int(nums.zcard[row]), int(nums.lowest[row])
+    cleaned = int(nums.cleaned[row])
+    return PartitionView(
+        topic=topic,
+        partition=int(nums.partitions[row]),
+        segments=tuple(Segment(*s) for s in nums.segments[starts[row] : starts[row + 1]].tolist()),
+        cleaned_up_to=None if cleaned < 0 else cleaned,
+        log_start=int(nums.log_start[row]),
+        min_committed=lowest if counted > 0 and zcard == counted and lowest >= 0 else None,
+        counted_groups=counted,
+    )

@@ -18,7 +18,7 @@ from compactd.policy.plan import plan_partition, plans
 from compactd.policy.rules import Evaluation, Limits
 from compactd.policy.thresholds import Thresholds
 from tests.support.examples import examples
-from tests.support.partition_cases import T0, Case, H, cases, make_case, numbers
+from tests.support.partition_cases import T0, Case, H, cases, make_case, numbers, view_of
 
 
 def model(c: Case, now: int) -> dict[str, Any]:
@@ -89,7 +89,7 @@ def check(cs: list[Case], now: int) -> int:
     stats = stats_rows(rows, nums, limits, ev.q, ev.d)
     quiet_stats = stats_rows([i for i in rows if ev.q.quiet[i]], nums, limits, ev.q)
     for i, c in enumerate(cs):
-        assert nums.view("orders", i) == c.view
+        assert view_of(nums, "orders", i) == c.view
         m = model(c, now)
         got = [
             (d.action, d.reason, d.delay_ms if d.action == "compact" else d.before_offset)
