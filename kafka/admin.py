@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -10,6 +11,7 @@ from compactd.errors import CompactdError, DependencyUnavailable
 from compactd.kafka.config import KafkaConnection
 
 Offsets = dict[str, dict[str, int]]
+CHECK_STEP_S = 0.25  # how often the start-up check looks at what librdkafka said while it waits
 
 
 def admin_client(conn: KafkaConnection, timeout_s: float = 10.0) -> Any:
@@ -20,25 +22,34 @@ def admin_client(conn: KafkaConnection, timeout_s: float = 10.0) -> Any:
 
 
 def check_reachable(conn: KafkaConnection, timeout_s: float = 5.0) -> None:
-    """Bounded start-up check: one metadata request, or DependencyUnavailable naming the setting to change."""
-    from confluent_kafka import KafkaException
+    """Bounded start-up check: one metadata request, or DependencyUnavailable naming the setting to change.
+
+    It fails as soon as librdkafka reports every bootstrap broker down (refused, unresolvable: known at once), and
+    after `timeout_s` when no broker answers at all (a dropped connection, a firewall)."""
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
-    errors: list[str] = []
+    errors: list[KafkaError] = []
     conf = conn.client("admin", {"socket.connection.setup.timeout.ms": int(timeout_s * 1000)})
-    conf["error_cb"] = lambda err: errors.append(err.str())
+    conf["error_cb"] = errors.append
     conf["log_level"] = 0  # the one-line error below says it all
     try:
         admin = AdminClient(conf)
     except (KafkaException, ValueError, TypeError) as exc:  # librdkafka refused a setting of the kafka: map
         raise DependencyUnavailable("Kafka", conn.bootstrap_servers, "the kafka: settings", str(exc)) from None
-    try:
-        admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        admin.poll(0)  # serves error_cb: librdkafka's own reason (refused, unresolvable, TLS, SASL)
-        cause = _first_reason(errors) or (exc.args[0].str() if exc.args else str(exc))
-        setting = "--bootstrap-servers / bootstrap_servers"
-        raise DependencyUnavailable("Kafka", conn.bootstrap_servers, setting, cause) from None
+    until = time.monotonic() + timeout_s
+    while True:
+        try:
+            admin.list_topics(timeout=max(0.01, min(CHECK_STEP_S, until - time.monotonic())))
+            return
+        except KafkaException as exc:
+            admin.poll(0)  # serves error_cb: librdkafka's own reason (refused, unresolvable, TLS, SASL)
+            down = any(e.code() == KafkaError._ALL_BROKERS_DOWN for e in errors)
+            if not down and time.monotonic() < until:
+                continue
+            cause = _first_reason([e.str() for e in errors]) or (exc.args[0].str() if exc.args else str(exc))
+            setting = "--bootstrap-servers / bootstrap_servers"
+            raise DependencyUnavailable("Kafka", conn.bootstrap_servers, setting, cause) from None
 
 
 def _first_reason(errors: list[str]) -> str | None:

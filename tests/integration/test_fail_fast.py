@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,9 @@ import pytest
 from compactd.app.cli import main
 from compactd.app.settings import load_settings
 from compactd.demo.embedded import free_port
+from compactd.errors import DependencyUnavailable
+from compactd.kafka.admin import check_reachable
+from compactd.kafka.config import KafkaConnection
 
 
 def compactd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -35,6 +39,17 @@ def test_unreachable_kafka_is_one_line_and_creates_no_checkpoint(redis_url: str,
     line = one_line(out.stderr)
     assert f"Kafka unreachable at {dead}" in line and "Connection refused" in line and "bootstrap_servers" in line
     assert not ckpt.exists()
+
+
+@pytest.mark.parametrize("where", ["refused", "unresolvable"])
+def test_a_broker_known_to_be_down_fails_the_check_at_once_not_at_its_timeout(where: str) -> None:
+    """Refused and unresolvable are known at once: only a broker that does not answer at all takes the timeout."""
+    servers = f"127.0.0.1:{free_port()}" if where == "refused" else "no-such-broker.invalid:9092"
+    started = time.monotonic()
+    with pytest.raises(DependencyUnavailable) as err:
+        check_reachable(KafkaConnection(servers), timeout_s=60)
+    assert time.monotonic() - started < 10
+    assert ("Connection refused" if where == "refused" else "Failed to resolve") in str(err.value)
 
 
 def test_wrong_redis_url_with_a_live_broker_names_redis(broker: str, tmp_path: Path) -> None:
