@@ -39,7 +39,7 @@ from compactd.keys import partition_key
 DEMO_TOPICS = {"orders": {"cleanup.policy": "compact"}, "clicks": {"cleanup.policy": "delete"}}
 PARTITIONS = 2
 ROLL_EVERY_S = 4.0
-CLEANER_DELAY_S = 5.0
+CLEANER_DELAY_S = 3.0
 
 
 def demo_settings(bootstrap: str, redis_url: str, checkpoint: Path) -> Settings:
@@ -51,7 +51,7 @@ def demo_settings(bootstrap: str, redis_url: str, checkpoint: Path) -> Settings:
         offsets_source="commits",  # the simulated cluster writes its groups' commits as JSON
         thresholds={
             "global": {"dry.run": False, "action.retry.ms": 15_000},
-            "topic:orders": {"max.compaction.lag.ms": 20_000, "compaction.service": True},
+            "topic:orders": {"max.compaction.lag.ms": 12_000, "compaction.service": True},
             "topic:clicks": {"consumed.retention.ms": 10_000, "forced.retention.ms": 60_000},
         },
     )
