@@ -6,17 +6,15 @@ this virtualenv); nothing is put on PYTHONPATH. The Python data source is regist
 Spark's JVM is started in a session (and process group) of its own: a signal to the driver's process group — Ctrl-C,
 `kill -TERM -- -PGID`, `timeout`, supervisord's `stopasgroup` — reaches only the driver, whose graceful stop needs
 the JVM until it has finished. The JVM still ends with the driver: it exits when its stdin (a pipe from the driver)
-closes, and `stop_spark` stops it, waits for it and its Python workers, and kills what outlives the budget. One
-module (~420 lines): starting and stopping the JVM are two halves of one process-group contract.
+closes, and `stop_spark` stops it, waits for it and its Python workers, and kills what outlives the budget.
+What makes the start cheap (the class-data archive, the Spark home the workers see) is in `jvm_start`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,11 +27,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pyspark import SparkConf, SparkContext
-from pyspark.find_spark_home import _find_spark_home
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from compactd.errors import ExecutorsUnavailable
+from compactd.streaming.jvm_start import class_data_sharing, keep_archive, spark_home_for_workers
 from compactd.streaming.kafka_source import KafkaSource
 
 log = logging.getLogger("compactd.spark")
@@ -42,8 +40,6 @@ log = logging.getLogger("compactd.spark")
 # orchestration here; records are decoded and reduced by Python in the source's tasks). See docs/benchmarks.md.
 DRIVER_JAVA_OPTIONS = ("-XX:TieredStopAtLevel=1",)
 ARCHIVE_DUMP_S = 60.0  # how long the first run's JVM may take to write its class-data archive as it exits
-DAY_S = 86_400.0
-ARCHIVE_KEEP_S = 30 * DAY_S  # an archive no start used for this long (another JDK or Spark version) is removed
 
 
 @dataclass
@@ -125,23 +121,33 @@ def _launch(options: dict[str, str]) -> tuple[Any, SparkConf, tuple[Path, Path] 
     """Spark's JVM with `options`, in a session of its own: (py4j gateway, the conf it was launched with, the
     class-data archive it writes at exit)."""
     conf = SparkConf().setAll(list(options.items()))
-    sharing, archive = ([], None) if submitted() else class_data_sharing()
+    home = None if submitted() else spark_home_for_workers()
+    sharing, archive = ([], None) if submitted() else class_data_sharing(home)
     if sharing:
         conf.set("spark.driver.extraJavaOptions", f"{options['spark.driver.extraJavaOptions']} {' '.join(sharing)}")
     try:
-        return _gateway(conf), conf, archive
+        return _gateway(conf, home), conf, archive
     except Exception:
         if not sharing:
             raise
     log.warning("Spark's JVM did not start with class data sharing (%s): starting it without", sharing[0])
     conf.set("spark.driver.extraJavaOptions", options["spark.driver.extraJavaOptions"])
-    return _gateway(conf), conf, None
+    return _gateway(conf, home), conf, None
 
 
-def _gateway(conf: SparkConf) -> Any:
-    """Spark's JVM in a session of its own, its stderr passed on by a thread that keeps its Python workers'
-    tracebacks out (`forward_stderr`)."""
-    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True, "stderr": subprocess.PIPE})
+def _gateway(conf: SparkConf, home: Path | None) -> Any:
+    """Spark's JVM in a session of its own, started from `home` (pyspark's when None), its stderr passed on by a
+    thread that keeps its Python workers' tracebacks out (`forward_stderr`)."""
+    before = os.environ.get("SPARK_HOME")
+    if home is not None:
+        os.environ["SPARK_HOME"] = str(home)  # what pyspark starts the JVM from, and the JVM's own SPARK_HOME
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True, "stderr": subprocess.PIPE})
+    finally:
+        if before is None:
+            os.environ.pop("SPARK_HOME", None)
+        else:
+            os.environ["SPARK_HOME"] = before
     threading.Thread(
         target=forward_stderr, args=(gateway.proc.stderr, sys.stderr), daemon=True, name="compactd-spark-stderr"
     ).start()
@@ -202,7 +208,7 @@ def stop_spark(spark: SparkSession, timeout_s: float = 10.0, graceful: bool = Tr
         timeout_s = max(timeout_s, ARCHIVE_DUMP_S)  # the first run's JVM writes its class-data archive as it exits
     end_session(launched.proc, timeout_s, linger_s=2.0 if graceful else 0.0)
     if launched.archive is not None:
-        _keep_archive(*launched.archive, written=launched.proc.returncode == 0)
+        keep_archive(*launched.archive, written=launched.proc.returncode == 0)
 
 
 def _stop_session(spark: SparkSession) -> None:
@@ -273,71 +279,6 @@ def _session_members(sid: int) -> list[int]:
             if fields[0] != b"Z" and int(fields[3]) == sid:
                 found.append(int(entry.name))
     return found
-
-
-def class_data_sharing() -> tuple[list[str], tuple[Path, Path] | None]:
-    """JVM options for class data sharing (a dynamic AppCDS archive, JDK 13+; Spark 4 runs on 17+): the classes
-    Spark's start loads are mapped from an archive in the user's cache instead of loaded and verified one by one,
-    about 2.5 s of a 7 s start on 2 cores. Without an archive for this JDK and these jars, the JVM writes one as it
-    exits (once; `stop_spark` keeps it if the JVM exited cleanly). ([], None) where it cannot apply: no JDK base
-    archive, no writable cache directory."""
-    try:
-        java_home = os.environ.get("JAVA_HOME")
-        java = Path(java_home, "bin", "java") if java_home else Path(shutil.which("java") or "java")
-        java = java.resolve(strict=True)
-        libjvm = java.parent.parent / "lib" / "server"
-        if not (libjvm / "classes.jsa").is_file():  # a dynamic archive sits on top of the JDK's base archive
-            return [], None
-        jars = Path(_find_spark_home()) / "jars"
-        identity = [
-            str(java),
-            *(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(libjvm.iterdir())),
-        ]
-        identity += sorted(f"{p.name}:{p.stat().st_size}" for p in jars.glob("*.jar"))
-        key = hashlib.sha256("\n".join(identity).encode()).hexdigest()[:16]
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "compactd"
-        cache.mkdir(parents=True, exist_ok=True)
-        archive = cache / f"spark-jvm-{key}.jsa"
-        quiet = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]  # a stale archive is ignored, silently
-        if archive.is_file():
-            if archive.stat().st_mtime < time.time() - DAY_S:
-                os.utime(archive)  # in use: other versions' archives unused for ARCHIVE_KEEP_S are removed
-            return [f"-XX:SharedArchiveFile={archive}", *quiet], None
-        for old in cache.glob("spark-jvm-*.jsa.*"):  # what JVMs of crashed runs wrote, and their locks
-            if old.stat().st_mtime < time.time() - 3600:
-                old.unlink(missing_ok=True)
-        if not os.access(cache, os.W_OK):
-            return [], None
-        try:  # one writer at a time: JVMs starting together (a test suite, several jobs) do not all dump it
-            os.close(os.open(_writing(archive), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            return [], None
-        partial = cache / f"{archive.name}.{os.getpid()}"
-        partial.unlink(missing_ok=True)
-        return [f"-XX:ArchiveClassesAtExit={partial}", *quiet], (partial, archive)
-    except (OSError, RuntimeError):  # no home directory, an unreadable JDK: start without
-        return [], None
-
-
-def _writing(archive: Path) -> Path:
-    """The lock the one JVM writing `archive` holds (removed when it is kept or dropped, or after an hour)."""
-    return archive.with_name(f"{archive.name}.writing")
-
-
-def _keep_archive(partial: Path, archive: Path, written: bool) -> None:
-    """The archive a JVM wrote as it exited: kept if the JVM exited cleanly, else dropped."""
-    _writing(archive).unlink(missing_ok=True)
-    try:
-        if written and partial.is_file() and partial.stat().st_size > 0:
-            os.replace(partial, archive)
-            for other in archive.parent.glob("spark-jvm-*.jsa"):  # archives of JDKs or Sparks no longer used
-                if other != archive and other.stat().st_mtime < time.time() - ARCHIVE_KEEP_S:
-                    other.unlink(missing_ok=True)
-            log.info("Spark's classes archived for faster starts: %s", archive)
-        else:
-            partial.unlink(missing_ok=True)
-    except OSError as exc:
-        log.debug("class data archive: %s", exc)
 
 
 def _warm_worker(batches: Iterator[Any]) -> Iterator[Any]:

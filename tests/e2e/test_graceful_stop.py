@@ -41,8 +41,6 @@ def start(
     return proc, marker, log
 
 
-
-
 def overdue_segment(cluster, settings, topic: str) -> None:
     now = int(time.time() * 1000)
     cluster.create(settings.topics.segments)
@@ -72,9 +70,13 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 120) -> None
 
 
 @pytest.mark.parametrize(
-    ("sig", "busy"), [(signal.SIGTERM, True), (signal.SIGINT, False)], ids=["sigterm-group-busy-machine", "sigint-group"]
+    ("sig", "busy"),
+    [(signal.SIGTERM, True), (signal.SIGINT, False)],
+    ids=["sigterm-group-busy-machine", "sigint-group"],
 )
-def test_signal_finishes_the_batch_and_drains_then_exits_0(cluster, job_settings, redis_url, tmp_path, sig, busy) -> None:
+def test_signal_finishes_the_batch_and_drains_then_exits_0(
+    cluster, job_settings, redis_url, tmp_path, sig, busy
+) -> None:
     """`busy`: on a machine too busy for Spark's Python worker to connect back in time, once: the continuous job
     starts its query again (one line) before the batch the signal meets."""
     topic = cluster.name("gdpr")

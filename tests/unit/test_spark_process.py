@@ -1,5 +1,5 @@
 """Spark's JVM as a process, without starting Spark: `end_session` (what stops the JVM, a child in a session of its
-own, and everything it started) and the class-data archive's life cycle."""
+own, and everything it started), the class-data archive's life cycle and the Spark home the workers see."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ import subprocess
 import time
 from pathlib import Path
 
+import pyspark
 import pytest
 
-from compactd.streaming.session import _keep_archive, class_data_sharing, end_session
+from compactd.streaming.jvm_start import class_data_sharing, spark_home_for_workers
+from compactd.streaming.jvm_start import keep_archive as _keep_archive
+from compactd.streaming.session import end_session
 from tests.support.processes import tree, wait_until_gone
 
 
@@ -108,3 +111,25 @@ def test_no_sharing_where_the_cache_cannot_be_made(tmp_path: Path, monkeypatch: 
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))  # a file where the directory would go
     assert class_data_sharing() == ([], None)
+
+
+def test_the_workers_spark_home_links_everything_of_pyspark_but_its_zips(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    home = spark_home_for_workers()
+    assert home is not None and home.parent == tmp_path / "compactd"
+    real = Path(pyspark.__file__).parent
+    assert sorted(p.name for p in home.iterdir()) == sorted(p.name for p in real.iterdir() if p.name != "python")
+    assert all(p.resolve() == real / p.name for p in home.iterdir())
+    assert spark_home_for_workers() == home  # built once
+
+
+def test_another_spark_home_is_left_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    other = tmp_path / "spark-4"
+    (other / "python" / "lib").mkdir(parents=True)
+    (other / "python" / "lib" / "pyspark.zip").write_bytes(b"")
+    monkeypatch.setenv("SPARK_HOME", str(other))  # its pyspark.zip may be another version than the installed one
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert spark_home_for_workers() is None
