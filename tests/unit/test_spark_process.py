@@ -11,6 +11,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from compactd.streaming import jvm_start
 from compactd.streaming.jvm_start import class_data_sharing, spark_home_for_workers
 from compactd.streaming.jvm_start import keep_archive as _keep_archive
 from compactd.streaming.session import end_session
@@ -133,3 +134,12 @@ def test_another_spark_home_is_left_as_it_is(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("SPARK_HOME", str(other))  # its pyspark.zip may be another version than the installed one
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert spark_home_for_workers() is None
+
+
+def test_the_warm_up_starts_no_jvm_when_the_archive_exists(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, archive = class_data_sharing(spark_home_for_workers())
+    assert archive is not None
+    archive[0].write_bytes(b"archive")
+    _keep_archive(*archive, written=True)
+    assert jvm_start.main() == 0
+    assert capsys.readouterr().out == f"Spark's class-data archive: {archive[1]}\n"
