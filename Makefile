@@ -10,9 +10,13 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# pip compiles what it installs one file at a time (12 s here); compileall does it on every core, and leaves out the
+# packages' own test suites, which nothing imports (a third of the files).
+NOT_IMPORTED := '/(tests?|testing)/'
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[test,demo,dashboards]"
+	$(BIN)/pip install -q --no-compile -e ".[test,demo,dashboards]"
+	$(BIN)/python -m compileall -q -j 0 -x $(NOT_IMPORTED) $(VENV)/lib >/dev/null || true  # an optimisation only
 	touch $@
 
 # Redis and Prometheus (promtool, and a real server for the scrape test) come from Debian; the Kafka-protocol
