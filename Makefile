@@ -40,11 +40,8 @@ TEST_WORKERS ?= 3
 # The suite starts a few hundred Python processes (jobs, CLI calls, Spark's workers): compiled once here, where
 # PYTHONDONTWRITEBYTECODE would otherwise have each of them compile compactd again (0.6 s of CPU per job start).
 PACKAGE_DIRS := compactd kafka codec streaming state policy control sinks app agent demo dashboards compaction tests
-# Spark's class-data archive (streaming/jvm_start.py) is written before the suite's JVMs start together, not by the
-# first of them as it exits: on 2 cores a job's JVM starts with it for a third of the CPU.
 test: deps
 	$(BIN)/python -m compileall -q -j 0 $(PACKAGE_DIRS) >/dev/null
-	$(BIN)/python -m compactd.streaming.jvm_start
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 # The safety property test with many more generated histories than `make test` runs (100), and the unit suite's

@@ -1,4 +1,5 @@
-"""Fixtures live in modules under tests/support; this file registers them, and orders the collected tests."""
+"""Fixtures live in modules under tests/support; this file registers them, orders the collected tests, and has the
+tests that start Spark wait for its class-data archive (tests/support/warmup.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,21 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.ordering import reorder
+from tests.support import warmup
+from tests.support.ordering import reorder, starts_no_spark
 
 pytest_plugins = ["tests.support.fixtures"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and not config.option.collectonly:  # the suite's own process, not a worker
+        warmup.start()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if not starts_no_spark(item):
+        warmup.wait()
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,15 +1,19 @@
-"""Start the longest tests first, one per pytest-xdist worker.
+"""Start the longest tests first, one per pytest-xdist worker, right after the tests that start no Spark.
 
 `--dist worksteal` hands each worker a contiguous block of the collected tests, and idle workers steal from the end
 of the others' blocks. The suite's wall time is set by its longest tests (a Spark standalone cluster, a `kill -9` and
 restart, signals to a running job): left in collection order they queue behind each other on the first worker and
 start late. Here each block starts with its share of them (longest first, each to the block with the least so far),
-so they all run from the first second, next to the short ones.
+so they all run from the suite's first seconds, next to the short ones.
+
+Ahead of them, each block runs its share of the tests that start no Spark: meanwhile the suite writes Spark's
+class-data archive (`tests.support.warmup`), which every JVM started after it uses (a third of the CPU of a start).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
 
@@ -31,13 +35,18 @@ def expected_s(item: pytest.Item) -> float | None:
     return next((s for suffix, s in SLOW.items() if item.nodeid.endswith(suffix)), None)
 
 
-def spread(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
-    """`items` reordered: `workers` blocks of about equal length, each opening with its share of the slow tests."""
+def spread(
+    items: list[pytest.Item], workers: int, first: Callable[[pytest.Item], bool] | None = None
+) -> list[pytest.Item]:
+    """`items` reordered: `workers` blocks of about equal length, each opening with its share of the tests `first`
+    picks, then its share of the slow tests."""
     if workers < 2:
         return items
     slow = sorted((i for i in items if expected_s(i) is not None), key=lambda i: -(expected_s(i) or 0))
     rest = [i for i in items if expected_s(i) is None]
-    heads: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    early = [i for i in rest if first is not None and first(i)]
+    rest = [i for i in rest if first is None or not first(i)]
+    heads: list[list[pytest.Item]] = [early[k::workers] for k in range(workers)]
     load = [0.0] * workers
     for item in slow:
         k = load.index(min(load))
@@ -54,6 +63,10 @@ def spread(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
     return out + rest
 
 
+def starts_no_spark(item: pytest.Item) -> bool:
+    return item.get_closest_marker("spark") is None and "spark" not in getattr(item, "fixturenames", ())
+
+
 def reorder(items: list[pytest.Item]) -> None:
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    items[:] = spread(items, workers)
+    items[:] = spread(items, workers, first=starts_no_spark)

@@ -31,3 +31,21 @@ def test_each_block_opens_with_its_share_of_the_slow_tests_and_nothing_is_lost()
     longest = sorted(SLOW.values(), reverse=True)[:4]
     assert sorted((SLOW[h.nodeid.split("/", 2)[2]] for h in heads), reverse=True) == longest
     assert spread(items, 1) == items  # type: ignore[arg-type]
+
+
+def test_the_tests_that_start_no_spark_open_each_block_ahead_of_the_slow_ones() -> None:
+    slow = [Item(f"tests/x/{suffix}") for suffix in SLOW]
+    quick = [Item(f"tests/unit/test_{i}.py::t") for i in range(30)]
+    spark = [Item(f"tests/e2e/test_{i}.py::t") for i in range(30)]
+    items = spark + slow + quick
+    out = spread(items, 3, first=lambda i: i.nodeid.startswith("tests/unit/"))  # type: ignore[arg-type]
+    assert sorted(i.nodeid for i in out) == sorted(i.nodeid for i in items)
+    left, start = len(out), 0
+    for k in range(3):
+        size = left // (3 - k)
+        left -= size
+        block = out[start : start + size]
+        start += size
+        kinds = ["quick" if i in quick else "slow" if i in slow else "spark" for i in block]
+        assert kinds == sorted(kinds, key=["quick", "slow", "spark"].index)  # quick, then slow, then the rest
+        assert kinds.count("quick") == 10 and "slow" in kinds
