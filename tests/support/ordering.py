@@ -6,8 +6,9 @@ restart, signals to a running job): left in collection order they queue behind e
 start late. Here each block starts with its share of them (longest first, each to the block with the least so far),
 so they all run from the suite's first seconds, next to the short ones.
 
-Ahead of them, each block runs its share of the tests that start no Spark: meanwhile the suite writes Spark's
-class-data archive (`tests.support.warmup`), which every JVM started after it uses (a third of the CPU of a start).
+Ahead of them, each block runs its share of the unit tests (no Spark, a fraction of a second each, ~15 s per worker):
+meanwhile the suite writes Spark's class-data archive (`tests.support.warmup`), which every JVM started after it
+uses (a third of the CPU of a start).
 """
 
 from __future__ import annotations
@@ -17,17 +18,24 @@ from collections.abc import Callable
 
 import pytest
 
-# the slowest tests of the suite and their duration in seconds on a 2-core machine (pytest --durations), by node id
-# suffix; a test missing here is simply ordered as collected
+# the slowest tests of the suite and their duration in seconds on a 2-core machine (a clean clone's `make test`),
+# by node id suffix; a test missing here is simply ordered as collected
 SLOW: dict[str, float] = {
-    "test_standalone_cluster.py::test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster": 150,
-    "test_crash.py::test_kill_9_mid_batch_then_restart_matches_crash_free_run": 125,
-    "test_cli.py::test_demo_closes_both_loops": 45,
-    "test_state_loss.py::test_redis_restarted_empty_then_flushed_never_deletes_past_a_group": 45,
-    "test_graceful_stop.py::test_signal_finishes_the_batch_and_drains_then_exits_0[sigint-group]": 48,
-    "test_graceful_stop.py::test_signal_finishes_the_batch_and_drains_then_exits_0[sigterm-group-busy-machine]": 58,
-    "test_graceful_stop.py::test_second_sigint_exits_1_at_once": 30,
-    "test_prometheus_dashboards.py::test_every_panel_query_returns_series_from_a_real_prometheus": 25,
+    "test_standalone_cluster.py::test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster": 100,
+    "test_crash.py::test_kill_9_mid_batch_then_restart_matches_crash_free_run": 65,
+    "test_lifecycle.py::test_nudges_are_put_back_after_kill_9_and_state_loss": 32,
+    "test_graceful_stop.py::test_signal_finishes_the_batch_and_drains_then_exits_0[sigterm-group-busy-machine]": 30,
+    "test_cli.py::test_demo_closes_both_loops": 27,
+    "test_state_loss.py::test_redis_restarted_empty_then_flushed_never_deletes_past_a_group": 26,
+    "test_admin_source.py::test_deletes_follow_the_slower_real_group_and_a_deleted_group_stops_holding": 22,
+    "test_lifecycle.py::test_recreated_topics_lose_none_of_their_new_records": 21,
+    "test_compaction_property.py::test_view_is_kip280_over_what_the_source_held_across_its_lifecycle": 20,
+    "test_prometheus_dashboards.py::test_every_panel_query_returns_series_from_a_real_prometheus": 20,
+    "test_graceful_stop.py::test_signal_finishes_the_batch_and_drains_then_exits_0[sigint-group]": 17,
+    "test_nudges.py::test_every_nudge_is_eventually_put_back": 16,
+    "test_lifecycle_property.py::test_no_delete_removes_what_no_rule_made_due_across_re_creations": 15,
+    "test_standalone_cluster.py::test_a_cluster_without_free_executors_fails_in_seconds_with_one_line": 13,
+    "test_graceful_stop.py::test_second_sigint_exits_1_at_once": 10,
 }
 
 
@@ -67,6 +75,10 @@ def starts_no_spark(item: pytest.Item) -> bool:
     return item.get_closest_marker("spark") is None and "spark" not in getattr(item, "fixturenames", ())
 
 
+def quick_and_sparkless(item: pytest.Item) -> bool:
+    return item.nodeid.startswith("tests/unit/") and starts_no_spark(item)
+
+
 def reorder(items: list[pytest.Item]) -> None:
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    items[:] = spread(items, workers, first=starts_no_spark)
+    items[:] = spread(items, workers, first=quick_and_sparkless)
