@@ -32,10 +32,10 @@ deps: system-deps $(STAMP)
 demo: deps
 	$(BIN)/compactd demo $(if $(DURATION),--duration $(DURATION))
 
-# The suite mostly waits (Spark starting, brokers answering, jobs in subprocesses): tests run in TEST_WORKERS pytest
-# processes, each with its own Redis, broker and Spark session, work-stealing so the long tests do not queue up.
-# 3 on a 2-core machine, from clean-clone runs of the same code: 2 workers 6 min 2 s of tests, 3 5 min 10 s and 5 min
-# 34 s, 4 5 min 31 s, 6 6 min 15 s (every worker starts its own Spark: past 3 they queue for the cores).
+# Tests run in TEST_WORKERS pytest processes, each with its own Redis, broker and Spark session, work-stealing so the
+# long tests do not queue up. On 2 cores the suite keeps both busy (Spark's JVMs and Python workers, jobs started as
+# subprocesses): 3 workers, from clean-clone runs of the same code (2 workers 6 min 2 s of tests, 3 5 min 10 s and
+# 5 min 34 s, 4 5 min 31 s, 6 6 min 15 s; every worker starts its own Spark: past 3 they queue for the cores).
 TEST_WORKERS ?= 3
 # The suite starts a few hundred Python processes (jobs, CLI calls, Spark's workers): compiled once here, where
 # PYTHONDONTWRITEBYTECODE would otherwise have each of them compile compactd again (0.6 s of CPU per job start).
