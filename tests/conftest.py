@@ -18,6 +18,11 @@ def pytest_configure(config: pytest.Config) -> None:
         warmup.start()
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        warmup.done()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if not starts_no_spark(item):

@@ -10,6 +10,7 @@ start none run first meanwhile (`tests.support.ordering`). With the archive ther
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,3 +51,10 @@ def wait() -> None:
     until = time.monotonic() + WAIT_S
     while ready and not Path(ready).exists() and time.monotonic() < until:
         time.sleep(0.1)
+
+
+def done() -> None:
+    """In the suite's own process at its end: its log and marker go; a warm-up still running finishes on its own."""
+    ready = os.environ.get(READY)
+    if ready and Path(ready).exists():
+        shutil.rmtree(Path(ready).parent, ignore_errors=True)
