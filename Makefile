@@ -19,15 +19,19 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m compileall -q -j 0 -x $(NOT_IMPORTED) $(VENV)/lib >/dev/null || true  # an optimisation only
 	touch $@
 
-# Redis and Prometheus (promtool, and a real server for the scrape test) come from Debian; the Kafka-protocol
-# broker (noida-db) and Spark come from PyPI.
-APT_NEEDS := $(if $(shell command -v redis-server),,redis-server) $(if $(shell command -v prometheus),,prometheus)
+# Redis and Prometheus (promtool, and a real server for the scrape test) and Maven come from Debian; Spark comes from
+# PyPI; Apache Kafka comes from Maven Central (demo/jvm/pom.xml).
+APT_NEEDS := $(if $(shell command -v redis-server),,redis-server) $(if $(shell command -v prometheus),,prometheus) \
+	$(if $(shell command -v mvn),,maven)
 system-deps:
 	@if [ -n "$(strip $(APT_NEEDS))" ]; then $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(APT_NEEDS) >/dev/null; fi
 	@command -v java >/dev/null || { echo "Java 17 is required (apt-get install openjdk-17-jre-headless)"; exit 1; }
 
+# Apache Kafka's jars: `mvn -B dependency:copy-dependencies` of demo/jvm/pom.xml into ~/.cache/compactd/kafka-<version>-
+# <hash of the pom>/libs, once per pom (compactd.demo.broker.ensure_jars; a broker start fills it too if it is empty).
 deps: system-deps $(STAMP)
+	@$(BIN)/python -m compactd.demo.broker --fetch
 
 demo: deps
 	$(BIN)/compactd demo $(if $(DURATION),--duration $(DURATION))

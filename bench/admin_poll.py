@@ -46,7 +46,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compactd.agent.admin_agent import AdminAgent, PollStats
 from compactd.agent.admin_poll import AdminPoll, Event, Offsets
-from compactd.demo.embedded import kafka_broker
+from compactd.demo.broker import kafka_broker
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.groups import GroupReader
 from compactd.kafka.groups import Offsets as GroupOffsets

@@ -36,7 +36,8 @@ import yaml
 from confluent_kafka import Producer
 
 from compactd.app.settings import Settings, TopicNames
-from compactd.demo.embedded import kafka_broker, redis_server
+from compactd.demo.broker import kafka_broker
+from compactd.demo.embedded import redis_server
 from compactd.kafka.admin import ensure_topics
 
 DAY = 86_400_000

@@ -38,7 +38,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compactd.app.settings import Settings
 from compactd.compaction.service import Compactor
-from compactd.demo.embedded import kafka_broker, redis_server
+from compactd.demo.broker import kafka_broker
+from compactd.demo.embedded import redis_server
 from compactd.kafka.config import KafkaConnection
 from compactd.streaming.kafka_source import READER_DEFAULTS, KafkaRange, read_messages
 

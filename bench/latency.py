@@ -28,7 +28,8 @@ import yaml
 from confluent_kafka import Consumer, Producer
 
 from compactd.app.settings import Settings
-from compactd.demo.embedded import kafka_broker, redis_server
+from compactd.demo.broker import kafka_broker
+from compactd.demo.embedded import redis_server
 from compactd.keys import partition_key
 
 LAG_MS = 3_600_000

@@ -29,7 +29,8 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compactd.app.settings import Settings
-from compactd.demo.embedded import kafka_broker, redis_server
+from compactd.demo.broker import kafka_broker
+from compactd.demo.embedded import redis_server
 from compactd.kafka.config import KafkaConnection
 from compactd.keys import partition_key
 

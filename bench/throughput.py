@@ -29,7 +29,8 @@ from prometheus_client import Histogram
 from compactd.app.application import Application
 from compactd.app.settings import Settings
 from compactd.codec.offsets import OffsetValue, encode_offset_key, encode_offset_value
-from compactd.demo.embedded import kafka_broker, redis_server
+from compactd.demo.broker import kafka_broker
+from compactd.demo.embedded import redis_server
 from compactd.kafka.config import KafkaConnection
 from compactd.keys import partition_key
 from compactd.streaming.decode import Decoder

@@ -1,4 +1,4 @@
-"""Local Redis and Kafka-protocol broker (noida-db) processes, for `compactd demo` and the test suite."""
+"""Local Redis, Redis Cluster and Prometheus processes, for `compactd demo` and the tests (Kafka: broker.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 20.0) -> None:
+def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -40,7 +40,7 @@ class Service:
         self.name, self.port, self.log = name, port, log
         self._log = open(log, "ab")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-        _wait_port(port, self.proc, name)
+        wait_port(port, self.proc, name)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -82,30 +82,6 @@ def redis_server(
         *extra,
     ]
     return Service("redis", argv, port, workdir / "redis.log")
-
-
-def noida_binary() -> Path:
-    import noida_db
-
-    return Path(noida_db.__file__).parent / "noida-db"
-
-
-def kafka_broker(workdir: Path, port: int | None = None) -> Service:
-    port = port or free_port()
-    workdir.mkdir(parents=True, exist_ok=True)
-    argv = [
-        str(noida_binary()),
-        "start",
-        "--data-dir",
-        str(workdir),
-        "--host",
-        "127.0.0.1",
-        "--only",
-        "kafka",
-        "--kafka-port",
-        str(port),
-    ]
-    return Service("noida-db", argv, port, workdir / "broker.log")
 
 
 def prometheus_server(workdir: Path, target_port: int, port: int | None = None) -> Service:

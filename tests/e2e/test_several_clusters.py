@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from compactd.app.application import Application
-from compactd.demo.embedded import kafka_broker
+from compactd.demo.broker import kafka_broker
 from compactd.metrics import Metrics
 from tests.support.fixtures import Cluster
 

@@ -9,7 +9,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import Controller
-from compactd.demo.embedded import kafka_broker
+from compactd.demo.broker import kafka_broker
 from compactd.kafka.config import KafkaConnection
 from compactd.metrics import Metrics
 from compactd.model import Segment
@@ -54,7 +54,7 @@ def test_actions_wait_in_the_outbox_while_the_broker_is_down(tmp_path: Path, rcl
         assert state.outbox()[0].detail["try"] == 2
         assert state.outbox()[0].detail["retry_at"] == clock[0] + 2000
     finally:
-        broker = kafka_broker(tmp_path / "broker", port=broker.port)  # same data, same address
+        broker.start()  # same log dir, same address
     try:
         clock[0] += 2000
         ctl.tick()

@@ -1,4 +1,4 @@
-"""Shared fixtures: a real Redis server, a real Kafka-protocol broker (noida-db), a real local Spark."""
+"""Shared fixtures: a real Redis server, a real Apache Kafka broker (one per pytest worker), a real local Spark."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compactd.demo.embedded import Service, kafka_broker, redis_server
+from compactd.demo.broker import KafkaBroker, kafka_broker
+from compactd.demo.embedded import Service, redis_server
 from compactd.kafka.config import KafkaConnection
 from compactd.keys import partition_key
 
@@ -27,14 +28,20 @@ def redis_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """This worker's Apache Kafka, shared by its tests; a test that stops or breaks a broker starts its own."""
     svc = kafka_broker(tmp_path_factory.mktemp("broker"))
-    yield f"127.0.0.1:{svc.port}"
+    yield svc
     # Destroy the tests' Kafka clients first: alive past the broker, they log connection errors after
     # pytest's summary line.
     gc.collect()
     time.sleep(0.5)
     svc.stop()
+
+
+@pytest.fixture(scope="session")
+def broker(kafka: KafkaBroker) -> str:
+    return kafka.bootstrap
 
 
 @pytest.fixture

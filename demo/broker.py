@@ -1,0 +1,324 @@
+"""Apache Kafka for the test suite, `compactd demo` and the benchmarks: one combined KRaft node on loopback.
+
+The jars come from Maven Central through the pom beside this module (`jvm/pom.xml`), copied by
+`mvn -B dependency:copy-dependencies` into a cache directory named after the pom's hash, so a version change is a
+new directory and never a mix. `make deps` fills it; the first broker start on a machine where it is empty fills it
+too, with one progress line.
+
+The broker is tuned for tests, not for production: internal topics with one replica, no initial rebalance delay, the
+cleaner and retention checks every second, a small heap and a dedupe buffer to match. It logs to
+`<workdir>/logs/server.log` and nothing reaches the terminal. A stopped or killed broker starts again on the same log
+dir and ports (`restart`), which is what the broker-outage tests need.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+
+from compactd.errors import CompactdError
+
+# Defaults for a test broker; `extra` overrides any of them (an SASL listener, a cleaner setting).
+TEST_SETTINGS: dict[str, str] = {
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "10",  # 50 by default: a fifth of the files and start-up work on one node
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "5",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "share.coordinator.state.topic.num.partitions": "5",
+    "group.initial.rebalance.delay.ms": "0",
+    "num.partitions": "1",
+    # a broker killed with -9 registers again at once instead of after the old session's 9 s
+    "broker.session.timeout.ms": "2000",
+    "broker.heartbeat.interval.ms": "500",
+    # what runs in the background, every second instead of every 15 s - 5 min, and soon after start (30 s by default)
+    "log.initial.task.delay.ms": "1000",
+    "log.retention.check.interval.ms": "1000",
+    "log.cleaner.backoff.ms": "1000",
+    "log.segment.delete.delay.ms": "1000",
+    "file.delete.delay.ms": "1000",
+    # the log start the agent reads from log-start-offset-checkpoint: written every second, not every minute
+    "log.flush.start.offset.checkpoint.interval.ms": "1000",
+    "log.cleaner.threads": "1",
+    "log.cleaner.dedupe.buffer.size": str(32 * 1024 * 1024),  # 128 MiB by default; the heap below is 512 MiB
+    "log.cleaner.io.buffer.size": str(512 * 1024),
+    # a test can stamp records with the wall clock of a simulated future; Kafka refuses > 1 h ahead by default
+    "log.message.timestamp.after.max.ms": str(365 * 24 * 3600 * 1000),
+}
+HEAP = "512m"
+READY_TIMEOUT_S = 60.0
+
+
+def _pom() -> Path:
+    return Path(str(resources.files("compactd.demo.jvm").joinpath("pom.xml")))
+
+
+def kafka_version() -> str:
+    """The Apache Kafka version the pom pins (its `kafka.version` property)."""
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    node = ET.parse(_pom()).getroot().find("m:properties/m:kafka.version", ns)
+    assert node is not None and node.text, "jvm/pom.xml has no kafka.version"
+    return node.text.strip()
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "compactd"
+
+
+def jars_dir() -> Path:
+    """Where this pom's jars live: one directory per pom content."""
+    digest = hashlib.sha256(_pom().read_bytes()).hexdigest()[:16]
+    return _cache_root() / f"kafka-{kafka_version()}-{digest}" / "libs"
+
+
+def ensure_jars(quiet: bool = False) -> Path:
+    """The broker's jars, fetched once with Maven when the cache lacks them. Several processes (pytest's workers)
+    may ask at once: one fetches under a file lock, the others wait for it and find the directory complete."""
+    libs = jars_dir()
+    done = libs.parent / "complete"
+    if done.exists():
+        return libs
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise CompactdError("mvn not found: Apache Kafka's jars come from Maven Central (apt-get install maven)")
+    libs.parent.mkdir(parents=True, exist_ok=True)
+    with open(libs.parent / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return libs
+        if not quiet:
+            print(f"fetching Apache Kafka {kafka_version()} from Maven Central (once) ...", file=sys.stderr, flush=True)
+        shutil.rmtree(libs, ignore_errors=True)
+        started = time.monotonic()
+        proc = subprocess.run(
+            [
+                mvn,
+                "-B",
+                "-q",
+                "-f",
+                str(_pom()),
+                "dependency:copy-dependencies",
+                "-DincludeScope=runtime",
+                f"-DoutputDirectory={libs}",
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            last = next((ln for ln in reversed(proc.stdout.splitlines()) if "ERROR" in ln), "see mvn's output")
+            raise CompactdError(f"fetching Apache Kafka's jars with Maven failed: {last.strip()[:300]}")
+        done.write_text(f"{time.monotonic() - started:.1f} s\n")
+        if not quiet:
+            print(f"fetched Apache Kafka {kafka_version()} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return libs
+
+
+def _free_port() -> int:
+    from compactd.demo.embedded import free_port
+
+    return free_port()
+
+
+class KafkaBroker:
+    """One Apache Kafka process (broker and controller in one, KRaft) on 127.0.0.1, its data under `workdir`.
+
+    Started by the constructor and ready when it returns: a metadata request has answered with this broker in it.
+    `stop()` is a clean shutdown (SIGTERM, then SIGKILL after 30 s), `kill()` is kill -9, `restart()` starts it again
+    on the same log dir and ports."""
+
+    name = "kafka"
+
+    def __init__(
+        self,
+        workdir: Path,
+        port: int | None = None,
+        extra: Mapping[str, str] | None = None,
+        listeners: Mapping[str, str] | None = None,
+        jaas: str | None = None,
+    ) -> None:
+        self.workdir = workdir
+        self.port = port or _free_port()
+        self.controller_port = _free_port()
+        self.log_dir = workdir / "data"
+        self.logs = workdir / "logs"
+        self.log = self.logs / "server.log"
+        self.jars = ensure_jars()
+        self._extra = dict(extra or {})
+        self._listeners = listeners
+        self._jaas = jaas
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+        self._write_config()
+        if not (self.log_dir / "meta.properties").exists():
+            self._format()
+        self.proc: subprocess.Popen | None = None
+        self.start()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _write_config(self) -> None:
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.log_dir),
+            **TEST_SETTINGS,
+            **self._extra,
+        }
+        if self._listeners is not None:  # e.g. an SASL_PLAINTEXT listener instead of PLAINTEXT
+            props.update(
+                {k: v.format(port=self.port, controller_port=self.controller_port) for k, v in self._listeners.items()}
+            )
+        self.config = workdir_props = self.workdir / "server.properties"
+        workdir_props.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+    def _java(self, main: str, *args: str, heap: str = HEAP) -> list[str]:
+        java = shutil.which("java")
+        if java is None:
+            raise CompactdError("java not found: Apache Kafka needs Java 17 (apt-get install openjdk-17-jre-headless)")
+        log4j = resources.files("compactd.demo.jvm").joinpath("log4j2.xml")
+        return [
+            java,
+            f"-Xmx{heap}",
+            f"-Xms{heap}" if heap != "64m" else "-Xms32m",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log4j}",
+            f"-Dkafka.logs.dir={self.logs}",
+            *([f"-Djava.security.auth.login.config={self._jaas}"] if self._jaas else []),
+            "-cp",
+            f"{self.jars}/*",
+            main,
+            *args,
+        ]
+
+    def _format(self) -> None:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]  # may start with "-": one argument
+        argv = self._java(
+            "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(self.config), heap="64m"
+        )
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompactdError(f"formatting Kafka's log dir {self.log_dir} failed: {proc.stderr.strip()[-300:]}")
+
+    def start(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        with open(self.logs / "stdout.log", "ab") as out:
+            self.proc = subprocess.Popen(
+                self._java("kafka.Kafka", str(self.config)),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.started_at = time.monotonic()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.kill()
+            raise
+
+    def _wait_ready(self) -> None:
+        """Ready = a metadata request answers with this broker in it (the port alone opens before the broker is
+        unfenced and may refuse to create topics)."""
+        from confluent_kafka.admin import AdminClient
+
+        from compactd.demo.embedded import wait_port
+
+        assert self.proc is not None
+        wait_port(self.port, self.proc, "kafka", READY_TIMEOUT_S)
+        probe = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0, "logger": _SILENT})
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            if self.proc.poll() is not None:
+                raise CompactdError(f"kafka exited with {self.proc.returncode} while starting; see {self.log}")
+            with contextlib.suppress(Exception):
+                md = probe.list_topics(timeout=2)
+                if 1 in md.brokers and md.controller_id >= 0:
+                    return
+            if time.monotonic() > deadline:
+                raise CompactdError(f"kafka did not become ready within {READY_TIMEOUT_S:.0f}s; see {self.log}")
+            time.sleep(0.1)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """A clean shutdown: SIGTERM (Kafka's controlled shutdown, its logs flushed and closed), kill -9 if it hangs."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        """kill -9: the log dir is left as a crash leaves it (recovered on the next start)."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    def rss_bytes(self) -> int:
+        """The broker's resident memory, from /proc."""
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+
+# librdkafka's logger for the readiness probe: a broker still starting is expected, not news
+_SILENT = logging.getLogger("compactd.broker.probe")
+_SILENT.addHandler(logging.NullHandler())
+_SILENT.propagate = False
+
+
+def kafka_broker(workdir: Path, port: int | None = None, **kwargs) -> KafkaBroker:
+    return KafkaBroker(workdir, port=port, **kwargs)
+
+
+if __name__ == "__main__":  # `python -m compactd.demo.broker --fetch`: what `make deps` runs
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Apache Kafka's jars for compactd's test and demo broker")
+    parser.add_argument("--fetch", action="store_true", help="fetch the jars into the cache if they are not there")
+    if parser.parse_args().fetch:
+        try:
+            ensure_jars()
+        except CompactdError as exc:
+            print(f"compactd: {exc}", file=sys.stderr)
+            raise SystemExit(1) from None
