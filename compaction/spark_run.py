@@ -25,6 +25,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from compactd.errors import CompactdError
+from compactd.kafka.watermarks import watermarks
 
 OFFSET_HEADER = "compactd.offset"  # a view record's source offset (decimal ASCII)
 DROP_NULL = -2  # nk of the one group per partition that collects null keys to drop (their count is kept)
@@ -353,7 +354,7 @@ def write_view(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[p
     the driver checks the range holds exactly the records written before it publishes. So no delivery report is
     needed per record, only for failures.
     """
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Consumer, Producer
 
     from compactd.compaction.reduce import Record, settle
 
@@ -370,7 +371,7 @@ def write_view(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[p
     stats: dict[int, dict[str, int]] = {}
 
     def high(p: int) -> int:
-        return int(meter.get_watermark_offsets(TopicPartition(spec.view, p), timeout=30, cached=False)[1])
+        return watermarks(meter, spec.view, p, 30)[1]
 
     def close(p: int) -> None:
         left = producer.flush(120)

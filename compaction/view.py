@@ -25,6 +25,7 @@ from compactd.compaction.reduce import Record
 from compactd.compaction.spark_run import ReadRange, message_fields
 from compactd.compaction.strategy import Strategy, order_key, replaces
 from compactd.errors import CompactdError
+from compactd.kafka.watermarks import watermarks
 
 READ_TIMEOUT_MS = 120_000
 
@@ -92,13 +93,13 @@ def read_segment(conf: dict[str, Any], seg: Segment, low: Mapping[str, int] | No
 
 def first_offsets(conf: dict[str, Any], seg: Segment) -> dict[str, int]:
     """The view's and the source's first offsets of the segment's partition now (what `read_segment` checks)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer
 
     consumer = Consumer({**conf, "group.id": f"compactd-view-{uuid.uuid4()}"})
     try:
-        out = {"source": consumer.get_watermark_offsets(TopicPartition(seg.topic, seg.partition), 30, False)[0]}
+        out = {"source": watermarks(consumer, seg.topic, seg.partition, 30)[0]}
         if seg.view:
-            out["view"] = consumer.get_watermark_offsets(TopicPartition(seg.view, seg.partition), 30, False)[0]
+            out["view"] = watermarks(consumer, seg.view, seg.partition, 30)[0]
         return out
     finally:
         consumer.close()

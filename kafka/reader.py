@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from compactd.errors import DeliveryTimeout
 from compactd.kafka.config import KafkaConnection
+from compactd.kafka.watermarks import watermarks
 
 
 def read_to_end(
@@ -26,7 +27,7 @@ def read_to_end(
             return
         deadline = time.monotonic() + timeout_s
         for p in sorted(md.partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s, cached=False)
+            low, high = watermarks(consumer, topic, p, timeout_s)
             if tail is not None:
                 low = max(low, high - tail)
             if high <= low:

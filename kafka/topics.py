@@ -14,6 +14,7 @@ from typing import Any
 
 from compactd.kafka.admin import admin_client
 from compactd.kafka.config import KafkaConnection
+from compactd.kafka.watermarks import watermarks
 from compactd.policy.identity import LogFacts
 
 DESCRIBE_CHUNK = 1000  # topics per DescribeTopics request
@@ -73,7 +74,7 @@ class ClusterTopics:
     def facts(self, topic: str, partition: int) -> LogFacts | None:
         """The topic's ID and the partition's watermarks now; None when the topic (or the partition) does not exist.
         Other errors raise KafkaException: the caller cannot vouch for the action and holds it."""
-        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+        from confluent_kafka import KafkaError, KafkaException
 
         now = self.describe([topic])
         if topic in now.missing:
@@ -82,9 +83,7 @@ class ClusterTopics:
             raise KafkaException(KafkaError(KafkaError.UNKNOWN, now.unknown[topic]))
         _, consumer = self._clients()
         try:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=self.timeout_s, cached=False
-            )
+            low, high = watermarks(consumer, topic, partition, self.timeout_s)
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 return None

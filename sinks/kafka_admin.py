@@ -27,6 +27,7 @@ from confluent_kafka.admin import (
 from compactd.clock import now_ms
 from compactd.kafka.admin import admin_client
 from compactd.kafka.config import KafkaConnection
+from compactd.kafka.watermarks import watermarks
 from compactd.model import ActionRecord, Nudge
 from compactd.policy.identity import STALE
 from compactd.sinks.nudge_ledger import NudgeLedger, ledger_key
@@ -89,9 +90,7 @@ class KafkaAdminSink:
         policy = self.cleanup_policy(rec.topic)
         if "delete" not in policy.split(","):
             return rec.with_status("skipped", why=f"cleanup.policy={policy} has no delete")
-        low, high = self._watermarks.get_watermark_offsets(
-            TopicPartition(rec.topic, rec.partition), timeout=self.timeout_s, cached=False
-        )
+        low, high = watermarks(self._watermarks, rec.topic, rec.partition, self.timeout_s)
         before = rec.before_offset
         if before > high:
             stale = f"a delete to offset {before} is past the log end {high}"

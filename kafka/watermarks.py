@@ -1,0 +1,40 @@
+"""A partition's watermarks, asked of its leader, through a moment of leadership change.
+
+Apache Kafka answers a ListOffsets with NOT_LEADER_OR_FOLLOWER or LEADER_NOT_AVAILABLE while a partition's leader is
+being elected: right after the topic is created, and while a broker restarts. The answer a moment later is the real
+one, so those errors are asked again until the caller's timeout; any other error is the caller's to judge.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+# librdkafka's names for the leadership errors of KIP-320 / KIP-392 and their older forms
+LEADER_MOVING = frozenset(
+    {
+        "NOT_LEADER_FOR_PARTITION",
+        "NOT_LEADER_OR_FOLLOWER",
+        "LEADER_NOT_AVAILABLE",
+        "FENCED_LEADER_EPOCH",
+        "UNKNOWN_LEADER_EPOCH",
+        "OFFSET_NOT_AVAILABLE",
+    }
+)
+
+
+def watermarks(consumer: Any, topic: str, partition: int, timeout_s: float) -> tuple[int, int]:
+    """(low, high) of `topic`/`partition`; raises KafkaException as the client does once `timeout_s` is spent or
+    for an error that is not a leader moving."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = max(deadline - time.monotonic(), 0.1)
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=left, cached=False)
+            return int(low), int(high)
+        except KafkaException as exc:
+            if exc.args[0].name() not in LEADER_MOVING or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
