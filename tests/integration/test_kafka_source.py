@@ -8,6 +8,7 @@ from confluent_kafka import Producer
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from compactd.streaming.kafka_source import KafkaRange, KafkaStreamReader, read_range, split_limit
+from tests.support.waiting import wait_for
 
 
 def reader(cluster, topics: str, **options: str) -> KafkaStreamReader:
@@ -32,8 +33,8 @@ def test_open_transaction_bounds_the_batch_and_the_read_does_not_stall(cluster) 
     rows = sum(b.num_rows for b in read_range(r.conf, KafkaRange(topic, 0, 0, 10), timeout_ms=20_000))
     assert rows == 10 and time.monotonic() - started < 10
     tx.commit_transaction(10)
-    end2 = r.latestOffset(end, ReadAllAvailable())
-    assert end2[topic]["0"] == 16  # 5 records and the commit marker
+    # Kafka writes the commit marker after EndTxn answers: the last stable offset moves a moment later
+    wait_for("the commit marker", lambda: r.latestOffset(end, ReadAllAvailable())[topic]["0"] == 16, 10)
     batches = list(read_range(r.conf, KafkaRange(topic, 0, 10, 16), timeout_ms=20_000))
     assert [v for b in batches for v in b.column("value").to_pylist()] == [b"uncommitted"] * 5
 
