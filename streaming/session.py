@@ -155,12 +155,21 @@ def _gateway(conf: SparkConf, home: Path | None) -> Any:
 
 
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+# What the JVM and Spark print to stderr on every start, before any logging config applies: nothing an operator can
+# act on, so it goes to the debug log (the incubator warning is the JVM's, for Spark's vector module; the log-level
+# lines are Spark's shell hint).
+JVM_CHATTER = (
+    "WARNING: Using incubator modules:",
+    "Setting default log level to ",
+    "To adjust logging level use sc.setLogLevel(",
+)
 
 
 def forward_stderr(lines: Iterable[bytes], out: TextIO) -> None:
     """Pass on what Spark's JVM writes to stderr, except the tracebacks its Python workers print there (a streaming
     source's worker that missed Spark's 10 s to connect back on a busy machine prints one, and compactd already says
-    in one line what it did about it). Each traceback, chained ones included, goes to the debug log instead."""
+    in one line what it did about it) and the JVM's start-up chatter (JVM_CHATTER). Each traceback, chained ones
+    included, and each chatter line go to the debug log instead."""
     block: list[str] = []
     state = "out"  # "in": frames until the exception line; "end": after it, where a chained traceback may follow
     for raw in lines:
@@ -169,6 +178,9 @@ def forward_stderr(lines: Iterable[bytes], out: TextIO) -> None:
         if state == "end" and not (starts or not line.strip() or line.startswith(_CHAINED)):
             log.debug("a Spark Python worker's traceback:\n%s", "".join(block).rstrip())
             block, state = [], "out"
+        if state == "out" and line.startswith(JVM_CHATTER):
+            log.debug("Spark's JVM: %s", line.rstrip())
+            continue
         if state == "out" and not starts:
             out.write(line)
             out.flush()

@@ -33,12 +33,19 @@ To adjust logging level use sc.setLogLevel(newLevel).
 """
 
 
+def test_the_jvms_start_up_lines_go_to_the_debug_log(caplog: pytest.LogCaptureFixture) -> None:
+    out = io.StringIO()
+    with caplog.at_level(logging.DEBUG, logger="compactd.spark"):
+        forward_stderr(io.BytesIO((WORKER.split("\n", 1)[0] + "\nkept\n" + CHAINED.splitlines()[-1]).encode()), out)
+    assert out.getvalue() == "kept\n"
+    assert "incubator" in caplog.text and "setLogLevel" in caplog.text
+
+
 @pytest.mark.parametrize(
     ("text", "kept", "dropped"),
     [
-        (WORKER, "WARNING: Using incubator modules: jdk.incubator.vector\nSetting default log level to \"OFF\".\n",
-         "CANNOT_OPEN_SOCKET"),
-        (CHAINED, "To adjust logging level use sc.setLogLevel(newLevel).\n", "ValueError: y"),
+        (WORKER + "a line of its own\n", "a line of its own\n", "CANNOT_OPEN_SOCKET"),
+        (CHAINED + "after\n", "after\n", "ValueError: y"),
         ("no traceback\nat all\n", "no traceback\nat all\n", None),
         ("ends in one\nTraceback (most recent call last):\n  File \"x\"\n", "ends in one\n", 'File "x"'),
     ],
