@@ -156,10 +156,14 @@ class CheckpointError(CompactdError, ValueError):
 
 
 def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
-    """`cleaner-offset-checkpoint` / `log-start-offset-checkpoint`: version 0, count, `topic partition offset`."""
+    """`cleaner-offset-checkpoint` / `log-start-offset-checkpoint`: version 0, count, `topic partition offset`.
+    An empty file holds no entries: Kafka creates each checkpoint file empty when its log manager starts and writes
+    the first version only when there is something to record (its own reader reads an empty file as no entries)."""
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
+        return {}
+    if not lines:
         return {}
     if len(lines) < 2 or lines[0].strip() != "0" or not lines[1].strip().isdigit():
         raise CheckpointError(f"{path}: not a version-0 offset checkpoint")

@@ -30,6 +30,11 @@ ROLE_DEFAULTS: dict[str, dict[str, KafkaValue]] = {
 }
 
 
+# librdkafka's lines for a broker's coordinators still loading after a start (Kafka answers COORDINATOR_LOAD_IN_PROGRESS
+# for a moment): the client retries and succeeds, so they are debug lines, not warnings
+TRANSIENT = ("Coordinator load in progress: retrying",)
+
+
 class _RepeatFilter(logging.Filter):
     """librdkafka repeats a failing connection's line on every retry: pass each distinct line once a minute."""
 
@@ -39,7 +44,11 @@ class _RepeatFilter(logging.Filter):
         self._seen: dict[str, float] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        shape = re.sub(r"\d+", "#", record.getMessage())
+        message = record.getMessage()
+        if message.endswith(TRANSIENT):  # librdkafka retries by itself and says so: not news unless it lasts
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return LOG.isEnabledFor(logging.DEBUG)
+        shape = re.sub(r"\d+", "#", message)
         now = time.monotonic()
         last = self._seen.get(shape)
         if last is not None and now - last < self.window_s:

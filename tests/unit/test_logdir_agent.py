@@ -83,6 +83,8 @@ def test_checkpoints(tmp_path: Path) -> None:
     assert path.read_text() == "0\n2\nmy-topic 11 5\norders 0 1200\n"
     assert read_checkpoint(path) == {("orders", 0): 1200, ("my-topic", 11): 5}
     assert read_checkpoint(tmp_path / "missing") == {}
+    path.write_text("")  # what a broker that has cleaned nothing yet leaves: Kafka creates the file empty
+    assert read_checkpoint(path) == {}
     path.write_text("0\n3\norders 0 1\n")
     with pytest.raises(CheckpointError, match="3 entries"):
         read_checkpoint(path)
