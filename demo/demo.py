@@ -1,13 +1,18 @@
-"""`compactd demo`: an embedded broker and Redis, a simulated cluster that reacts to actions, and the job.
+"""`compactd demo`: Apache Kafka (one KRaft node, jars from the project's Maven cache), Redis, producers and real
+consumer groups, the segment agent on the broker's live log dir, and the job. Nothing is simulated:
 
-The simulated cluster stands in for the segment agent and the broker's cleaner:
-- producers write to `orders` (compacted) and `clicks` (delete policy) and roll a segment every few seconds;
-- groups `billing` (keeps up) and `analytics` (lags behind) commit on `clicks`;
-- a "cleaner" answers each sent compact action with a `compacted` event a few seconds later;
-- log start offsets are polled from the broker, so a deleteRecords shows up as a `log_start` event;
-- the compaction service is on for `orders`: the job publishes generations of its compacted view `orders.compacted`
-  (one as soon as it starts, the next once records beyond the horizon are older than max.compaction.lag.ms), and the
-  screen shows the last one and a few of its keys.
+- `orders` (compacted): a table of customers written once, then a few of them updated every second. Kafka's cleaner
+  cleans the first segments by itself (nothing is clean yet, so the dirty ratio is 1), after which the updates stay
+  far below `min.cleanable.dirty.ratio`: Kafka alone would leave them for hours. compactd's `max.compaction.lag.ms`
+  (12 s) makes them due; the job nudges the topic (its `max.compaction.lag.ms` set to 1), Kafka's cleaner answers,
+  the agent sees the cleaner checkpoint advance, and the job puts the topic's config back.
+- `clicks` (delete policy): a stream read by two real consumer groups that commit to `__consumer_offsets`, which
+  the job reads (the default offsets source): `billing` (the consumer protocol of KIP-848) keeps up, `analytics` (a
+  classic group) reads more slowly. Consumed retention deletes what both have read; the broker's log start moves.
+- the compaction service is on for `orders`: the job publishes generations of its compacted view `orders.compacted`,
+  and the screen shows the last one and a few of its keys.
+
+On a terminal the screen is a live table; piped, the demo is an event log: each change once, the table at the end.
 """
 
 from __future__ import annotations
@@ -22,24 +27,31 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import ConfigResource, NewTopic
 
+from compactd.agent.agent import Event, KafkaPublisher, SegmentAgent
 from compactd.app.settings import Settings
-from compactd.app.status import format_table, print_table, rich_table, status_rows
+from compactd.app.status import print_table, rich_table, status_rows
 from compactd.clock import now_ms
-from compactd.demo.embedded import Service, free_port, kafka_broker, prometheus_server, redis_server
+from compactd.demo.broker import KafkaBroker, kafka_broker
+from compactd.demo.embedded import Service, free_port, prometheus_server, redis_server
 from compactd.kafka.admin import admin_client, ensure_topics
-from compactd.keys import partition_key
 
-DEMO_TOPICS = {"orders": {"cleanup.policy": "compact"}, "clicks": {"cleanup.policy": "delete"}}
 PARTITIONS = 2
-ROLL_EVERY_S = 4.0
-CLEANER_DELAY_S = 3.0
+ROLL_MS = 4_000  # segment.ms of both topics: a segment closes on the first append 4 s after it opened
+CUSTOMERS = 500  # keys of the `orders` table, written once at the start
+UPDATES_PER_S = 5  # `orders` keys updated per partition every second
+CLICKS_PER_S = 50  # `clicks` records per partition every second
+ANALYTICS_PER_S = 35  # what the slower group reads per partition every second
+DEMO_TOPICS = {
+    "orders": {"cleanup.policy": "compact", "segment.ms": str(ROLL_MS), "min.cleanable.dirty.ratio": "0.5"},
+    "clicks": {"cleanup.policy": "delete", "segment.ms": str(ROLL_MS)},
+}
+NUDGED = "max.compaction.lag.ms"
 
 
 def demo_settings(bootstrap: str, redis_url: str, checkpoint: Path) -> Settings:
@@ -48,7 +60,6 @@ def demo_settings(bootstrap: str, redis_url: str, checkpoint: Path) -> Settings:
         redis_url=redis_url,
         checkpoint_dir=str(checkpoint),
         trigger_interval_ms=1000,
-        offsets_source="commits",  # the simulated cluster writes its groups' commits as JSON
         thresholds={
             "global": {"dry.run": False, "action.retry.ms": 15_000},
             "topic:orders": {"max.compaction.lag.ms": 12_000, "compaction.service": True},
@@ -57,134 +68,160 @@ def demo_settings(bootstrap: str, redis_url: str, checkpoint: Path) -> Settings:
     )
 
 
-@dataclass
-class _Part:
-    base: int = 0
-    end: int = 0
-    first_ts: int | None = None
-    last_roll: float = 0.0
-    rolled_end: int = 0
-    log_start: int = 0
+class EventLog:
+    """What happened, once each, in order: the screen scrolls it above the table, a pipe gets it as it comes."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._lock = threading.Lock()
+
+    def append(self, line: str) -> None:
+        with self._lock:
+            self.lines.append(f"{time.strftime('%H:%M:%S')} {line}")
+
+    def since(self, shown: int) -> list[str]:
+        with self._lock:
+            return self.lines[shown:]
+
+    def text(self) -> str:
+        with self._lock:
+            return "\n".join(self.lines)
 
 
-class SimulatedCluster:
-    def __init__(self, settings: Settings) -> None:
+class AgentPublisher(KafkaPublisher):
+    """The segment agent's publisher, telling the event log what Kafka did: the cleaner checkpoint advancing on a
+    demo topic, and a log start moving (retention, or compactd's deleteRecords)."""
+
+    def __init__(self, settings: Settings, log: EventLog) -> None:
+        super().__init__(settings.kafka_connection(), settings.topics.segments)
+        self.log = log
+
+    def publish(self, events: list[Event]) -> None:
+        super().publish(events)
+        for ev in events:
+            where = f"{ev['topic']}/{ev['partition']}"
+            if ev["topic"] not in DEMO_TOPICS:
+                continue
+            if ev["type"] == "compacted":
+                self.log.append(f"kafka: the cleaner compacted {where} up to {ev['cleaned_up_to']}")
+            elif ev["type"] == "log_start" and ev["log_start_offset"] > 0:
+                self.log.append(f"kafka: {where} log start moved to {ev['log_start_offset']}")
+
+
+class DemoCluster:
+    """Producers and consumer groups on the demo topics, the segment agent on the broker's log dir, and a watch on
+    what compactd does: its action records, and the `orders` config its nudge changes."""
+
+    def __init__(self, settings: Settings, broker: KafkaBroker, log: EventLog) -> None:
         self.s = settings
+        self.log = log
         conn = settings.kafka_connection()
-        self.producer = Producer(conn.client("producer"))
         self.admin = admin_client(conn)
-        self.watermarks = Consumer(conn.client("consumer", forced={"group.id": "demo-watermarks"}))
+        self.producer = Producer(conn.client("producer", {"linger.ms": 5}))
+        self.agent = SegmentAgent([broker.log_dir])
+        self.publisher = AgentPublisher(settings, log)
         self.actions = Consumer(
             conn.client(
-                "consumer", forced={"group.id": f"demo-cleaner-{uuid.uuid4()}", "auto.offset.reset": "earliest"}
+                "consumer", forced={"group.id": f"demo-actions-{uuid.uuid4()}", "auto.offset.reset": "earliest"}
             )
         )
-        self.parts = {(t, p): _Part(last_roll=time.monotonic()) for t in DEMO_TOPICS for p in range(PARTITIONS)}
-        self.cleaner_queue: list[tuple[float, str, int]] = []
-        self.log: list[str] = []
+        self.groups = {
+            "billing": Consumer(
+                conn.client(
+                    "consumer",
+                    {"group.protocol": "consumer"},
+                    forced={"group.id": "billing", "auto.offset.reset": "earliest", "enable.auto.commit": False},
+                )
+            ),
+            "analytics": Consumer(
+                conn.client(
+                    "consumer",
+                    forced={"group.id": "analytics", "auto.offset.reset": "earliest", "enable.auto.commit": False},
+                )
+            ),
+        }
+        self.nudge: str | None = None  # the `orders` max.compaction.lag.ms last seen, when it is not the default
+        self.seq = 0
 
     def create_topics(self) -> None:
         new = [NewTopic(t, PARTITIONS, 1, config=c) for t, c in DEMO_TOPICS.items()]
         for fut in self.admin.create_topics(new).values():
             with contextlib.suppress(Exception):
                 fut.result(30)
-
-    def _event(self, topic: str, key: str, event: dict) -> None:
-        self.producer.produce(topic, key=key.encode(), value=json.dumps(event).encode())
+        for p in range(PARTITIONS):  # the customer table, once
+            for k in range(CUSTOMERS):
+                self.producer.produce("orders", key=f"c{k:03d}".encode(), value=b"signed-up", partition=p)
+        self.producer.flush(30)
+        self.log.append(f"demo: orders holds {CUSTOMERS} customers a partition; clicks streams {CLICKS_PER_S}/s")
 
     def step(self) -> None:
-        now = now_ms()
-        for (topic, p), st in self.parts.items():
-            for i in range(50):  # the value names its offset: the view's table shows which record won
-                value = f"v{st.end + i}".encode()
-                self.producer.produce(topic, key=f"k{i % 20}".encode(), value=value, partition=p)
-            st.end += 50
-            st.first_ts = st.first_ts or now
-            if time.monotonic() - st.last_roll >= ROLL_EVERY_S:
-                self._event(
-                    self.s.topics.segments,
-                    partition_key(topic, p),
-                    {
-                        "type": "segment_rolled",
-                        "topic": topic,
-                        "partition": p,
-                        "base_offset": st.base,
-                        "end_offset": st.end,
-                        "first_batch_max_ts": st.first_ts,
-                        "size_bytes": (st.end - st.base) * 60,
-                        "ts": now,
-                    },
-                )
-                st.base, st.rolled_end, st.first_ts, st.last_roll = st.end, st.end, None, time.monotonic()
+        self.seq += 1
         for p in range(PARTITIONS):
-            st = self.parts[("clicks", p)]
-            for group, behind in (("billing", 0), ("analytics", 400)):
-                self._event(
-                    self.s.topics.commits,
-                    group,
-                    {
-                        "type": "offset_commit",
-                        "group": group,
-                        "topic": "clicks",
-                        "partition": p,
-                        "offset": max(st.end - behind, 0),
-                        "ts": now,
-                    },
-                )
-        self._cleaner(now)
-        self._log_starts(now)
+            for i in range(UPDATES_PER_S):  # a few customers change: the value names the update
+                key = f"c{(self.seq * UPDATES_PER_S + i) % 40:03d}".encode()
+                self.producer.produce("orders", key=key, value=f"update-{self.seq}".encode(), partition=p)
+            for i in range(CLICKS_PER_S):
+                self.producer.produce("clicks", key=f"u{i}".encode(), value=b"click", partition=p)
         self.producer.flush(10)
+        self._consume("billing", 10_000)
+        self._consume("analytics", ANALYTICS_PER_S * PARTITIONS)
+        self.publisher.publish(self.agent.scan())
+        self._watch_actions()
+        self._watch_nudge()
 
-    def _cleaner(self, now: int) -> None:
-        # resume/pause around the read: an assigned consumer otherwise re-fetches non-stop from a broker that
-        # answers empty fetches at once (noida-db does), burning CPU on both sides
-        assigned = self.actions.assignment()
-        self.actions.resume(assigned)
-        msgs = self.actions.consume(100, timeout=0.2)
-        self.actions.pause(assigned)
-        for msg in msgs:
+    def _consume(self, group: str, most: int) -> None:
+        """Read up to `most` records and commit the position: what the group has read, as an application does."""
+        consumer = self.groups[group]
+        msgs = consumer.consume(most, timeout=0.2) if most else []
+        if any(m.error() is None for m in msgs):
+            with contextlib.suppress(Exception):  # a rebalance under way: the next step commits
+                consumer.commit(asynchronous=False)
+
+    def _watch_actions(self) -> None:
+        for msg in self.actions.consume(100, timeout=0.05):
             if msg.error() is not None:
                 continue
-            action = json.loads(msg.value())
-            if action["action"] == "compact" and action["status"] == "sent":
-                self.cleaner_queue.append((time.monotonic() + CLEANER_DELAY_S, action["topic"], action["partition"]))
-                self.log.append(f"cleaner: compaction of {action['topic']}/{action['partition']} scheduled")
-        due = [c for c in self.cleaner_queue if c[0] <= time.monotonic()]
-        self.cleaner_queue = [c for c in self.cleaner_queue if c[0] > time.monotonic()]
-        for _, topic, p in due:
-            upto = self.parts[(topic, p)].rolled_end
-            self._event(
-                self.s.topics.segments,
-                partition_key(topic, p),
-                {"type": "compacted", "topic": topic, "partition": p, "cleaned_up_to": upto, "ts": now},
-            )
-            self.log.append(f"cleaner: {topic}/{p} compacted up to {upto}")
-
-    def _log_starts(self, now: int) -> None:
-        for (topic, p), st in self.parts.items():
-            low, _ = self.watermarks.get_watermark_offsets(TopicPartition(topic, p), timeout=5, cached=False)
-            if low > st.log_start:
-                st.log_start = low
-                self._event(
-                    self.s.topics.segments,
-                    partition_key(topic, p),
-                    {"type": "log_start", "topic": topic, "partition": p, "log_start_offset": low, "ts": now},
+            a = json.loads(msg.value())
+            if a["action"] not in ("compact", "delete_records") or a["status"] not in ("sent", "failed"):
+                continue
+            what = f"before {a['before_offset']}" if a["action"] == "delete_records" else ""
+            self.log.append(
+                f"compactd: {a['action']} {a['topic']}/{a['partition']} {what} {a['status']} ({a['reason']})".replace(
+                    "  ", " "
                 )
-                self.log.append(f"broker: {topic}/{p} log start moved to {low}")
+            )
+
+    def _watch_nudge(self) -> None:
+        res = ConfigResource("TOPIC", "orders")
+        entry = self.admin.describe_configs([res])[res].result(10)[NUDGED]
+        now = None if entry.is_default else entry.value
+        if now != self.nudge:
+            if now is not None:
+                self.log.append(f"kafka: orders {NUDGED}={now} (compactd's nudge: Kafka's cleaner must take it)")
+            else:
+                self.log.append(f"kafka: orders {NUDGED} back to the broker's default: the nudge put back")
+            self.nudge = now
 
     def run(self, stop: threading.Event) -> None:
-        # assign, not subscribe: the cleaner reads every action and needs no group rebalance to start
+        for group, consumer in self.groups.items():
+            consumer.subscribe(["clicks"])
+            self.log.append(f"demo: group {group} subscribed to clicks")
         topic = self.s.topics.actions
         parts = self.actions.list_topics(topic, timeout=10).topics[topic].partitions
         self.actions.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
         while not stop.is_set():
+            started = time.monotonic()
             try:
                 self.step()
             except Exception as exc:  # keep the demo alive through a hiccup, say what happened
-                self.log.append(f"simulator: {type(exc).__name__}: {exc}")
-            stop.wait(1.0)
-        self.actions.close()
-        self.watermarks.close()
+                self.log.append(f"demo: {type(exc).__name__}: {exc}")
+            stop.wait(max(1.0 - (time.monotonic() - started), 0.05))
+
+    def close(self) -> None:
+        for consumer in (*self.groups.values(), self.actions):
+            with contextlib.suppress(Exception):
+                consumer.close()
+        self.publisher.close()
 
 
 LEGEND = (
@@ -202,11 +239,11 @@ class ViewWatch:
     """The compacted view of `orders` as a reader sees it: the published generation (the manifest mirror in Redis)
     and, read once per new generation, a few keys of its table (view + source tail, `compactd read --table`)."""
 
-    def __init__(self, settings: Settings, sim: SimulatedCluster) -> None:
+    def __init__(self, settings: Settings, log: EventLog) -> None:
         from compactd.compaction.store import CompactionState
 
         self.s = settings
-        self.sim = sim
+        self.log = log
         self.cv = CompactionState(settings.redis_state().r, settings.key_prefix)
         self.generation = 0
         self.lines: list[str] = ["compacted view: (the first generation is published once Spark has started)"]
@@ -233,7 +270,7 @@ class ViewWatch:
             f"{manifest.records_out} out, horizon {horizons}",
             f"  its table ({len(live)} live keys, view + tail): {shown} ...",
         ]
-        self.sim.log.append(
+        self.log.append(
             f"compaction service: {VIEW_TOPIC} generation {manifest.generation} published "
             f"({manifest.keys} keys below the horizon)"
         )
@@ -241,10 +278,9 @@ class ViewWatch:
 
 
 def _printer(settings: Settings, watch: ViewWatch, stop: threading.Event, started: float) -> None:
-    """The demo's screen every 2 s: on a terminal, one live screen updated in place (rich) with the simulated
-    cluster's lines and the job's log scrolling above it; piped or captured, the plain table and the new lines."""
+    """On a terminal, one live screen updated in place every 2 s (rich), the event log scrolling above it; piped or
+    captured, the event log alone, each line once as it happens (the table is printed when the demo ends)."""
     state = settings.redis_state()
-    sim = watch.sim
 
     def frame() -> tuple[list[dict[str, Any]], list[str]]:
         rows = status_rows(state, settings.thresholds, now_ms())
@@ -254,17 +290,16 @@ def _printer(settings: Settings, watch: ViewWatch, stop: threading.Event, starte
             return rows, [f"compacted view: not read ({type(exc).__name__}: {(str(exc).splitlines() or [''])[0]})"]
 
     if sys.stdout.isatty():
-        _live_screen(frame, sim, stop, started)
+        _live_screen(frame, watch.log, stop, started)
         return
     shown = 0
-    while not stop.wait(2.0):
-        rows, view_lines = frame()
-        out = [f"compactd demo — {time.monotonic() - started:5.0f}s — Ctrl-C to stop"]
-        out.append(format_table(rows) if rows else WAITING)
-        out.extend(["", *view_lines, ""])
-        out.extend(sim.log[shown:])
-        shown = len(sim.log)
-        print("\n".join(out), flush=True)
+    while not stop.wait(1.0):
+        with contextlib.suppress(Exception):  # the view's lines reach the log when it is read
+            watch.refresh()
+        new = watch.log.since(shown)
+        shown += len(new)
+        if new:
+            print("\n".join(new), flush=True)
 
 
 WAITING = "(waiting for the job's first batch: Spark takes ~20 s to start)"
@@ -272,12 +307,12 @@ WAITING = "(waiting for the job's first batch: Spark takes ~20 s to start)"
 
 def _live_screen(
     frame: Callable[[], tuple[list[dict[str, Any]], list[str]]],
-    sim: SimulatedCluster,
+    log: EventLog,
     stop: threading.Event,
     started: float,
 ) -> None:
-    """rich's Live display: the table and the view in place, the legend once as the table's caption; what the
-    simulated cluster did and the job's log lines are printed above it and scroll."""
+    """rich's Live display: the table and the view in place, the legend once as the table's caption; the event
+    log and the job's log lines are printed above it and scroll."""
     import logging
 
     from rich.console import Group
@@ -296,22 +331,26 @@ def _live_screen(
         before = [h.setStream(sys.stderr) for h in handlers]  # the job's log through Live, above the screen
         try:
             while not stop.wait(2.0):
-                for line in sim.log[shown:]:
+                new = log.since(shown)
+                for line in new:
                     live.console.print(line, highlight=False, markup=False)
-                shown = len(sim.log)
+                shown += len(new)
                 live.update(screen(), refresh=True)
         finally:
             for h, stream in zip(handlers, before, strict=True):
                 h.setStream(stream)
 
 
-def _until_closed(sim: SimulatedCluster, stop: threading.Event) -> None:
-    """Stop once both loops have closed — the cleaner compacted what a compact action asked, and the broker's log
-    start moved after a delete_records — and the compaction service published a generation; then two more
-    refreshes so the final table shows the answers."""
+CLOSED = ("the nudge put back", "log start moved", "compaction service:")
+
+
+def _until_closed(log: EventLog, stop: threading.Event) -> None:
+    """Stop once both loops have closed — Kafka's cleaner answered a nudge and the nudge was put back, and the
+    broker's log start moved after a delete_records — and the compaction service published a generation; then
+    a few more seconds so the final table shows the answers."""
     while not stop.wait(0.5):
-        text = "\n".join(sim.log)
-        if "compacted up to" in text and "log start moved" in text and "compaction service:" in text:
+        text = log.text()
+        if all(mark in text for mark in CLOSED):
             stop.wait(4.0)
             stop.set()
 
@@ -328,15 +367,17 @@ def run_demo(
     from compactd.app.application import Application
 
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="compactd-demo-"))
-    services: list[Service] = []
+    services: list[Service | KafkaBroker] = []
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    cluster: DemoCluster | None = None
     try:
-        services.append(redis_server(root / "redis"))
-        services.append(kafka_broker(root / "broker"))
-        redis_port, broker_port = services[0].port, services[1].port
-        settings = demo_settings(f"127.0.0.1:{broker_port}", f"redis://127.0.0.1:{redis_port}/0", root / "checkpoint")
+        redis = redis_server(root / "redis")
+        services.append(redis)
+        broker = kafka_broker(root / "broker")
+        services.append(broker)
+        settings = demo_settings(broker.bootstrap, f"redis://127.0.0.1:{redis.port}/0", root / "checkpoint")
         prometheus_url = None
         if render_dir:
             settings.metrics_port = free_port()
@@ -345,21 +386,25 @@ def run_demo(
             services.append(prom)
             prometheus_url = f"http://127.0.0.1:{prom.port}"
             print(f"demo: Prometheus {prometheus_url} scrapes the job every second", flush=True)
-        print(f"demo: broker 127.0.0.1:{broker_port}, redis 127.0.0.1:{redis_port}, data in {root}", flush=True)
-        # before the simulated cleaner subscribes to the actions topic
+        print(
+            f"demo: Apache Kafka {broker.bootstrap} (log dir {broker.log_dir}), redis 127.0.0.1:{redis.port}, "
+            f"data in {root}",
+            flush=True,
+        )
         ensure_topics(settings.kafka_connection(), settings.own_topics(), configs=settings.own_topic_configs())
-        sim = SimulatedCluster(settings)
-        sim.create_topics()
+        log = EventLog()
+        cluster = DemoCluster(settings, broker, log)
+        cluster.create_topics()
         started = time.monotonic()
-        watch = ViewWatch(settings, sim)
+        watch = ViewWatch(settings, log)
         threads = [
-            threading.Thread(target=sim.run, args=(stop,), daemon=True),
+            threading.Thread(target=cluster.run, args=(stop,), daemon=True),
             threading.Thread(target=_printer, args=(settings, watch, stop, started), daemon=True),
         ]
         if duration_s:
             threads.append(threading.Thread(target=lambda: stop.wait(duration_s) or stop.set(), daemon=True))
         if until_closed:
-            threads.append(threading.Thread(target=_until_closed, args=(sim, stop), daemon=True))
+            threads.append(threading.Thread(target=_until_closed, args=(log, stop), daemon=True))
         for t in threads:
             t.start()
         with Application(settings) as app:
@@ -381,6 +426,8 @@ def run_demo(
         return 0
     finally:
         stop.set()
+        if cluster is not None:
+            cluster.close()
         for svc in reversed(services):
             svc.stop()
         if workdir:
