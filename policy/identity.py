@@ -3,8 +3,11 @@
 A topic deleted and created again under the same name starts a new log at offset 0. Kafka 2.8+ gives each
 incarnation a topic ID (KIP-516); brokers that report none (the all-zero ID) still leave evidence in the log itself:
 a log end below an offset compactd holds for the partition, or a log start below the one it holds (a log start only
-ever rises within one log). Acting on a state that describes another log deletes what no rule made due (issue 26:
-a re-created topic lost all its new records), so any of these means: reset the topic's state, act on nothing.
+ever rises within one log, as long as the broker does not crash: Kafka checkpoints a deleteRecords' log start every
+`log.flush.start.offset.checkpoint.interval.ms`, and a broker killed before that starts again with the older one, so
+where the topic ID is known and unchanged, a log start going back is that, not a new log). Acting on a state that
+describes another log deletes what no rule made due (issue 26: a re-created topic lost all its new records), so any
+of these means: reset the topic's state, act on nothing.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ def identity_changed(
     held = max([view.log_start, view.cleaned_up_to or 0, *ends])
     if facts.high < held:
         return f"the log ends at {facts.high}, below offset {held} compactd holds"
-    if facts.low < view.log_start:
+    same_log = now_id is not None and stored_id is not None  # and equal: a different ID returned above
+    if facts.low < view.log_start and not same_log:
         return f"the log starts at {facts.low}, below the log start {view.log_start} compactd holds"
     return None

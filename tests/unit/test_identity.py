@@ -21,6 +21,8 @@ def test_the_same_log_gives_no_evidence() -> None:
     assert identity_changed(VIEW, LogFacts("id1", 100, 2500), "id1", 2000) is None
     assert identity_changed(VIEW, LogFacts(None, 150, 2000), None, 2000) is None  # retention moved the start on
     assert identity_changed(VIEW, LogFacts(ZERO_ID, 100, 2000), "id1") is None  # no ID now: nothing compared
+    # a broker killed before it checkpointed a deleteRecords starts again with the older log start: same ID, same log
+    assert identity_changed(VIEW, LogFacts("id1", 0, 2500), "id1") is None
 
 
 def test_each_kind_of_evidence() -> None:
