@@ -1,0 +1,139 @@
+"""Consumed retention from Kafka's own `__consumer_offsets`, written by the broker for real groups: a classic group
+and a KIP-848 consumer-protocol group (`group.protocol=consumer`). Nothing is hand-encoded: the records are what
+Apache Kafka 4.x writes (OffsetCommitValue v4 with its topic-ID tag, consumer-group records of key versions 3-8),
+and the deletes are judged by the broker's low watermark."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from compactd.app.application import Application
+from compactd.codec.offsets import decode_record
+
+pytestmark = pytest.mark.spark
+H = 3_600_000
+
+
+def consume_and_commit(bootstrap: str, group: str, protocol: str, topic: str, upto: int) -> None:
+    """A member of `group` subscribes, reads up to `upto` and commits that position, as an application does."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": protocol,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        c.subscribe([topic])
+        position, deadline = -1, time.monotonic() + 60
+        while position + 1 < upto:
+            assert time.monotonic() < deadline, f"{group} did not read {topic} up to {upto}"
+            for m in c.consume(100, timeout=0.5):
+                if m.error() is None and m.offset() < upto:
+                    position = m.offset()
+        c.commit(offsets=[TopicPartition(topic, 0, upto)], asynchronous=False)
+    finally:
+        c.close()
+
+
+def raw_offset_records(bootstrap: str, groups: set[str]) -> list[dict]:
+    """Every `__consumer_offsets` record of `groups`, decoded by compactd's reference codec."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"raw-{uuid.uuid4()}", "enable.auto.commit": False})
+    out: list[dict] = []
+    try:
+        md = c.list_topics("__consumer_offsets", timeout=10).topics["__consumer_offsets"]
+        for p in md.partitions:
+            lo, hi = c.get_watermark_offsets(TopicPartition("__consumer_offsets", p), timeout=10, cached=False)
+            if hi <= lo:
+                continue
+            c.assign([TopicPartition("__consumer_offsets", p, lo)])
+            last, deadline = lo - 1, time.monotonic() + 20
+            while last < hi - 1 and time.monotonic() < deadline:
+                for m in c.consume(500, timeout=0.5):
+                    if m.error() is None:
+                        last = m.offset()
+                        rec = decode_record(m.key(), m.value())
+                        if rec.get("group") in groups or (
+                            rec["kind"] == "skipped" and any(g.encode() in m.key() for g in groups)
+                        ):
+                            out.append(rec)
+    finally:
+        c.close()
+    return out
+
+
+def input_counts(job: Application) -> dict[str, float]:
+    return {
+        s.labels["kind"]: s.value
+        for metric in job.metrics.registry.collect()
+        for s in metric.samples
+        if s.name == "compactd_input_records_total" and s.labels.get("stream") == "consumer_offsets"
+    }
+
+
+def test_real_groups_in_consumer_offsets_drive_consumed_retention(spark, kafka, cluster, job_settings) -> None:
+    data = cluster.name("data")
+    cluster.create(data, 1, {"cleanup.policy": "delete"})
+    cluster.fill(data, 400)
+    classic, modern = cluster.name("classic"), cluster.name("kip848")
+    consume_and_commit(kafka.bootstrap, classic, "classic", data, 350)
+    consume_and_commit(kafka.bootstrap, modern, "consumer", data, 150)
+
+    # what the broker wrote: v4 commit values with the topic's ID, and KIP-848 records compactd does not need
+    raw = raw_offset_records(kafka.bootstrap, {classic, modern})
+    commits = [r for r in raw if r["kind"] == "offset_commit"]
+    assert {(r["group"], r["offset"]) for r in commits} == {(classic, 350), (modern, 150)}
+    assert {r["value_version"] for r in commits} == {4} and all(r["topic_id"] for r in commits)
+    assert any(r["kind"] == "skipped" and r["key_version"] >= 3 for r in raw)  # the consumer group's own records
+
+    now = int(time.time() * 1000)
+    settings = job_settings(
+        offsets_source="consumer_offsets",  # Kafka's own record of every group: the default
+        thresholds={"global": {"dry.run": False}, f"topic:{data}": {"consumed.retention.ms": H}},
+    )
+    assert settings.topics.consumer_offsets == "__consumer_offsets"
+    cluster.send(
+        settings.topics.segments,
+        [
+            {
+                "type": "segment_rolled",
+                "topic": data,
+                "partition": 0,
+                "base_offset": b,
+                "end_offset": b + 100,
+                "first_batch_max_ts": now - 3 * H,
+                "size_bytes": 1,
+                "ts": now - 2 * H,
+            }
+            for b in (0, 100, 200, 300)
+        ],
+    )
+    with Application(settings, spark=spark) as job:
+        job.run(once=True)
+        counts = input_counts(job)
+    # the slower group (the KIP-848 one, at 150) holds everything from [100, 200) on
+    assert cluster.watermarks(data) == (100, 400)
+    assert not cluster.read_all(settings.topics.dlq, timeout=2)  # Kafka's other record types are not bad input
+    assert counts.get("offset_commit", 0) >= 2
+    assert sum(v for k, v in counts.items() if k.startswith("skipped_key_v")) > 0, counts
+
+    consume_and_commit(kafka.bootstrap, modern, "consumer", data, 400)
+    with Application(settings, spark=spark) as job:
+        job.run(once=True)
+    assert cluster.watermarks(data) == (300, 400)  # the classic group, now the slower one at 350, holds [300, 400)
+
+    # the classic group is deleted (the broker writes its tombstones): it holds nothing any more
+    for fut in cluster.admin.delete_consumer_groups([classic]).values():
+        fut.result(30)
+    with Application(settings, spark=spark) as job:
+        job.run(once=True)
+        assert job.state.view(data, 0).min_committed == 400
+    assert cluster.watermarks(data) == (400, 400)
+    actions = [(a["before_offset"], a["reason"], a["status"]) for a in cluster.read_all(settings.topics.actions)]
+    assert actions == [(b, "consumed_retention", "sent") for b in (100, 300, 400)]
