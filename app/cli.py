@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     read.add_argument("--table", action="store_true", help="one record per live key instead")
 
     demo = sub.add_parser(
-        "demo", help="embedded broker + Redis + simulated cluster + the job, live", formatter_class=_Help
+        "demo", help="Apache Kafka + Redis + real groups + the agent + the job, live", formatter_class=_Help
     )
     demo.add_argument(
         "--duration", type=float, default=float(_env("duration") or 0), help="stop after this many seconds; 0 = Ctrl-C"

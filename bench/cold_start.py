@@ -1,6 +1,6 @@
 """Cold start: how soon `compactd run` (continuous, as deployed) completes its first micro-batch, Spark included.
 
-Starts its own Redis and noida-db broker. Each round uses fresh compactd topics, Redis prefix and checkpoint:
+Starts its own Redis and Apache Kafka broker. Each round uses fresh compactd topics, Redis prefix and checkpoint:
 
 0. once: a clean start with an empty cache directory (XDG_CACHE_HOME), as on a machine that never ran compactd:
    Spark's JVM starts without its class-data archive and writes it as it stops;

@@ -1,15 +1,13 @@
 """The compaction service (`compactd.compaction`): full and incremental runs, and a large key space in 1 GiB.
 
-Starts its own Redis and noida-db broker. Part 1: fills a topic with RECORDS records over KEYS keys in PARTITIONS
+Starts its own Redis and Apache Kafka broker. Part 1: fills a topic with RECORDS records over KEYS keys in PARTITIONS
 partitions (values of VALUE_BYTES, timestamps = now: the broker's 7-day retention keeps them), times a full run
 (generation 1), a bare reader over the same records in this process (`kafka_source.read_messages`, the reader the
 run's tasks use, partitions in turn on one core), then appends APPEND_SHARE more records over the same keys and
 times the incremental run (generation 2: previous generation + delta). Part 2: fills another topic with BIG_KEYS
 distinct keys and runs one compaction in a child process whose Spark driver (in local mode, also the executor) has
 DRIVER_MEMORY of heap (SPARK_DRIVER_MEMORY, read by spark-submit: `spark_session` takes no extra options), sampling
-the peak RSS of the driver's Python, the JVM and Spark's Python workers from /proc. The workers' peak is inflated by
-the test broker: noida-db answers a fetch with the partition's whole log from the fetch offset (it ignores
-fetch.max.bytes, hence the reader's receive.message.max.bytes of 1 GB), so a read task holds far more than its range.
+the peak RSS of the driver's Python, the JVM and Spark's Python workers from /proc.
 
 Sizes come from the environment: COMPACTD_BENCH_RECORDS, _KEYS, _PARTITIONS, _VALUE_BYTES, _APPEND_SHARE,
 _BIG_KEYS, _BIG_PARTITIONS, _DRIVER_MEMORY. Prints one JSON object (figures and the issue's targets beside them);

@@ -1,6 +1,6 @@
 """Decision latency of the continuous job, and what a tiny micro-batch costs.
 
-Starts its own Redis and noida-db broker and `compactd run` (continuous, `--trigger-ms`, dry-run). Then, for
+Starts its own Redis and Apache Kafka broker and `compactd run` (continuous, `--trigger-ms`, dry-run). Then, for
 `--samples` partitions each:
 - event-driven: a segment event that is already overdue is produced; latency = the action record's `decided_at`
   minus the produce time;

@@ -1,6 +1,6 @@
 """Restart at scale: how soon a job killed with `kill -9` while tracking N partitions decides again.
 
-Starts its own Redis and noida-db broker, fills the segment and commit topics for N partitions (5 segments each, 10
+Starts its own Redis and Apache Kafka broker, fills the segment and commit topics for N partitions (5 segments each, 10
 groups), runs `compactd run` (continuous, as deployed) until Redis tracks all of them, kills it with SIGKILL, writes
 one overdue segment event and restarts the job. Reports, from the restarted process's start: the first completed
 micro-batch (its log line) and its Spark seconds, and the decision about the overdue partition (its `decided_at` on
@@ -196,8 +196,8 @@ def main() -> None:
 
         overdue_segment(conn)
         job = Job(config, work / "restart.log")
-        # nothing reads the broker while the job restarts: a consumer polling noida-db (which answers empty fetches
-        # at once) kept a core of this 2-core machine busy, with the broker, and slowed the restart it measured
+        # nothing reads the broker while the job restarts: a consumer polling it would take CPU from the restart it
+        # measures on this 2-core machine
         batch, restarted = job.first_batch(timeout_s=300), job.started
         first_batch, first_spark = batch if batch else (None, None)
         found = first_action_for(conn, "data-0", 0, time.time() + 60)

@@ -1,6 +1,6 @@
 """Throughput of `run --once` on pre-filled topics: events/s from Kafka through Spark, Redis merge and decisions.
 
-Starts its own Redis and noida-db broker, fills the source topics — JSON segment and commit events, or (`--format
+Starts its own Redis and Apache Kafka broker, fills the source topics — JSON segment and commit events, or (`--format
 binary`) offset commits in `__consumer_offsets`' own binary format on a mirror topic — then times the job, round after
 round in one Spark session (the first pays the cold start). Beside it, in the same run and against the same broker:
 a bare Python consumer reading the same records with `consume()` and `json.loads` (or `struct` for binary), and the

@@ -46,7 +46,7 @@ ARROW_SCHEMA = pa.schema(
 )
 
 
-# Reader tuning: noida-db (and any broker) may answer a fetch with a partition's whole backlog, so the receive
+# Reader tuning: a broker may answer a fetch with a large part of a partition's backlog, so the receive
 # limit is raised; reads are bounded ranges, not long polls (short broker waits, deep prefetch queue, no refetch
 # backoff); offsets written inside transactions only count once committed. Users' `kafka.*` options override
 # each of these.
