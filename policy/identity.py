@@ -12,6 +12,9 @@ of these means: reset the topic's state, act on nothing.
 
 from __future__ import annotations
 
+import base64
+import uuid
+
 import msgspec
 
 from compactd.model import PartitionView
@@ -32,6 +35,34 @@ class LogFacts(msgspec.Struct, frozen=True):
 def known_id(topic_id: str | None) -> str | None:
     """A topic ID worth comparing: None for a broker that reports none."""
     return None if not topic_id or topic_id == ZERO_ID else topic_id
+
+
+def topic_id_bytes(topic_id: str | None) -> bytes | None:
+    """The 16 bytes of a topic ID, whichever way it is written: base64 as Kafka's tools and the Admin API print it
+    (URL-safe or not, unpadded), or a UUID string as compactd's `__consumer_offsets` codec gives a commit's ID. None
+    for no ID, the all-zero one, or text that is neither."""
+    if not topic_id:
+        return None
+    raw: bytes | None = None
+    if len(topic_id) == 22:
+        try:
+            raw = base64.b64decode(topic_id.replace("-", "+").replace("_", "/") + "==", validate=True)
+        except ValueError:
+            raw = None
+    if raw is None:
+        try:
+            raw = uuid.UUID(topic_id).bytes
+        except ValueError:
+            return None
+    return None if len(raw) != 16 or raw == bytes(16) else raw
+
+
+def other_incarnation(commit_id: str | None, stored_id: str | None) -> bool:
+    """A commit that names a topic ID (OffsetCommitValue v4, Kafka 4.1+) other than the one the topic's state is bound
+    to was made on another incarnation of the topic: its offset says nothing of this log and never counts for it. A
+    commit without an ID, or a topic whose ID compactd has not recorded, gives no evidence either way."""
+    a, b = topic_id_bytes(commit_id), topic_id_bytes(stored_id)
+    return a is not None and b is not None and a != b
 
 
 def identity_changed(

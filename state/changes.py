@@ -19,6 +19,9 @@ class TopicChanges:
     # group -> its latest offset commit time on this topic (epoch ms): `compactd explain` says since when a group
     # holds data back. Per (group, topic), not per partition, to keep state small.
     commit_ts: dict[str, int] = field(default_factory=dict)
+    # (group, partition) -> the topic ID a commit of `offsets` names (OffsetCommitValue v4): the merge voids a commit
+    # made on another incarnation of the topic (policy.identity.other_incarnation)
+    offset_ids: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.segments or self.compacted or self.log_start or self.offsets or self.group_deletes)

@@ -4,15 +4,18 @@ back (lua/recount.lua). Split from the reads because this is the only path that 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import msgspec
 
+from compactd.policy.identity import other_incarnation
 from compactd.state.changes import BatchChanges, TopicChanges
 from compactd.state.store_base import StoreBase, _s
 
+log = logging.getLogger("compactd.state")
 MERGE_SLICE = 64  # topics merged per pipelined round trip
 _MERGE_JSON = msgspec.json.Encoder()
 
@@ -29,6 +32,7 @@ class MergeStore(StoreBase):
         Index updates outside the per-topic script are idempotent, so a crash between steps is repaired
         by the replay of the same batch id.
         """
+        self._void_other_incarnations(changes)
         pipe = self.r.pipeline(transaction=False)
         # one SADD per group: 100k partitions x 2 groups of offsets are 2 index entries, not 200k commands
         offsets_in: dict[str, set[str]] = {}
@@ -90,6 +94,31 @@ class MergeStore(StoreBase):
                 self.r.srem(self.keys.group_topics(group), topic)
         return touched, replayed
 
+    def _void_other_incarnations(self, changes: BatchChanges) -> int:
+        """Drop the batch's commits made on another incarnation of their topic than the one its state is bound to
+        (`other_incarnation`: a commit's topic ID against the recorded one; one HMGET for the topics whose commits
+        name an ID). Such a commit, replayed from `__consumer_offsets` after a topic was re-created, would otherwise
+        count its old log's offset for the new log. Returns how many were dropped; a replay drops the same."""
+        topics = sorted(t for t, tc in changes.topics.items() if tc.offset_ids)
+        if not topics:
+            return 0
+        stored = dict(
+            zip(topics, (_s(v) if v else None for v in self.r.hmget(self.keys.topic_ids, topics)), strict=True)
+        )
+        dropped = 0
+        for topic in topics:
+            tc = changes.topics[topic]
+            kept = [o for o in tc.offsets if not other_incarnation(tc.offset_ids.get((o[0], o[1])), stored[topic])]
+            if len(kept) != len(tc.offsets):
+                log.warning(
+                    "%d commits on %s name topic ID %s, not the %s its state describes: another incarnation's, ignored",
+                    len(tc.offsets) - len(kept), topic,
+                    next(i for i in tc.offset_ids.values() if other_incarnation(i, stored[topic])), stored[topic],
+                )  # fmt: skip
+                dropped += len(tc.offsets) - len(kept)
+                tc.offsets = kept
+        return dropped
+
     def _run_merges(
         self, stream_id: str, batch_id: int, topics: list[str], payload: Callable[[str], bytes]
     ) -> list[Any]:
@@ -115,7 +144,7 @@ class MergeStore(StoreBase):
     @staticmethod
     def _partitions_in(tc: TopicChanges) -> Iterable[int]:
         yield from (p for p, _ in tc.segments)
-        yield from (p for p, _ in tc.compacted)
+        yield from (c[0] for c in tc.compacted)
         yield from (p for p, _ in tc.log_start)
         yield from (p for _, p, _ in tc.offsets)
 

@@ -111,13 +111,15 @@ def collect_changes(
         for topic, partition, value in zip(*_columns(table.filter(pc.equal(k, kind)), *_FORWARD_COLUMNS), strict=True):
             getattr(changes.topic(topic), kind).append((partition, value))
     offsets = _columns(table.filter(pc.equal(k, "offset")), *_OFFSET_COLUMNS)
-    for group, topic, partition, kind, value, ord_a, ord_b, ts in zip(*offsets, strict=True):
+    for group, topic, partition, kind, value, ord_a, ord_b, ts, topic_id in zip(*offsets, strict=True):
         # an offset event older than its group's deletion in the same batch is void
         if group_deleted and group in group_deleted and (ord_a, ord_b) < group_deleted[group]:
             continue
         tc = changes.topic(topic)
         committed = value if kind == "offset_commit" else None
         tc.offsets.append((group, partition, committed))
+        if committed is not None and topic_id:
+            tc.offset_ids[(group, partition)] = topic_id
         if committed is not None and ts is not None:  # the commit's own time (event `ts`, or the commit timestamp)
             tc.commit_ts[group] = max(ts, tc.commit_ts.get(group, ts))
     changes.group_deletes = sorted(g for g in group_deleted if not deleted_elsewhere or g not in deleted_elsewhere)
@@ -133,7 +135,7 @@ def collect_changes(
 _PER_TOPIC = pa.array(PER_TOPIC_KINDS)
 _SEGMENT_COLUMNS = ("topic", "partition", "base_offset", "end_offset", "first_batch_max_ts", "size_bytes", "ts")
 _FORWARD_COLUMNS = ("topic", "partition", "value_offset")
-_OFFSET_COLUMNS = ("grp", "topic", "partition", "kind", "value_offset", "ord_a", "ord_b", "ts")
+_OFFSET_COLUMNS = ("grp", "topic", "partition", "kind", "value_offset", "ord_a", "ord_b", "ts", "topic_id")
 
 
 def _columns(table: pa.Table, *names: str) -> list[list[Any]]:

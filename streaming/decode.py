@@ -68,6 +68,7 @@ DECODED_SCHEMA = pa.schema(
         ("raw_key", pa.binary()),
         ("raw_value", pa.binary()),
         ("assigned", pa.string()),  # group metadata: JSON {topic: [partition, ...]} of the members' assignments
+        ("topic_id", pa.string()),  # an offset commit's topic ID (OffsetCommitValue v4), as a UUID string
         ("n", pa.int64()),  # input records this row stands for (pre-aggregated in the source: many)
     ]
 )
@@ -75,7 +76,7 @@ DECODED_DDL = (
     "stream string, kind string, topic string, partition int, grp string, base_offset bigint, "
     "end_offset bigint, first_batch_max_ts bigint, size_bytes bigint, value_offset bigint, ts bigint, "
     "error string, message string, src_topic string, src_partition int, src_offset bigint, "
-    "raw_key binary, raw_value binary, assigned string, n bigint"
+    "raw_key binary, raw_value binary, assigned string, topic_id string, n bigint"
 )
 
 
@@ -131,7 +132,10 @@ class Decoder:
             return {**out, "error": UNDECODABLE, "message": str(exc)}
         if not 0 <= v.offset <= MAX_INT or not 0 <= k.partition < 2**31:
             return {**out, "error": INVALID_FIELD, "message": f"absurd offset {v.offset} or partition"}
-        return {**out, "kind": "offset_commit", "value_offset": v.offset, "ts": v.commit_timestamp}
+        out.update(kind="offset_commit", value_offset=v.offset, ts=v.commit_timestamp)
+        if v.topic_id is not None:  # v4: the incarnation the commit was made on
+            out["topic_id"] = v.topic_id
+        return out
 
     def row(self, src_topic: str, value: bytes | None, key: bytes | None = None) -> dict:
         """One record's row on the reference path."""

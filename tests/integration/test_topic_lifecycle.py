@@ -6,21 +6,27 @@ state (issue 26: it lost all of them when a delete past the log end was clamped 
 
 from __future__ import annotations
 
+import uuid
+
+import pyarrow as pa
 import pytest
 from confluent_kafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
+from compactd.codec.offsets import OffsetValue, encode_offset_key, encode_offset_value
 from compactd.control.controller import Controller
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.topics import ClusterTopics, TopicsNow
 from compactd.metrics import Metrics
 from compactd.model import Segment
-from compactd.policy.identity import LogFacts
+from compactd.policy.identity import LogFacts, topic_id_bytes
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.kafka_admin import KafkaAdminSink
 from compactd.sinks.nudge_ledger import LifecycleRecords, NudgeLedger
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
+from compactd.streaming.aggregate import collect_changes, keyed
+from compactd.streaming.decode import DECODED_SCHEMA, Decoder, reduce_table
 
 H = 3_600_000
 M = 60_000
@@ -241,3 +247,49 @@ def test_a_rebuild_binds_its_state_to_the_topic_ids_on_the_ledger(cluster, rclie
     ctl.sweep_topics()
     assert ledger.load_ids() == {}  # forgotten: a topic created later under the name binds afresh
     ledger.close()
+
+
+def test_a_commit_naming_the_old_incarnations_topic_id_never_counts_for_the_new_topic(cluster, rclient) -> None:
+    """OffsetCommitValue v4 names the topic ID a commit was made on. The topic is deleted and created again (Kafka
+    gives it a new ID) and its state bound to the new one; a commit of the old incarnation, with a far higher offset
+    (as a rebuild replaying `__consumer_offsets` would read it), is decoded, reduced and merged like any record: it
+    never becomes a position on the new log, while a commit naming the new ID, or none, counts."""
+    topic = cluster.name("reborn")
+    cluster.create(topic, 1, {"cleanup.policy": "delete"})
+    conn = KafkaConnection(cluster.bootstrap)
+    old_id = ClusterTopics(conn).describe([topic]).ids[topic]
+    recreate(cluster, topic, 10)
+    new_id = ClusterTopics(conn).describe([topic]).ids[topic]
+    assert old_id != new_id
+    state = RedisState(rclient)
+    state.set_topic_ids({topic: new_id})  # what the lifecycle binds at the topic's first merge
+    decoder = Decoder("segments", "commits")
+    now = T0
+
+    def merged(batch_id: int, *commits: tuple[str, int, str | None]) -> dict[str, int]:
+        rows = [
+            {
+                **decoder.binary_row(
+                    encode_offset_key(group, topic, 0),
+                    encode_offset_value(OffsetValue(4, offset, "", now, leader_epoch=0, topic_id=uuid_of(tid))),
+                ),
+                "src_topic": "__consumer_offsets",
+                "src_partition": 0,
+                "src_offset": batch_id * 10 + i,
+                "n": 1,
+            }
+            for i, (group, offset, tid) in enumerate(commits)
+        ]
+        changes = collect_changes(keyed(reduce_table(pa.Table.from_pylist(rows, schema=DECODED_SCHEMA)))).changes
+        state.merge("s", batch_id, changes, lambda g, t: True)
+        return {g: off for (g, p), off in state.group_offsets(topic).items() if p == 0}
+
+    assert merged(0, ("ghost", 5_000, old_id)) == {}  # the old log's position: not a position on this one
+    assert merged(1, ("billing", 7, new_id), ("legacy", 3, None)) == {"billing": 7, "legacy": 3}
+    assert state.view(topic, 0).min_committed == 3
+
+
+def uuid_of(topic_id: str | None) -> str | None:
+    """The UUID string compactd's codec gives a v4 commit's topic ID, from the base64 the Admin API prints."""
+    raw = topic_id_bytes(topic_id)
+    return None if raw is None else str(uuid.UUID(bytes=raw))

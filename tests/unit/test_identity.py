@@ -4,6 +4,8 @@ log's own evidence against a real broker)."""
 
 from __future__ import annotations
 
+import base64
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry
@@ -12,7 +14,7 @@ from compactd.control.lifecycle import Lifecycle
 from compactd.kafka.topics import TopicsNow
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord, PartitionView, Segment
-from compactd.policy.identity import ZERO_ID, LogFacts, identity_changed
+from compactd.policy.identity import ZERO_ID, LogFacts, identity_changed, other_incarnation, topic_id_bytes
 
 VIEW = PartitionView("t", 0, (Segment(0, 1000, 1, 1, 1), Segment(1000, 2000, 1, 1, 1)), 500, 100)
 
@@ -167,3 +169,21 @@ def test_a_stale_topic_is_reset_bound_to_its_id_now_and_a_ledger_that_fails_keep
     ledger.down = False
     assert lc.check(ActionRecord("y", "compact", "a", 0, "max_compaction_lag", False, 0, "pending"), None) is None
     assert store.ids == {"a": "A2"} and ledger.ids == {"a": "A2"}  # bound at the next check, beyond Redis first
+
+
+def test_a_topic_id_is_the_same_whichever_way_it_is_written() -> None:
+    raw = bytes(range(1, 17))
+    b64 = base64.b64encode(raw).decode().rstrip("=")  # the Admin API's way: AQIDBAUGBwgJCgsMDQ4PEA
+    url = base64.urlsafe_b64encode(bytes(range(240, 256))).decode().rstrip("=")  # Kafka's tools: URL-safe
+    assert topic_id_bytes(b64) == raw == topic_id_bytes(str(uuid.UUID(bytes=raw)))
+    assert topic_id_bytes(url) == bytes(range(240, 256)) == topic_id_bytes(str(uuid.UUID(bytes=bytes(range(240, 256)))))
+    assert topic_id_bytes(ZERO_ID) is None and topic_id_bytes(None) is None and topic_id_bytes("not an id") is None
+
+
+def test_a_commit_of_another_incarnation_is_told_only_by_two_known_ids() -> None:
+    old, new = str(uuid.UUID(bytes=bytes(range(16)))), base64.b64encode(bytes(range(1, 17))).decode()[:22]
+    assert other_incarnation(old, new)
+    assert not other_incarnation(str(uuid.UUID(bytes=bytes(range(1, 17)))), new)  # the same ID, written as a UUID
+    assert not other_incarnation(None, new)  # a commit without an ID (value v0-v3): no evidence
+    assert not other_incarnation(old, None)  # no ID recorded for the topic: no evidence
+    assert not other_incarnation(old, ZERO_ID)  # a broker that reports none
