@@ -26,6 +26,7 @@ from pyspark.sql.types import StructType
 from compactd.errors import SourceReadError
 from compactd.kafka.admin import Offsets, admin_client, list_end_offsets
 from compactd.kafka.config import KafkaConnection, KafkaValue
+from compactd.kafka.watermarks import LEADER_MOVING
 
 if TYPE_CHECKING:
     from compactd.streaming.decode import Decoder
@@ -94,6 +95,23 @@ def split_limit(start: Offsets, available: Offsets, max_rows: int) -> Offsets:
     return out
 
 
+# What a cluster that is down, or between leaders, answers; anything else (authorization, a bad config) fails the query
+UNREACHABLE = (
+    frozenset({"_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "REQUEST_TIMED_OUT", "_RESOLVE"}) | LEADER_MOVING
+)
+
+
+def cluster_unreachable(exc: BaseException) -> bool:
+    """Whether a failed offsets request only says the cluster cannot answer right now (a broker restarting)."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    from confluent_kafka import KafkaException
+
+    if isinstance(exc, FutureTimeout | TimeoutError):
+        return True
+    return isinstance(exc, KafkaException) and exc.args[0].name() in UNREACHABLE
+
+
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = options
@@ -135,8 +153,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # Spark passes ReadAllAvailable to Python sources under Trigger.AvailableNow; Spark's own Kafka
             # source still splits by maxOffsetsPerTrigger there, and so do we (bounded batches on catch-up).
             limit = self.getDefaultReadLimit()
-        high = self._target if self._target is not None else self._watermarks("high")
-        low = self._watermarks("low") if any(p not in start.get(t, {}) for t, ps in high.items() for p in ps) else {}
+        try:
+            high = self._target if self._target is not None else self._watermarks("high")
+            low = (
+                self._watermarks("low") if any(p not in start.get(t, {}) for t, ps in high.items() for p in ps) else {}
+            )
+        except Exception as exc:
+            if self._target is None and start and cluster_unreachable(exc):
+                # the broker is down or its leaders are moving: nothing new this trigger, and the query lives on
+                # (a failed query would take the job down with it); the next trigger asks again
+                return start
+            raise
         # new partitions (or topics) start from their earliest offset
         base: Offsets = {t: dict(ps) for t, ps in start.items()}
         for t, ps in high.items():

@@ -7,7 +7,9 @@ import time
 from confluent_kafka import Producer
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from compactd.demo.broker import kafka_broker
 from compactd.streaming.kafka_source import KafkaRange, KafkaStreamReader, read_range, split_limit
+from tests.support.fixtures import Cluster
 from tests.support.waiting import wait_for
 
 
@@ -55,3 +57,26 @@ def test_row_cap_is_shared_and_missing_topics_are_not_created(cluster) -> None:
     assert end[a]["1"] == 1  # the small partition is not starved
     assert missing not in cluster.admin.list_topics(timeout=10).topics
     assert split_limit({"t": {"0": 5}}, {"t": {"0": 5}}, 100) == {"t": {"0": 5}}
+
+
+def test_a_broker_down_between_triggers_means_no_new_data_not_a_failed_query(tmp_path) -> None:
+    """Kafka killed with -9 while the query runs: a trigger that cannot ask the cluster plans nothing new (the query
+    would otherwise fail and take the job with it); once the broker is back, the next trigger reads on."""
+    broker = kafka_broker(tmp_path / "broker")
+    try:
+        cluster = Cluster(broker.bootstrap)
+        topic = cluster.name("t")
+        cluster.create(topic, 1)
+        cluster.fill(topic, 10)
+        r = reader(cluster, topic)
+        start = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+        assert start == {topic: {"0": 10}}
+        broker.kill()
+        assert r.latestOffset(start, ReadAllAvailable()) == start  # down: nothing new, no exception
+        broker.start()
+        cluster.fill(topic, 5)
+        wait_for(
+            "the next trigger reads on", lambda: r.latestOffset(start, ReadAllAvailable()) == {topic: {"0": 15}}, 30
+        )
+    finally:
+        broker.stop()
