@@ -165,9 +165,10 @@ class DemoCluster:
         self.producer.flush(10)
         self._consume("billing", 10_000)
         self._consume("analytics", ANALYTICS_PER_S * PARTITIONS)
-        self.publisher.publish(self.agent.scan())
-        self._watch_actions()
+        # the nudge and the actions before the log dir: what compactd did is told before what Kafka did about it
         self._watch_nudge()
+        self._watch_actions()
+        self.publisher.publish(self.agent.scan())
 
     def _consume(self, group: str, most: int) -> None:
         """Read up to `most` records and commit the position: what the group has read, as an application does."""
