@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import ConsumerGroupType
 
 from compactd.agent.admin_agent import AdminAgent, AdminPublisher, run_admin_agent
 from compactd.agent.admin_poll import AdminPoll, Event
@@ -24,27 +24,10 @@ from compactd.clock import now_ms
 from compactd.control.agent_watch import AGENT_WAIT
 from compactd.kafka.config import KafkaConnection
 from compactd.policy.plan import NOT_CAUGHT_UP
+from tests.support.groups import consume_and_commit
 
 RETENTION_MS = 1000
 GRACE_MS = 3000
-
-
-def consume_and_commit(bootstrap: str, group: str, topic: str, upto: int) -> None:
-    """A consumer of `group` reads the partition up to `upto` and commits its position, as an application does."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        start = c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
-        c.assign([TopicPartition(topic, 0, max(start, 0))])
-        position = max(start, 0)
-        deadline = time.monotonic() + 30
-        while position < upto:
-            assert time.monotonic() < deadline, f"{group} did not read {topic} up to {upto}"
-            for msg in c.consume(upto - position, timeout=1):
-                if msg.error() is None:
-                    position = msg.offset() + 1
-        c.commit(offsets=[TopicPartition(topic, 0, upto)], asynchronous=False)
-    finally:
-        c.close()
 
 
 class HeldMarks(AdminPublisher):
@@ -108,8 +91,10 @@ def test_deletes_follow_the_slower_real_group_and_a_deleted_group_stops_holding(
             for end in (40, 80, 100):
                 cluster.fill(topic, end - (slices()[-1][1] if slices() else 0))
                 wait_for(lambda e=end: slices() and slices()[-1][1] == e, f"slice ending at {end} not merged")
-            consume_and_commit(cluster.bootstrap, fast, topic, 100)
+            consume_and_commit(cluster.bootstrap, fast, topic, 100, "consumer")  # a KIP-848 group: listed too
             consume_and_commit(cluster.bootstrap, slow, topic, 40)
+            kinds = {g.group_id: g.type for g in cluster.admin.list_consumer_groups().result(10).valid}
+            assert (kinds[fast], kinds[slow]) == (ConsumerGroupType.CONSUMER, ConsumerGroupType.CLASSIC)
             wait_for(lambda: state.view(topic, 0).min_committed == 40, "the groups' commits not merged")
 
             # the agent's events are all there, but no poll of it is marked complete: deletes wait

@@ -13,33 +13,10 @@ from confluent_kafka import Consumer, TopicPartition
 
 from compactd.app.application import Application
 from compactd.codec.offsets import decode_record
+from tests.support.groups import consume_and_commit
 
 pytestmark = pytest.mark.spark
 H = 3_600_000
-
-
-def consume_and_commit(bootstrap: str, group: str, protocol: str, topic: str, upto: int) -> None:
-    """A member of `group` subscribes, reads up to `upto` and commits that position, as an application does."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "group.protocol": protocol,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        c.subscribe([topic])
-        position, deadline = -1, time.monotonic() + 60
-        while position + 1 < upto:
-            assert time.monotonic() < deadline, f"{group} did not read {topic} up to {upto}"
-            for m in c.consume(100, timeout=0.5):
-                if m.error() is None and m.offset() < upto:
-                    position = m.offset()
-        c.commit(offsets=[TopicPartition(topic, 0, upto)], asynchronous=False)
-    finally:
-        c.close()
 
 
 def raw_offset_records(bootstrap: str, groups: set[str]) -> list[dict]:
@@ -82,8 +59,8 @@ def test_real_groups_in_consumer_offsets_drive_consumed_retention(spark, kafka, 
     cluster.create(data, 1, {"cleanup.policy": "delete"})
     cluster.fill(data, 400)
     classic, modern = cluster.name("classic"), cluster.name("kip848")
-    consume_and_commit(kafka.bootstrap, classic, "classic", data, 350)
-    consume_and_commit(kafka.bootstrap, modern, "consumer", data, 150)
+    consume_and_commit(kafka.bootstrap, classic, data, 350)
+    consume_and_commit(kafka.bootstrap, modern, data, 150, "consumer")
 
     # what the broker wrote: v4 commit values with the topic's ID, and KIP-848 records compactd does not need
     raw = raw_offset_records(kafka.bootstrap, {classic, modern})
@@ -123,7 +100,7 @@ def test_real_groups_in_consumer_offsets_drive_consumed_retention(spark, kafka, 
     assert counts.get("offset_commit", 0) >= 2
     assert sum(v for k, v in counts.items() if k.startswith("skipped_key_v")) > 0, counts
 
-    consume_and_commit(kafka.bootstrap, modern, "consumer", data, 400)
+    consume_and_commit(kafka.bootstrap, modern, data, 400, "consumer")
     with Application(settings, spark=spark) as job:
         job.run(once=True)
     assert cluster.watermarks(data) == (300, 400)  # the classic group, now the slower one at 350, holds [300, 400)
