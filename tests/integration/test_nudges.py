@@ -21,6 +21,7 @@ from compactd.sinks.nudge_ledger import NudgeLedger
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
 from tests.integration.test_sinks_and_controller import topic_config
+from tests.support.waiting import wait_for
 
 H = 3_600_000
 T0 = 1_800_000_000_000
@@ -63,7 +64,7 @@ def setup(cluster, rclient, rules: dict | None = None) -> tuple[Job, str]:
     c = BatchChanges()
     c.topic(topic).segments.append((0, overdue))
     job.ctl.on_batch("s", 0, c)
-    assert topic_config(cluster.bootstrap, topic, LAG) == ("1", False)
+    assert topic_config(cluster.bootstrap, topic, LAG, want=("1", False)) == ("1", False)
     return job, topic
 
 
@@ -77,7 +78,7 @@ def test_a_nudge_is_put_back_after_redis_lost_it(cluster, rclient) -> None:
     assert job.sink.recover_nudges() == 1
     assert job.ctl.state.nudged(topic) == {LAG: "86400000"}
     assert job.ctl.restore_nudges() == 1  # no compaction pending: the state knows none
-    assert topic_config(cluster.bootstrap, topic, LAG) == ("86400000", False)
+    assert topic_config(cluster.bootstrap, topic, LAG, want=("86400000", False)) == ("86400000", False)
     assert job.sink.ledger.load() == [] and job.ctl.state.nudges() == []
     job.later(NUDGE_CHECK_MS)
     assert job.ctl.restore_nudges() == 0
@@ -97,7 +98,7 @@ def test_a_second_nudge_never_takes_compactds_own_value_for_the_original(cluster
     c = BatchChanges()
     c.topic(topic).compacted.append((0, 100))  # the cleaner answers
     job.ctl.on_batch("s", 1, c)
-    assert topic_config(cluster.bootstrap, topic, LAG) == ("86400000", False)
+    assert topic_config(cluster.bootstrap, topic, LAG, want=("86400000", False)) == ("86400000", False)
 
 
 def test_with_nothing_remembered_anywhere_the_default_goes_back(cluster, rclient) -> None:
@@ -115,20 +116,20 @@ def test_with_nothing_remembered_anywhere_the_default_goes_back(cluster, rclient
     c = BatchChanges()
     c.topic(topic).compacted.append((0, 100))
     job.ctl.on_batch("s", 1, c)
-    assert topic_config(cluster.bootstrap, topic, LAG)[1]  # the override is gone: the broker's default
+    wait_for("the override gone", lambda: topic_config(cluster.bootstrap, topic, LAG)[1], 10)  # the broker's default
 
 
 def test_an_unanswered_nudge_is_put_back_after_its_max_time_and_rests(cluster, rclient) -> None:
     job, topic = setup(cluster, rclient, {"compaction.nudge.max.ms": 10 * 60_000})
     job.later(NUDGE_CHECK_MS)
     assert job.ctl.restore_nudges() == 0  # a compaction is pending and the nudge is young
-    assert topic_config(cluster.bootstrap, topic, LAG) == ("1", False)
+    assert topic_config(cluster.bootstrap, topic, LAG, want=("1", False)) == ("1", False)
     job.later(10 * 60_000)
     assert job.ctl.restore_nudges() == 1  # the cleaner never answered: put back anyway
-    assert topic_config(cluster.bootstrap, topic, LAG) == ("86400000", False)
+    assert topic_config(cluster.bootstrap, topic, LAG, want=("86400000", False)) == ("86400000", False)
     job.later(H)  # the compaction is retried (action.retry.ms): the topic is resting, nothing is altered
     job.ctl.tick()
-    assert topic_config(cluster.bootstrap, topic, LAG) == ("86400000", False)
+    assert topic_config(cluster.bootstrap, topic, LAG, want=("86400000", False)) == ("86400000", False)
     last = cluster.read_all(job.actions)[-1]
     assert (last["action"], last["status"]) == ("compact", "skipped")
     assert "compaction.nudge.max.ms" in last["detail"]["why"]
@@ -179,5 +180,5 @@ def test_every_nudge_is_eventually_put_back(cluster, rclient, history: list[tupl
     # whatever happened, a nudge is put back within compaction.nudge.max.ms (and the next check)
     job.later(3 * H + NUDGE_CHECK_MS)
     job.ctl.restore_nudges()
-    assert topic_config(cluster.bootstrap, topic, LAG) == ("86400000", False)
+    assert topic_config(cluster.bootstrap, topic, LAG, want=("86400000", False)) == ("86400000", False)
     assert job.ctl.state.nudges() == [] and [n for n in job.sink.ledger.load() if n.topic == topic] == []

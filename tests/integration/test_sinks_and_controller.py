@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from prometheus_client import CollectorRegistry
 
@@ -18,11 +20,18 @@ H = 3_600_000
 T0 = 1_800_000_000_000
 
 
-def topic_config(bootstrap: str, topic: str, key: str) -> tuple[str, bool]:
+def topic_config(bootstrap: str, topic: str, key: str, want: tuple[str, bool] | None = None) -> tuple[str, bool]:
+    """(value, is it the broker's default) of a topic config as the broker describes it. `want`: asked again for up
+    to 10 s until the answer is that: a KRaft broker answers DescribeConfigs from its metadata cache, which takes the
+    change a moment after IncrementalAlterConfigs has answered."""
     res = ConfigResource(ResourceType.TOPIC, topic)
     admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
-    entry = admin.describe_configs([res])[res].result(30)[key]
-    return entry.value, entry.is_default
+    deadline = time.monotonic() + 10
+    while True:
+        entry = admin.describe_configs([res])[res].result(30)[key]
+        if want is None or (entry.value, entry.is_default) == want or time.monotonic() > deadline:
+            return entry.value, entry.is_default
+        time.sleep(0.05)
 
 
 def delete(topic: str, before: int, partition: int = 0) -> ActionRecord:
@@ -104,7 +113,7 @@ def test_compaction_nudge_retry_and_restore(cluster, rclient) -> None:
     ctl.on_batch(
         "s", 0, segment_batch(topic, Segment(0, 100, T0 - 2 * H, 1, T0 - 2 * H), Segment(100, 200, T0 - 10, 1, T0 - 10))
     )
-    assert topic_config(cluster.bootstrap, topic, "max.compaction.lag.ms") == ("1", False)
+    assert topic_config(cluster.bootstrap, topic, "max.compaction.lag.ms", want=("1", False)) == ("1", False)
     delay = ctl.metrics.registry.get_sample_value
     assert delay("compactd_max_compaction_delay_seconds") == H / 1000  # 2h old, 1h allowed
     assert delay("compactd_compaction_delay_seconds", {"topic": topic, "partition": "0"}) == H / 1000
@@ -122,7 +131,10 @@ def test_compaction_nudge_retry_and_restore(cluster, rclient) -> None:
     c = BatchChanges()
     c.topic(topic).compacted.append((0, 100))
     ctl.on_batch("s", 1, c)
-    assert topic_config(cluster.bootstrap, topic, "max.compaction.lag.ms") == ("86400000", False)
+    assert topic_config(cluster.bootstrap, topic, "max.compaction.lag.ms", want=("86400000", False)) == (
+        "86400000",
+        False,
+    )
     assert ctl.state.records([(topic, 0)])[(topic, 0)] == [] and ctl.state.nudged(topic) == {}
     # the oldest dirty segment now is 10 ms old: nothing overdue anywhere
     assert delay("compactd_max_compaction_delay_seconds") == 0
