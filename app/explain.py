@@ -4,7 +4,8 @@ happens next. Pure (tests need no Redis).
 Per rule (max compaction lag, consumed retention, forced retention): the threshold and the scope that sets it, the
 value now, what blocks it (the lowest counted group and when it last committed, a counted group without a position,
 the readiness gate, a dirty segment and its age, a topic exclusion, a cap or a backoff), what it would free, its live
-action and the next expected one. What the rules decide, free and hold back is the partition's row of its chunk's
+action and the next expected one; under max compaction lag, when the tombstones the partition holds now are gone
+(KIP-534's two cleaner passes). What the rules decide, free and hold back is the partition's row of its chunk's
 evaluation (`explain_rank.rule_facts`, policy/rules.py): nothing here derives a rule again; what is added is why,
 in words. One function per rule section, and the causes they share; the text is app/explain_text.py, reading Redis
 and the command app/explain_cli.py.
@@ -172,9 +173,11 @@ def _compaction(
     earliest = facts.earliest
     out["now"] = {
         "cleaned_up_to": view.cleaned_up_to,
+        "cleaned_at": view.cleaned_at,
         "dirty_segments": facts.dirty[0],
         "dirty_bytes": facts.dirty[1],
         "earliest_uncompacted_ts": earliest,
+        "tombstones": _tombstones(view, th, facts),
     }
     if earliest is None or facts.oldest_dirty is None or facts.compaction_due is None:
         state, blockers, nxt = action(rec, False, "compact")
@@ -194,6 +197,23 @@ def _compaction(
     state, more, nxt = action(rec, True, "compact")
     blockers = [_cause("dirty_segment", why, **seg, dirty_for_ms=now - earliest, overdue_ms=facts.overdue), *more]
     return {**out, "state": state or "due", "blocked_by": blockers, "next": nxt}
+
+
+def _tombstones(view: PartitionView, th: Thresholds, facts: RowFacts) -> dict[str, Any]:
+    """When the tombstones the partition holds now are gone (KIP-534's two cleaner passes, `rules.Erasure`): the clean
+    part's delete horizon and the clean after it, the dirty part's first pass and the one after, and the later of the
+    two (`gone_by`, the metric's deadline). `clean_time_unknown`: the log has a clean part whose clean compactd saw
+    before it kept the time, so it has no bound until the next clean."""
+    e = facts.erasure
+    return {
+        "delete_retention_ms": th.delete_retention_ms,
+        "removable_after": e["removable_after"],
+        "clean_by": e["clean_by"],
+        "first_pass_by": e["first_pass"],
+        "dirty_by": e["dirty_by"],
+        "gone_by": e["by"],
+        "clean_time_unknown": view.cleaned_at is None and (view.cleaned_up_to or 0) > view.log_start,
+    }
 
 
 def _rec(rec: ActionRecord | None) -> dict[str, Any] | None:
@@ -398,6 +418,7 @@ def explain_partition(
                 r["blocked_by"].insert(0, _cause("no_segment_source", NO_SEGMENT_SOURCE))
                 r["state"], r["next"] = "blocked", None
     if excluded:  # the controller plans nothing here and sends nothing: no rule has a next step
+        rules["max_compaction_lag"]["now"].pop("tombstones", None)  # nor does any nudge bound their erasure
         why = f"compactd never acts on this topic: {excluded}"
         for r in rules.values():
             if r["state"] != "off":

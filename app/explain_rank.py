@@ -129,6 +129,8 @@ class RowFacts:
     dirty: tuple[int, int]  # dirty segments: count, bytes
     oldest_dirty: Seg | None  # the lowest dirty segment holding the earliest timestamp
     worst: tuple[int, int, int]  # overdue_ms, blocked_bytes, blocked_offsets (app/explain_rank.py)
+    # when the tombstones held now are gone (rules.Erasure): removable_after, clean_by, first_pass, dirty_by, by
+    erasure: dict[str, int | None]
 
 
 def _seg(seg: Any, i: int) -> Seg | None:
@@ -155,7 +157,8 @@ def rule_facts(
     deletes = Deletes.of(n, {i: p[3] for i, p in enumerate(parts) if p[3] is not None}, now)
     caps = np.array([NONE if p[4] is None else p[4] for p in parts], dtype=np.int64)
     worst = [a.tolist() for a in worst_figures(ev, ins, deletes, gate_closed, caps)]
-    q, d = ev.q, ev.d
+    q, d, er = ev.q, ev.d, ev.erasure()
+    erasure_parts = ("removable_after", "clean_by", "first_pass", "dirty_by", "by")
     out = []
     for i in range(n):
         before = value(d.before, i)
@@ -182,6 +185,7 @@ def rule_facts(
                 dirty=(int(ins.dirty_count[i]), int(ins.dirty_bytes[i])),
                 oldest_dirty=_seg(ins.seg, int(ins.oldest_dirty[i])),
                 worst=(worst[0][i], worst[1][i], worst[2][i]),
+                erasure={part: value(getattr(er, part), i) for part in erasure_parts},
             )
         )  # fmt: skip
     return out

@@ -67,6 +67,35 @@ SHORT = {
 GROUP_CAUSES = ("lowest_group", "group_without_position", "no_counted_group")
 
 
+def _tombstone_lines(t: Mapping[str, Any], n: Mapping[str, Any], now: int) -> list[str]:
+    """When the tombstones held now are gone (KIP-534's two cleaner passes): the later bound first, then the clean part
+    (cleaned, removable past its delete horizon, gone at the next clean) and the dirty part (its first pass, then the
+    same). Kafka runs that next clean only once new records make the log dirty: every bound holds "if records keep
+    arriving". Each line fits 120 columns with the longest times."""
+    parts = []
+    if t["clean_by"] is not None:
+        parts.append(
+            f"      cleaned {fmt_at(n['cleaned_at'], now)}, removable after {fmt_at(t['removable_after'], now)}"
+        )
+        parts.append(
+            f"      next clean by {fmt_at(t['clean_by'], now)} (max.compaction.lag.ms), "
+            "once new records make the log dirty"
+        )
+    elif t["clean_time_unknown"]:
+        parts.append(
+            f"      below offset {n['cleaned_up_to']}: cleaned before compactd kept when; no bound until the next clean"
+        )
+    if t["first_pass_by"] is not None:
+        first, gone_by = fmt_at(t["first_pass_by"], now), fmt_at(t["dirty_by"], now)
+        parts.append(f"      not cleaned yet: first pass by {first}, gone by {gone_by}")
+    if not parts:
+        return []
+    gone = t["gone_by"]
+    bound = "no bound" if gone is None else f"all gone by {fmt_at(gone, now)} if records keep arriving"
+    late = ", overdue" if gone is not None and gone < now else ""
+    return [f"    tombstones (delete.retention.ms {fmt_dur(t['delete_retention_ms'])}): {bound}{late}", *parts]
+
+
 def _headline(e: Mapping[str, Any]) -> str:
     """The answer in one line: how overdue compaction is, and how much data what holds back (the groups hold back
     what is old enough beyond the minimum; the gate, dry.run, a cap or a backoff hold what is deletable now)."""
@@ -78,6 +107,9 @@ def _headline(e: Mapping[str, Any]) -> str:
     for b in lag["blocked_by"]:
         if b["cause"] in ("cleaner_not_visible", "no_segment_source"):
             parts.append(f"compaction unknown: {b['cause'].replace('_', ' ')}")
+    gone = ((lag["now"] or {}).get("tombstones") or {}).get("gone_by")
+    if gone is not None and gone < e["now"]:
+        parts.append(f"tombstone erasure overdue by {fmt_dur(e['now'] - gone)}")
     seen: set[str] = set()
     for name in ("consumed_retention", "forced_retention"):
         r = rules[name]
@@ -128,6 +160,8 @@ def format_text(e: Mapping[str, Any]) -> str:
                     f"    oldest dirty segment [{seg['base_offset']}, {seg['end_offset']}) uncompacted for "
                     f"{fmt_dur(seg['dirty_for_ms'])}; {n['dirty_segments']} dirty, {fmt_size(n['dirty_bytes'])}"
                 )
+            if n.get("tombstones"):
+                lines += _tombstone_lines(n["tombstones"], n, now)
         else:
             if name == "consumed_retention" and n["min_committed"] is not None:
                 lines.append(f"    min committed {n['min_committed']} over {n['counted_groups']} counted groups")

@@ -26,7 +26,7 @@ from compactd.streaming.aggregate import collect_changes
 SHARE_DDL = (
     "what string, topic string, partition bigint, touched bigint, replayed boolean, worker string, seconds double, "
     "earliest bigint, lag bigint, min_committed bigint, log_start bigint, "
-    "next_lag bigint, next_consumed bigint, next_forced bigint"
+    "next_lag bigint, next_consumed bigint, next_forced bigint, erasure bigint"
 )
 _RULES = ("max_compaction_lag", "consumed_retention", "forced_retention")
 NEXT = ("lag", "consumed", "forced")
@@ -62,18 +62,21 @@ def task(
              "seconds": time.monotonic() - started}
         ]  # fmt: skip
         out.extend({"what": "full", "topic": t, "partition": p} for t, p in result.full)
-        for (t, p), st in result.stats:
-            nxt = dict(st.next_at)
-            out.append(
-                {
-                    "what": "stats", "topic": t, "partition": p, "earliest": st.earliest_ts, "lag": st.lag_ms,
-                    "min_committed": st.min_committed, "log_start": st.log_start,
-                    **{f"next_{k}": nxt.get(rule) for k, rule in zip(NEXT, _RULES, strict=True)},
-                }
-            )  # fmt: skip
+        out.extend(stats_row(key, st) for key, st in result.stats)
         yield pa.RecordBatch.from_pylist(out, schema=_schema())
 
     return run
+
+
+def stats_row(key: tuple[str, int], st: PartitionStats) -> dict[str, Any]:
+    """A quiet partition's metrics as a row of `SHARE_DDL` (a quiet row frees nothing: its deletable figures are 0,
+    and `results` reads them back so)."""
+    nxt = dict(st.next_at)
+    return {
+        "what": "stats", "topic": key[0], "partition": key[1], "earliest": st.earliest_ts, "lag": st.lag_ms,
+        "min_committed": st.min_committed, "log_start": st.log_start, "erasure": st.erasure_at,
+        **{f"next_{k}": nxt.get(rule) for k, rule in zip(NEXT, _RULES, strict=True)},
+    }  # fmt: skip
 
 
 def _schema() -> pa.Schema:
@@ -99,14 +102,10 @@ def results(table: pa.Table) -> tuple[list[ShareResult], list[tuple[str, float]]
                 for k, rule in zip(NEXT, _RULES, strict=True)
                 if row[f"next_{k}"] is not None and row[f"next_{k}"] != NONE
             )
-            stats.append(
-                (
-                    (row["topic"], row["partition"]),
-                    PartitionStats(
-                        row["earliest"], row["lag"], row["min_committed"], row["log_start"], 0, 0, 0, 0, nxt
-                    ),
-                )
+            st = PartitionStats(
+                row["earliest"], row["lag"], row["min_committed"], row["log_start"], 0, 0, 0, 0, nxt, row["erasure"]
             )
+            stats.append(((row["topic"], row["partition"]), st))
     if not shares:
         return [], []
     # rows of one task are not kept apart in the table: the driver needs the totals, not who planned what

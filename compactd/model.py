@@ -51,6 +51,10 @@ class PartitionView:
     # or when no group counts at all: consumed retention then deletes nothing.
     min_committed: int | None = None
     counted_groups: int = 0
+    # When the clean that brought `cleaned_up_to` where it is was seen (the `compacted` event's `ts`, epoch ms): KIP-534
+    # starts the delete horizon of the tombstones that clean saw then. None: unknown (never cleaned, or state written
+    # before compactd kept it).
+    cleaned_at: int | None = None
 
     @property
     def key(self) -> str:
@@ -182,6 +186,13 @@ class PartitionNumbers:
     lowest: np.ndarray  # int64 [P]: the lowest of those offsets (-1 when none)
     nseg: np.ndarray  # int64 [P]: closed segments kept for the partition
     segments: np.ndarray  # int64 [S, 5]: base, end, first batch max ts, size, closed at; by partition, by base offset
+    # int64 [P]: when the clean that reached `cleaned` was seen (PartitionView.cleaned_at), -1 when unknown; left out,
+    # unknown on every row
+    cleaned_at: np.ndarray = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.cleaned_at is None:
+            object.__setattr__(self, "cleaned_at", np.full(len(self.partitions), -1, dtype=np.int64))
 
     @classmethod
     def concat(cls, chunks: list[PartitionNumbers]) -> PartitionNumbers:
@@ -194,7 +205,7 @@ class PartitionNumbers:
         segments = np.concatenate([c.segments for c in chunks]) if chunks else np.zeros((0, 5), dtype=np.int64)
         return cls(
             cat("partitions"), cat("counted"), cat("cleaned"), cat("log_start"), cat("zcard"), cat("lowest"),
-            cat("nseg"), segments,
+            cat("nseg"), segments, cat("cleaned_at"),
         )  # fmt: skip
 
     @classmethod
@@ -204,14 +215,15 @@ class PartitionNumbers:
         head = [
             (v.partition, max(v.counted_groups, 1) if v.min_committed is not None else v.counted_groups,
              -1 if v.cleaned_up_to is None else v.cleaned_up_to, v.log_start,
-             v.min_committed is not None, -1 if v.min_committed is None else v.min_committed, len(v.segments))
+             v.min_committed is not None, -1 if v.min_committed is None else v.min_committed, len(v.segments),
+             -1 if v.cleaned_at is None else v.cleaned_at)
             for v in views
         ]  # fmt: skip
-        cols = np.array(head, dtype=np.int64).reshape(-1, 7)
+        cols = np.array(head, dtype=np.int64).reshape(-1, 8)
         segs = [(s.base_offset, s.end_offset, s.first_batch_max_ts, s.size_bytes, s.closed_at) for v in views
                 for s in v.segments]  # fmt: skip
         return cls(
             partitions=cols[:, 0], counted=cols[:, 1], cleaned=cols[:, 2], log_start=cols[:, 3],
             zcard=cols[:, 1] * cols[:, 4], lowest=cols[:, 5], nseg=cols[:, 6],
-            segments=np.array(segs, dtype=np.int64).reshape(-1, 5),
+            segments=np.array(segs, dtype=np.int64).reshape(-1, 5), cleaned_at=cols[:, 7],
         )  # fmt: skip

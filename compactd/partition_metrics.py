@@ -2,9 +2,10 @@
 
 The controller hands each evaluated partition's `PartitionStats` to `update`; nothing here reads Redis. A scrape
 turns them into series: per-topic aggregates always, per-partition series only for the `top_n` worst partitions of
-each metric (largest delay, oldest dirty record, most deletable bytes, soonest next action): at most 6 x top_n
-per-partition series (deletable bytes has one per retention level); deletable offsets are per topic only. A
-partition that leaves a top-N list leaves the scrape with it. Consumer groups never become label values.
+each metric (largest delay, oldest dirty record, most deletable bytes, soonest next action, soonest or most overdue
+tombstone erasure): at most 7 x top_n per-partition series (deletable bytes has one per retention level); deletable
+offsets are per topic only. A partition that leaves a top-N list leaves the scrape with it. Consumer groups never
+become label values.
 """
 
 from __future__ import annotations
@@ -91,7 +92,10 @@ class PartitionMetrics(Collector):
         offsets: dict[tuple[str, str], int] = {}
         size: dict[tuple[str, str], int] = {}
         nxt: dict[tuple[str, str], int] = {}
+        erased: dict[str, int] = {}
         for (topic, _), st in items:
+            if st.erasure_at is not None:
+                erased[topic] = max(erased.get(topic, st.erasure_at), st.erasure_at)
             delay[topic] = max(delay.get(topic, 0), st.compaction_delay_ms(now))
             if st.earliest_ts is not None:
                 age[topic] = max(age.get(topic, 0), now - st.earliest_ts)
@@ -133,6 +137,13 @@ class PartitionMetrics(Collector):
             "Soonest next threshold crossing of the topic (epoch seconds), by rule",
             ["topic", "rule"],
             [(k, v / 1000) for k, v in sorted(nxt.items())],
+        )
+        yield _family(
+            "compactd_topic_time_to_erasure_seconds",
+            "Seconds until every tombstone the topic holds now is gone, if records keep arriving (its latest "
+            "partition; negative: overdue)",
+            ["topic"],
+            [((t,), (at - now) / 1000) for t, at in sorted(erased.items())],
         )
 
     # ---- per partition, top-N ----
@@ -177,6 +188,17 @@ class PartitionMetrics(Collector):
             "When the partition next crosses a threshold (epoch seconds; top-N soonest)",
             ["topic", "partition", "rule"],
             [(labels, at / 1000) for at, labels in soonest],
+        )
+        # the most overdue first: a bound that has passed is a topic no write made Kafka clean again (rules.erasure)
+        erasures = heapq.nsmallest(
+            n, [(st.erasure_at, k) for k, st in items if st.erasure_at is not None], key=lambda item: item[0]
+        )
+        yield _family(
+            "compactd_partition_time_to_erasure_seconds",
+            "Seconds until the tombstones the partition holds now are gone (KIP-534's second cleaner pass), if records "
+            "keep arriving; negative: overdue (top-N soonest)",
+            ["topic", "partition"],
+            [((k[0], str(k[1])), (at - now) / 1000) for at, k in erasures],
         )
 
 

@@ -5,7 +5,7 @@ tests/integration/test_dashboards.py fails when the committed JSON is not what t
 panel query against a real Prometheus scraping a real job.
 
 Three dashboards, one uid each: the overview (what is late, what could be freed, what compactd did, what comes
-next), the partition drill-down (`topic`, `partition` variables) and the job's health. One module (~550 lines):
+next), the partition drill-down (`topic`, `partition` variables) and the job's health. One module (~580 lines):
 each panel is a few builder calls, and a dashboard reads best top to bottom in one place.
 """
 
@@ -28,7 +28,12 @@ DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 RATE = "$__rate_interval"
 PER_PARTITION = (
     "compactd_compaction_delay_seconds|compactd_earliest_uncompacted_age_seconds|compactd_deletable_bytes|"
-    "compactd_min_committed_offset|compactd_next_action_timestamp_seconds"
+    "compactd_min_committed_offset|compactd_next_action_timestamp_seconds|compactd_partition_time_to_erasure_seconds"
+)
+ERASURE = (
+    "KIP-534: a tombstone needs two cleaner passes, the first sets its delete horizon (delete.retention.ms), the next "
+    "clean after it removes it; Kafka cleans again only when new records make the log dirty, and compactd bounds that "
+    "clean by max.compaction.lag.ms. Below zero: overdue, most likely no record written since"
 )
 
 
@@ -158,6 +163,23 @@ def overview() -> db.Dashboard:
             [Query("topk(20, compactd_compaction_delay_seconds)", "{{topic}}/{{partition}}", instant=True)],
             "s",
             description="Per-partition series exist for the top-N worst partitions only (metrics.top_n)",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Time to erasure (tombstones), latest topics",
+            [Query("topk(10, compactd_topic_time_to_erasure_seconds)", "{{topic}}")],
+            "s",
+            description="Per topic: seconds until every tombstone it holds now is gone, if records keep arriving. "
+            + ERASURE,
+        )
+    )
+    d = d.with_panel(
+        tbl(
+            "Tombstones overdue or soonest gone",
+            [Query("bottomk(20, compactd_partition_time_to_erasure_seconds)", "{{topic}}/{{partition}}", instant=True)],
+            "s",
+            description="Seconds until each partition's tombstones are gone, most overdue first (top-N soonest only)",
         )
     )
     d = compaction_service(d)
@@ -394,8 +416,21 @@ def partition() -> db.Dashboard:
             "Next crossings",
             [Query(f"compactd_next_action_timestamp_seconds{{{sel}}} - time()", "{{rule}}", instant=True)],
             "s",
-            w=24,
+            w=12,
             h=6,
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Time to erasure (tombstones)",
+            [
+                Query(f"compactd_partition_time_to_erasure_seconds{{{sel}}}", "this partition"),
+                Query('compactd_topic_time_to_erasure_seconds{topic="$topic"}', "topic (its latest partition)"),
+            ],
+            "s",
+            w=12,
+            h=6,
+            description="Seconds until the tombstones held now are gone, if records keep arriving. " + ERASURE,
         )
     )
     return d

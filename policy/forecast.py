@@ -11,7 +11,7 @@ import numpy as np
 
 from compactd.model import PartitionNumbers, PartitionView
 from compactd.policy.arrays import NONE
-from compactd.policy.rules import RULES, Due, Evaluation, Limits, Quiet
+from compactd.policy.rules import RULES, Due, Evaluation, Limits, Quiet, erasure
 from compactd.policy.thresholds import Thresholds
 
 
@@ -29,12 +29,20 @@ class PartitionStats(msgspec.Struct, frozen=True, gc=False):
     forced_offsets: int  # ... under forced retention
     forced_bytes: int
     next_at: tuple[tuple[str, int], ...]  # (rule, epoch ms) of each rule's next threshold crossing
+    # by when the tombstones the partition holds now are gone, if records keep arriving (`rules.erasure`; None: no
+    # bound: max.compaction.lag.ms unset, or never cleaned and nothing dirty)
+    erasure_at: int | None = None
 
     def compaction_delay_ms(self, now: int) -> int:
         """max(now - earliest - lag, 0), as Kafka's max-compaction-delay-secs (in ms here)."""
         if self.earliest_ts is None or self.lag_ms is None:
             return 0
         return max(now - self.earliest_ts - self.lag_ms, 0)
+
+    def time_to_erasure_ms(self, now: int) -> int | None:
+        """How long until `erasure_at`; negative once it has passed (the tombstones outlived their bound: no write
+        since made Kafka clean again, or its cleaner is behind)."""
+        return None if self.erasure_at is None else self.erasure_at - now
 
 
 def stats_rows(
@@ -51,6 +59,7 @@ def stats_rows(
     lag_on, lag = limits.lag_on[ix].tolist(), limits.lag[ix].tolist()
     low, ls = q.min_committed[ix].tolist(), nums.log_start[ix].tolist()
     crossings = [a[ix].tolist() for a in (q.next_lag, q.next_consumed, q.next_forced)]
+    erased = erasure(nums, limits, q).by[ix].tolist()
     out = []
     for i in range(len(rows)):
         nxt = tuple((rule, at[i]) for rule, at in zip(RULES, crossings, strict=True) if at[i] != NONE)
@@ -65,6 +74,7 @@ def stats_rows(
                 fo[i],
                 fb[i],
                 nxt,
+                None if erased[i] == NONE else erased[i],
             )
         )
     return out

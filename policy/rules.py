@@ -10,7 +10,9 @@ the cleaner threads:
   it (`_letting_go`); a delete frees the longest prefix of live segments that retention lets go;
 - the delete decided is the furthest of the two, forced retention (level 2) only where it reaches further, and
   nothing at or below the log start; an unknown minimum (a counted group without a position, or none) frees
-  nothing under consumed retention.
+  nothing under consumed retention;
+- the tombstones' erasure deadline (`erasure`, KIP-534's two cleaner passes bounded by max.compaction.lag.ms) is a
+  time only: the metrics and explain read it, nothing is decided by it.
 
 Everything that decides or explains reads these arrays: the controller's chunks (control/), a partition's plan
 (policy/plan.py), its metrics (policy/forecast.py), `compactd explain` and its ranking (app/). `Evaluation.one` is
@@ -56,6 +58,7 @@ class Limits:
     forced_on: np.ndarray
     dry_run: np.ndarray
     excluded: np.ndarray
+    delete_retention: np.ndarray  # delete.retention.ms, taken as the topic's own (`erasure`)
 
     @classmethod
     def of(cls, rows: int, topic: tuple[Thresholds, bool], scoped: Mapping[int, tuple[Thresholds, bool]]) -> Limits:
@@ -71,8 +74,10 @@ class Limits:
                 cols[name][row], cols[f"{name}_on"][row] = own or 0, own is not None
         cols["dry_run"] = np.full(rows, bool(topic[0].dry_run))
         cols["excluded"] = np.full(rows, topic[1])
+        cols["delete_retention"] = np.full(rows, topic[0].delete_retention_ms, dtype=I64)
         for row, (th, excluded) in scoped.items():
             cols["dry_run"][row], cols["excluded"][row] = bool(th.dry_run), excluded
+            cols["delete_retention"][row] = th.delete_retention_ms
         return cls(**cols)
 
 
@@ -257,6 +262,43 @@ def insight(nums: PartitionNumbers, limits: Limits, q: Quiet, d: Due, now: int) 
 
 
 @dataclass(frozen=True)
+class Erasure:
+    """Per row, by when the tombstones a partition of a compacted topic holds now are gone from its log (KIP-534: a
+    tombstone needs two cleaner passes), where max.compaction.lag.ms (L) is set; NONE where a part does not apply.
+    R is compactd's `delete.retention.ms`, taken as the topic's own: operators set it to match the topic.
+
+    - The clean part (below `cleaned_up_to`, where it is above the log start and the clean's time C is known): the
+      clean at C set their delete horizon at C + R at the latest (`removable_after`; C is when the agent saw the
+      checkpoint move, at or after the clean); the next clean after that removes them, and compactd's lag rule bounds
+      it by C + R + L (`clean_by`).
+    - The dirty part (earliest uncompacted timestamp E): its first pass is due by E + L (`first_pass`), which sets
+      the horizon of the tombstones it sees; the second pass comes by E + L + R + L (`dirty_by`).
+    - `by`: the later of the two, NONE where neither applies (never cleaned and nothing dirty) or L is unset.
+
+    Kafka cleans a log again only when it has dirty data the cleaner may take (measured on Kafka 4.4: a tombstone past
+    its horizon stayed until one new record was written, then the next clean removed it). Without new writes the second
+    pass never comes; every bound above assumes the topic is written to, so that the lag rule makes that pass due."""
+
+    removable_after: np.ndarray
+    clean_by: np.ndarray
+    first_pass: np.ndarray
+    dirty_by: np.ndarray
+    by: np.ndarray
+
+
+def erasure(nums: PartitionNumbers, limits: Limits, q: Quiet) -> Erasure:
+    """The tombstones' deadline of every row (`Erasure`). Times only: it decides nothing."""
+    lag, keep, on = limits.lag, limits.delete_retention, limits.lag_on
+    clean = on & (nums.cleaned_at != NONE) & (nums.cleaned > nums.log_start)
+    removable_after = np.where(clean, nums.cleaned_at + keep, NONE)
+    clean_by = np.where(clean, removable_after + lag, NONE)
+    dirty = on & (q.earliest != NONE)
+    first_pass = np.where(dirty, q.earliest + lag, NONE)
+    dirty_by = np.where(dirty, first_pass + keep + lag, NONE)
+    return Erasure(removable_after, clean_by, first_pass, dirty_by, np.maximum(clean_by, dirty_by))
+
+
+@dataclass(frozen=True)
 class Evaluation:
     """A chunk's rules at `now`: its numbers, limits, crossings (`q`) and decisions (`d`)."""
 
@@ -305,6 +347,9 @@ class Evaluation:
 
     def insight(self) -> Insight:
         return insight(self.nums, self.limits, self.q, self.d, self.now)
+
+    def erasure(self) -> Erasure:
+        return erasure(self.nums, self.limits, self.q)
 
 
 def view_horizon(before: Any, cap: Any, log_start: Any) -> Any:

@@ -179,7 +179,9 @@ class Thresholds(BaseModel):
         alias="delete.retention.ms",
         ge=0,
         le=MAX_DURATION_MS,
-        description="How long a winning tombstone stays in the view, so readers see the delete.",
+        description="How long a winning tombstone stays in the view, so readers see the delete. Also taken as the "
+        "topic's own `delete.retention.ms` for the tombstones' erasure deadline (metric "
+        "`compactd_partition_time_to_erasure_seconds`, `compactd explain`): set it to the topic's value.",
     )
     compaction_view_grace_ms: int = Field(
         300_000,

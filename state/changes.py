@@ -11,7 +11,8 @@ from compactd.model import Segment
 @dataclass
 class TopicChanges:
     segments: list[tuple[int, Segment]] = field(default_factory=list)
-    compacted: list[tuple[int, int]] = field(default_factory=list)
+    # (partition, cleaned_up_to, ts): ts is when the clean was seen (the event's `ts`; a pair: unknown)
+    compacted: list[tuple[int, int, int] | tuple[int, int]] = field(default_factory=list)
     log_start: list[tuple[int, int]] = field(default_factory=list)
     # (group, partition, committed offset or None for an offset tombstone)
     offsets: list[tuple[str, int, int | None]] = field(default_factory=list)

@@ -2,8 +2,9 @@
 
 <prefix>:{<topic>}:...          per-topic state; one hash tag per topic keeps the merge script on one Cluster
                                 slot. The Lua script derives these from the base it is given:
-                                ps:<bucket> hashes (a packed record per partition: cleaned, log_start and
-                                its segments; lua/part.lua), layout hash (which layouts are migrated),
+                                ps:<bucket> hashes (a packed record per partition: cleaned, log_start,
+                                its segments and when the last clean was seen; lua/part.lua), layout hash
+                                (which layouts are migrated),
                                 gid hash (group -> per-topic id), o:<id>:<bucket> hashes (partition -> offset,
                                 128 partitions each), oc / ob hashes (id -> partitions with an offset / highest
                                 bucket), ct hash (id -> the group's latest commit time on the topic), groups /

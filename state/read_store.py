@@ -47,12 +47,18 @@ class PartitionDetail:
 
 def decode_partition_record(raw: bytes | None) -> tuple[list[tuple[str, int]], list[str]]:
     """A partition's packed record (lua/part.lua) as the fields and segment members the layout before it held:
-    ([("cleaned", n)?, ("log_start", n)?], ["base:end:ts:size:closed", ...]). Decoded here independently of the
-    scripts, for the pipelined reference read."""
+    ([("cleaned", n)?, ("cleaned_at", ms)?, ("log_start", n)?], ["base:end:ts:size:closed", ...]). Decoded here
+    independently of the scripts, for the pipelined reference read. The clean's time, where known, is a second
+    MessagePack value after the array: read as the second item of an array of two (0x92 + the record), which a record
+    of the array alone is too short to be."""
     if raw is None:
         return [], []
-    a = msgspec.msgpack.decode(raw)
+    try:
+        a, cleaned_at = msgspec.msgpack.decode(b"\x92" + raw)
+    except msgspec.DecodeError:
+        a, cleaned_at = msgspec.msgpack.decode(raw), None
     fields = ([("cleaned", a[0])] if a[0] >= 0 else []) + [("log_start", a[1])]
+    fields += [] if cleaned_at is None else [("cleaned_at", cleaned_at)]
     segs, prev_end, prev_closed = [], 0, 0
     for i in range(2, len(a), 5):
         base = prev_end + a[i]
@@ -84,6 +90,7 @@ def _partition_view(
         log_start=h.get("log_start", 0),
         min_committed=int(lowest) if known and lowest is not None else None,
         counted_groups=counted,
+        cleaned_at=h.get("cleaned_at"),
     )
 
 
@@ -122,15 +129,16 @@ class ReadStore(StoreBase):
         for topic, parts in by_topic.items():
             counted, rows = msgspec.msgpack.decode(script(keys=[self.keys.topic_base(topic)], args=parts))
             for row in rows:
-                n, cleaned, log_start, lowest, zcard = row[:5]
+                n, cleaned, log_start, lowest, zcard, cleaned_at = row[:6]
                 read[(topic, n)] = PartitionView(
                     topic=topic,
                     partition=n,
-                    segments=tuple(Segment(*map(int, m.split(":"))) for m in row[5:]),
+                    segments=tuple(Segment(*map(int, m.split(":"))) for m in row[6:]),
                     cleaned_up_to=None if cleaned is False else cleaned,
                     log_start=0 if log_start is False else log_start,
                     min_committed=lowest if counted > 0 and zcard == counted and lowest is not False else None,
                     counted_groups=counted,
+                    cleaned_at=None if cleaned_at is False else cleaned_at,
                 )
         return [read[k] for k in keys]
 
@@ -293,10 +301,10 @@ def _numbers(topic: str, partitions: list[int], raw: bytes) -> PartitionNumbers:
     """lua/explain_rank.lua's answer for `partitions` of `topic` as arrays."""
     nums = np.asarray(msgspec.msgpack.decode(raw), dtype=np.int64)
     p = len(partitions)
-    head, segments = nums[1 : 1 + 5 * p], nums[1 + 5 * p :]
-    if head.size != 5 * p or segments.size != 5 * int(head[4::5].sum()):
+    head, segments = nums[1 : 1 + 6 * p], nums[1 + 6 * p :]
+    if head.size != 6 * p or segments.size != 5 * int(head[4::6].sum()):
         raise ValueError(f"explain_rank.lua returned {nums.size} numbers for {p} partitions of {topic!r}")
-    head = head.reshape(p, 5)
+    head = head.reshape(p, 6)
     return PartitionNumbers(
         partitions=np.asarray(partitions, dtype=np.int64),
         counted=np.full(p, nums[0], dtype=np.int64),
@@ -306,4 +314,5 @@ def _numbers(topic: str, partitions: list[int], raw: bytes) -> PartitionNumbers:
         lowest=head[:, 3].copy(),
         nseg=head[:, 4].copy(),
         segments=segments.reshape(-1, 5),
+        cleaned_at=head[:, 5].copy(),
     )

@@ -107,9 +107,12 @@ def collect_changes(
     segments = _columns(table.filter(pc.equal(k, "segment_rolled")), *_SEGMENT_COLUMNS)
     for topic, partition, base, end, first_ts, size, ts in zip(*segments, strict=True):
         changes.topic(topic).segments.append((partition, Segment(base, end, first_ts, size, ts)))
-    for kind in ("compacted", "log_start"):
-        for topic, partition, value in zip(*_columns(table.filter(pc.equal(k, kind)), *_FORWARD_COLUMNS), strict=True):
-            getattr(changes.topic(topic), kind).append((partition, value))
+    compacted = _columns(table.filter(pc.equal(k, "compacted")), *_FORWARD_COLUMNS, "ts")
+    for topic, partition, value, ts in zip(*compacted, strict=True):  # with the clean's time (lua/merge.lua keeps it)
+        changes.topic(topic).compacted.append((partition, value, ts))
+    log_starts = _columns(table.filter(pc.equal(k, "log_start")), *_FORWARD_COLUMNS)
+    for topic, partition, value in zip(*log_starts, strict=True):
+        changes.topic(topic).log_start.append((partition, value))
     offsets = _columns(table.filter(pc.equal(k, "offset")), *_OFFSET_COLUMNS)
     for group, topic, partition, kind, value, ord_a, ord_b, ts, topic_id in zip(*offsets, strict=True):
         # an offset event older than its group's deletion in the same batch is void

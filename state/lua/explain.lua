@@ -2,9 +2,9 @@
 -- many small replies far more slowly than Redis makes them: one string per chunk keeps 100k partitions in seconds).
 -- KEYS[1] = "<prefix>:{<topic>}" (every key below shares its hash tag: one Cluster slot)
 -- ARGV[1] = how many of the lowest counted groups to return per partition; ARGV[2..] = partitions
--- Returns JSON [counted groups, [[cleaned/log_start as a flat list of strings, segments, counted groups with an
--- offset here, the lowest ones' ids and offsets as a flat list, every counted id with an offset here when the minimum
--- is unknown (else false)], ...]] (offsets.lua describes the layout).
+-- Returns JSON [counted groups, [[cleaned/cleaned_at/log_start as a flat list of strings, segments, counted groups
+-- with an offset here, the lowest ones' ids and offsets as a flat list, every counted id with an offset here when the
+-- minimum is unknown (else false)], ...]] (offsets.lua describes the layout).
 local base = KEYS[1]
 --! include part.lua
 --! include counted.lua
@@ -33,6 +33,7 @@ for _, n in ipairs(ns) do
   local r = read_part(n)
   local h, segs = {}, {}
   if r.cleaned >= 0 then h[#h + 1], h[#h + 2] = 'cleaned', string.format('%d', r.cleaned) end
+  if r.cleaned_at then h[#h + 1], h[#h + 2] = 'cleaned_at', string.format('%d', r.cleaned_at) end
   if r.found then h[#h + 1], h[#h + 2] = 'log_start', string.format('%d', r.log_start) end
   for _, s in ipairs(r.segs) do segs[#segs + 1] = seg_string(s) end
   out[#out + 1] = {h, segs, #have, low, positioned}

@@ -9,7 +9,7 @@
 --   offsets  [[group, counted(0/1), [partition, offset|-1, partition, offset|-1, ...]], ...]   -1 = offset deleted
 --            (one flat list per group: decoding 100k small lists was most of the script's time)
 --   committs [[group, latest commit ts], ...]  per group on this topic (the ct hash, for `compactd explain`)
---   compacted [[partition, cleaned_up_to], ...]
+--   compacted [[partition, cleaned_up_to, ts], ...]   ts: when the agent saw the clean (may be absent: unknown)
 --   logstart  [[partition, log_start_offset], ...]
 --   segments  [[partition, base, end, first_batch_max_ts, size, closed_at], ...]
 -- Returns the touched partitions (space-separated), or -1 when this batch was already applied (replay).
@@ -149,10 +149,17 @@ local function mark(r)
   end
 end
 
+-- A clean's time comes with the cleaned_up_to it moved to, and moves only with it: a re-sent event (the agent's full
+-- re-announce, a replay) or an older one changes neither. A record whose time is unknown (written before compactd
+-- kept it, or by an older build) takes the first time given for the cleaned_up_to it holds.
 for _, c in ipairs(p.compacted or {}) do
   local r = record(c[1])
+  local at = type(c[3]) == 'number' and c[3] or nil
   if c[2] > r.cleaned then
-    r.cleaned = c[2]
+    r.cleaned, r.cleaned_at = c[2], at
+    mark(r)
+  elseif c[2] == r.cleaned and at and not r.cleaned_at then
+    r.cleaned_at = at
     mark(r)
   end
   touch_later(tostring(c[1]))

@@ -4,16 +4,19 @@
 --   [cleaned up to (-1: never), log start, then 5 integers per closed segment, by base offset, delta-encoded:
 --    base - previous end (the first: base), end - base, closed at - first batch max timestamp, size,
 --    closed at - previous closed at (the first: closed at)]
+--   Where the time of the last clean is known (the `compacted` event's ts that moved `cleaned up to`), it follows the
+--   array as a second MessagePack value: a build before it reads the array alone (cmsgpack.unpack's first value),
+--   so rolling back over it needs no wipe; that build's writes drop the time (unknown again until the next clean).
 -- MessagePack keeps small integers in 1-5 bytes; integers are exact up to 2^53 (Lua numbers are doubles).
 local PART_BUCKET = 128
 
 local function part_key(n) return base .. ':ps:' .. math.floor(tonumber(n) / PART_BUCKET) end
 
--- {cleaned = -1 | offset, log_start = offset, segs = {{base, end, first batch max ts, size, closed at}, ...},
---  found = whether the partition has a record}
+-- {cleaned = -1 | offset, cleaned_at = nil | epoch ms, log_start = offset,
+--  segs = {{base, end, first batch max ts, size, closed at}, ...}, found = whether the partition has a record}
 local function decode_part(raw)
   if not raw then return {cleaned = -1, log_start = 0, segs = {}, found = false} end
-  local a = cmsgpack.unpack(raw)
+  local a, cleaned_at = cmsgpack.unpack(raw)
   local segs, prev_end, prev_closed = {}, 0, 0
   for i = 3, #a, 5 do
     local b = prev_end + a[i]
@@ -22,7 +25,7 @@ local function decode_part(raw)
     segs[#segs + 1] = {b, e, closed - a[i + 2], a[i + 3], closed}
     prev_end, prev_closed = e, closed
   end
-  return {cleaned = a[1], log_start = a[2], segs = segs, found = true}
+  return {cleaned = a[1], cleaned_at = cleaned_at, log_start = a[2], segs = segs, found = true}
 end
 
 local function read_part(n) return decode_part(redis.call('HGET', part_key(n), tostring(n))) end
@@ -69,6 +72,7 @@ local function encode_part(p)
     a[#a + 1] = s[5] - prev_closed
     prev_end, prev_closed = s[2], s[5]
   end
+  if p.cleaned_at then return cmsgpack.pack(a, p.cleaned_at) end
   return cmsgpack.pack(a)
 end
 

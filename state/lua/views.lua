@@ -2,8 +2,8 @@
 -- pipeline cost more to pack and parse in the client than Redis spends serving them).
 -- KEYS[1] = the topic's base key (<prefix>:{<topic>}); ARGV = partition numbers.
 -- Returns one MessagePack blob: [counted groups, [[n, cleaned, log_start, lowest counted offset, counted groups with
--- an offset here, "base:end:ts:size:closed" ...], ...]] in the order of ARGV; cleaned, log_start and lowest are false
--- where there is none.
+-- an offset here, cleaned at, "base:end:ts:size:closed" ...], ...]] in the order of ARGV; cleaned, log_start, lowest
+-- and cleaned at are false where there is none.
 local base = KEYS[1]
 --! include part.lua
 --! include counted.lua
@@ -11,9 +11,10 @@ local counted, ids = counted_ids()
 local count, lowest = counted_lowest(ids, ARGV)
 local out = {}
 for i, n in ipairs(ARGV) do
-  local row = {tonumber(n), false, false, lowest[n] or false, count[n] or 0}
+  local row = {tonumber(n), false, false, lowest[n] or false, count[n] or 0, false}
   local r = read_part(n)
   if r.cleaned >= 0 then row[2] = r.cleaned end
+  if r.cleaned_at then row[6] = r.cleaned_at end
   if r.found then row[3] = r.log_start end
   for _, s in ipairs(r.segs) do row[#row + 1] = seg_string(s) end
   out[i] = row

@@ -1,5 +1,6 @@
 """KIP-354 closed by Apache Kafka's own LogCleaner: the agent reads the broker's live log dir, the job nudges, Kafka
-cleans, the agent sees the clean, the nudge is put back.
+cleans, the agent sees the clean, the nudge is put back; and KIP-534's second pass, which removes a tombstone, comes
+by the deadline compactd's metric and `explain` gave.
 
 The topic's dirty part is too small for its `min.cleanable.dirty.ratio`, so Kafka alone never cleans it (checked for
 several cleaner passes first). Ground truth is the broker: the log read back (the overwritten values are gone), the
@@ -20,6 +21,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from compactd.agent.agent import KafkaPublisher, SegmentAgent, run_agent
 from compactd.agent.logdir import read_checkpoint, scan_log_dir
 from compactd.app.application import Application
+from compactd.app.explain_cli import explain
+from compactd.app.explain_text import fmt_at, format_text
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.spark
@@ -130,3 +133,88 @@ def test_kafka_cleaner_answers_the_nudge_and_the_nudge_is_put_back(spark, kafka,
     audit = [(r["action"], r["status"], r["reason"]) for r in cluster.read_all(settings.topics.actions)]
     assert audit == [("compact", "sent", "max_compaction_lag")]
     assert (state.view(topic, 0).cleaned_up_to or -1) > checkpoint
+
+
+ERASE_LAG_MS = 6_000  # compactd's max.compaction.lag.ms: covers the agent's scan, a trigger and a cleaner backoff
+KEEP_MS = 3_000  # delete.retention.ms, on the topic and as compactd's threshold
+
+
+def test_a_tombstone_is_gone_by_the_deadline_compactd_gave_once_a_record_follows_its_horizon(
+    spark, kafka, cluster, job_settings
+) -> None:
+    """KIP-534 on Apache Kafka: the nudged first clean keeps the tombstone and starts its delete horizon; nothing
+    cleans the log again until a record is written after it; that record's segment is nudged and the second clean
+    removes the tombstone, by the deadline the metric and `explain` said at the first clean (clean + delete.retention.ms
+    + max.compaction.lag.ms). `min.cleanable.dirty.ratio=1`: Kafka never cleans the topic on its own, every clean is
+    a nudge."""
+    topic = cluster.name("erase")
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    config = {"cleanup.policy": "compact", "segment.ms": str(ROLL_MS), "min.cleanable.dirty.ratio": "1",
+              "delete.retention.ms": str(KEEP_MS)}  # fmt: skip
+    cluster.create(topic, 1, config)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 1})
+    roll(producer, topic, [(b"key-kept", b"v"), (b"key-gone", b"v"), (b"key-gone", None)])  # the erasure request
+    producer.produce(topic, key=b"roller", value=b"x", partition=0)  # closes the segment holding the tombstone
+    assert producer.flush(30) == 0
+    before = topic_configs(admin, topic)
+
+    settings = job_settings(
+        offsets_source="commits",
+        trigger_interval_ms=500,
+        thresholds={"global": {"dry.run": False},
+                    f"topic:{topic}": {"max.compaction.lag.ms": ERASE_LAG_MS, "delete.retention.ms": KEEP_MS}},
+    )  # fmt: skip
+    cluster.create(settings.topics.segments)
+    agent = SegmentAgent([kafka.log_dir])
+    publisher = KafkaPublisher(settings.kafka_connection(), settings.topics.segments)
+    stop = threading.Event()
+    state = settings.redis_state()
+    threads = [threading.Thread(target=run_agent, args=(agent, publisher, 0.5, stop), daemon=True)]
+    gauge = {"topic": topic, "partition": "0", "cluster": settings.cluster}
+    with Application(settings, spark=spark) as job:
+        threads.append(threading.Thread(target=job.run, kwargs={"stop": stop}))
+        for t in threads:
+            t.start()
+        try:
+            # 1. the first pass, nudged: the tombstone stays, its delete horizon starts; the nudge is put back
+            wait_for("the first clean in the state", lambda: state.view(topic, 0).cleaned_at is not None, 90)
+            seen = state.view(topic, 0).cleaned_at
+            assert seen is not None
+            deadline = seen + KEEP_MS + ERASE_LAG_MS  # nothing dirty is left: the clean part decides
+            stats = job.metrics.partitions._stats
+            wait_for(
+                "the deadline in the metrics", lambda: getattr(stats.get((topic, 0)), "erasure_at", 0) == deadline, 10
+            )
+            now = int(time.time() * 1000)
+            left = job.metrics.registry.get_sample_value("compactd_partition_time_to_erasure_seconds", gauge)
+            assert left is not None and abs(now + left * 1000 - deadline) < 1000, (left, deadline - now)
+            [said] = explain(state, settings, f"{topic}/0", now)
+            assert said["rules"]["max_compaction_lag"]["now"]["tombstones"]["gone_by"] == deadline
+            assert f"all gone by {fmt_at(deadline, now)} if records keep arriving" in format_text(said)
+            assert (b"key-gone", None) in log_records(kafka.bootstrap, topic)  # the first pass keeps it
+            wait_for("the first nudge put back", lambda: topic_configs(admin, topic) == before, 30)
+            # 2. past the horizon nothing cleans the log: the tombstone is still there
+            time.sleep(max(0.0, (seen + KEEP_MS + 300) / 1000 - time.time()))
+            assert (b"key-gone", None) in log_records(kafka.bootstrap, topic)
+            # 3. a record: it closes the roller's segment, which compactd nudges; the next clean removes the tombstone
+            written = time.time() * 1000
+            assert written <= seen + KEEP_MS + 1500, "the record came late for the deadline's assumption"
+            producer.produce(topic, key=b"key-later", value=b"v", partition=0)
+            assert producer.flush(30) == 0
+            wait_for(
+                "the tombstone gone", lambda: b"key-gone" not in dict(log_records(kafka.bootstrap, topic)), 30, 0.2
+            )
+            gone = time.time() * 1000
+            wait_for("the second nudge put back", lambda: topic_configs(admin, topic) == before, 30)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(120)
+            publisher.close()
+    print(f"\nKIP-534: cleaned {seen}, record +{written - seen:.0f} ms, tombstone gone +{gone - seen:.0f} ms, "
+          f"deadline +{deadline - seen} ms")  # fmt: skip
+    assert gone <= deadline, (gone - deadline, "ms past the deadline")
+    records = dict(log_records(kafka.bootstrap, topic))
+    assert records[b"key-kept"] == b"v" and records[b"key-later"] == b"v" and b"key-gone" not in records
+    audit = [(r["action"], r["status"], r["reason"]) for r in cluster.read_all(settings.topics.actions)]
+    assert audit == [("compact", "sent", "max_compaction_lag")] * 2  # the first pass, then the second

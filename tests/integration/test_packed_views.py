@@ -37,7 +37,7 @@ change = st.one_of(
     st.tuples(st.just("segment"), T, P, st.integers(0, 500), st.integers(1, 200)),
     st.tuples(st.just("offset"), T, P, st.sampled_from(GROUPS), st.integers(0, 900)),
     st.tuples(st.just("log_start"), T, P, st.integers(0, 800), st.just(0)),
-    st.tuples(st.just("compacted"), T, P, st.integers(0, 800), st.just(0)),
+    st.tuples(st.just("compacted"), T, P, st.integers(0, 800), st.integers(0, 2)),
     st.tuples(st.just("group_delete"), st.sampled_from(TOPICS), st.just(0), st.sampled_from(GROUPS), st.just(0)),
 )  # fmt: skip
 
@@ -67,8 +67,8 @@ def merged(redis_url: str, batches: list, first: int = 0) -> RedisState:
                 tc.offsets.append((x, p, y))
             elif kind == "log_start":
                 tc.log_start.append((p, x))
-            elif kind == "compacted":
-                tc.compacted.append((p, x))
+            elif kind == "compacted":  # seen y hours ago (0: an event without the time)
+                tc.compacted.append((p, x) if y == 0 else (p, x, NOW - y * H))
             else:
                 tc.group_deletes.append(x)
         state.merge("s", i, ch, lambda group, topic: group != "g3")  # g3 never counts

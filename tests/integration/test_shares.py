@@ -31,7 +31,7 @@ change = st.one_of(
     st.tuples(st.just("offset"), T, P, st.sampled_from(GROUPS), st.integers(0, 900)),
     st.tuples(st.just("offset_delete"), T, P, st.sampled_from(GROUPS), st.just(0)),
     st.tuples(st.just("log_start"), T, P, st.integers(0, 800), st.just(0)),
-    st.tuples(st.just("compacted"), T, P, st.integers(0, 800), st.just(0)),
+    st.tuples(st.just("compacted"), T, P, st.integers(0, 800), st.integers(0, 2)),
     st.tuples(st.just("group_delete"), T, st.just(0), st.sampled_from(GROUPS), st.just(0)),
 )  # fmt: skip
 LAYERS: dict[str, dict[str, Any]] = {
@@ -54,8 +54,8 @@ def to_changes(batch: list[tuple[Any, ...]], now: int) -> BatchChanges:
             tc.offsets.append((x, p, None))
         elif kind == "log_start":
             tc.log_start.append((p, x))
-        elif kind == "compacted":
-            tc.compacted.append((p, x))
+        elif kind == "compacted":  # seen y hours ago (0: an event without the time)
+            tc.compacted.append((p, x) if y == 0 else (p, x, now - y * H))
         elif x not in ch.group_deletes:
             ch.group_deletes.append(x)
     return ch

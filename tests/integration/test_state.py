@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -270,7 +272,8 @@ def test_partition_state_of_the_layout_before_packing_is_moved_at_start_and_on_m
                 st.tuples(st.just("segment"), st.integers(0, 2), st.sampled_from([0, 100, 200, 300, 400]),
                           st.sampled_from([50, 100]), st.integers(0, 3)),
                 st.tuples(st.just("log_start"), st.integers(0, 2), st.sampled_from([0, 120, 200, 350])),
-                st.tuples(st.just("compacted"), st.integers(0, 2), st.sampled_from([0, 150, 300])),
+                st.tuples(st.just("compacted"), st.integers(0, 2), st.sampled_from([0, 150, 300]),
+                          st.sampled_from([None, 7, 8, 9])),
             ),
             max_size=12,
         ),
@@ -281,10 +284,11 @@ def test_partition_state_of_the_layout_before_packing_is_moved_at_start_and_on_m
 def test_segment_merges_follow_the_rules_batch_after_batch(rclient: redis.Redis, batches: list) -> None:
     """Any mix of segment, log-start and cleaner events, in batches, leaves what the rules say: within a batch the
     cleaner's and log-start events first, then segments by (partition, base), a later one replacing an earlier one and
-    one ending at or below the log start only removing it; segments wholly below a new log start dropped."""
+    one ending at or below the log start only removing it; segments wholly below a new log start dropped. A clean's
+    time (None: an event without one) moves only with cleaned_up_to, or fills a time not known for it."""
     rclient.flushdb()
     st_ = RedisState(rclient)
-    model: dict[int, dict] = {n: {"segs": {}, "log_start": 0, "cleaned": None} for n in range(3)}
+    model: dict[int, dict] = {n: {"segs": {}, "log_start": 0, "cleaned": None, "at": None} for n in range(3)}
     for i, events in enumerate(batches):
         c = BatchChanges()
         tc = c.topic("t")
@@ -295,11 +299,14 @@ def test_segment_merges_follow_the_rules_batch_after_batch(rclient: redis.Redis,
             elif ev[0] == "log_start":
                 tc.log_start.append((n, ev[2]))
             else:
-                tc.compacted.append((n, ev[2]))
+                tc.compacted.append((n, ev[2]) if ev[3] is None else (n, ev[2], 1_800_000_000_000 + ev[3]))
         for ev in events:  # the model, in the order the rules give
             if ev[0] == "compacted":
-                m = model[ev[1]]
-                m["cleaned"] = ev[2] if m["cleaned"] is None else max(m["cleaned"], ev[2])
+                m, at = model[ev[1]], None if ev[3] is None else 1_800_000_000_000 + ev[3]
+                if m["cleaned"] is None or ev[2] > m["cleaned"]:
+                    m["cleaned"], m["at"] = ev[2], at
+                elif ev[2] == m["cleaned"] and m["at"] is None:
+                    m["at"] = at
         for ev in events:
             if ev[0] == "log_start" and ev[2] > model[ev[1]]["log_start"]:
                 m = model[ev[1]]
@@ -314,5 +321,64 @@ def test_segment_merges_follow_the_rules_batch_after_batch(rclient: redis.Redis,
         st_.merge("s", i, c, everyone)
         touched = sorted({ev[1] for ev in events})
         views = st_.views([("t", n) for n in touched])
-        want = [(tuple(sorted(model[n]["segs"].values())), model[n]["log_start"], model[n]["cleaned"]) for n in touched]
-        assert [(v.segments, v.log_start, v.cleaned_up_to) for v in views] == want
+        want = [
+            (tuple(sorted(model[n]["segs"].values())), model[n]["log_start"], model[n]["cleaned"], model[n]["at"])
+            for n in touched
+        ]
+        assert [(v.segments, v.log_start, v.cleaned_up_to, v.cleaned_at) for v in views] == want
+
+
+def test_a_clean_keeps_its_time_which_moves_only_with_cleaned_up_to_and_every_read_has_it(rclient: redis.Redis) -> None:
+    """The `compacted` event's ts is when the clean was seen (KIP-534's delete horizon starts there): kept with the
+    cleaned_up_to it moved to. Re-sent (a replayed batch, the agent's full re-announce with a later ts) or older, an
+    event changes nothing; one without a time makes it unknown until a time for that cleaned_up_to comes. Every read
+    path (views, the pipelined reference, the controller's numbers, explain's details) reads the same."""
+    st = RedisState(rclient)
+    t1 = 1_800_000_000_000
+    batch = [0]
+
+    def changes(*events: tuple[int, ...]) -> BatchChanges:
+        c = BatchChanges()
+        c.topic("t").segments.append((0, Segment(0, 500, 1, 1, 2)))
+        c.topic("t").compacted.extend(events)
+        return c
+
+    def clean(*events: tuple[int, ...]) -> PartitionView:
+        st.merge("s", batch[0], changes(*events), everyone)
+        batch[0] += 1
+        return st.view("t", 0)
+
+    assert clean((0, 100, t1)).cleaned_at == t1
+    key = st.keys.partition_records("t", 0)
+    record = rclient.hget(key, "0")
+    assert st.merge("s", 0, changes((0, 400, t1 + 5)), everyone)[1]  # batch 0 replayed: changes nothing
+    v = clean((0, 100, t1))  # the same event again
+    assert (v.cleaned_up_to, v.cleaned_at) == (100, t1) and rclient.hget(key, "0") == record
+    assert clean((0, 100, t1 + 60_000)).cleaned_at == t1  # the agent's re-announce, seen later: the clean's time stays
+    assert (clean((0, 50, t1 + 70_000)).cleaned_at, st.view("t", 0).cleaned_up_to) == (t1, 100)  # older: nothing
+    assert (clean((0, 200, t1 + 80_000)).cleaned_at, st.view("t", 0).cleaned_up_to) == (t1 + 80_000, 200)
+    assert clean((0, 300)).cleaned_at is None  # moved without a time: the old time is not this clean's
+    assert clean((0, 300, t1 + 90_000), (0, 300, t1 + 95_000)).cleaned_at == t1 + 90_000  # the first time given
+    keys = [("t", 0)]
+    assert st.views(keys) == st.views_pipelined(keys) == [replace(v, cleaned_up_to=300, cleaned_at=t1 + 90_000)]
+    assert st.partition_numbers("t", [0]).cleaned_at.tolist() == [t1 + 90_000]
+    [detail] = st.partition_details("t", [0], st.topic_groups("t", 0))
+    assert detail.view.cleaned_at == t1 + 90_000
+
+
+def test_a_record_with_a_clean_time_reads_as_before_to_a_build_that_does_not_know_it(rclient: redis.Redis) -> None:
+    """The time follows the record's MessagePack array as a second value (lua/part.lua): the decoding of the builds
+    before it takes the array alone, so a rollback reads every field it knows; a record without the time (written by
+    such a build) reads as an unknown time."""
+    st = RedisState(rclient)
+    c = BatchChanges()
+    c.topic("t").segments += [(0, Segment(0, 100, 5, 10, 6)), (0, Segment(100, 250, 7, 20, 8))]
+    c.topic("t").compacted.append((0, 100, 1_800_000_000_000))
+    st.merge("s", 0, c, everyone)
+    key = st.keys.partition_records("t", 0)
+    old_read = "local a = cmsgpack.unpack(redis.call('HGET', KEYS[1], '0'))"  # part.lua's decode before it
+    assert rclient.eval(f"{old_read} return a", 1, key) == [100, 0, 0, 100, 1, 10, 6, 0, 150, 1, 20, 2]
+    rclient.eval(f"{old_read} redis.call('HSET', KEYS[1], '0', cmsgpack.pack(a))", 1, key)  # its write: no time
+    v = st.view("t", 0)
+    assert (v.cleaned_up_to, v.cleaned_at, len(v.segments)) == (100, None, 2)
+    assert st.views_pipelined([("t", 0)]) == [v]

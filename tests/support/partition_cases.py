@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -80,6 +80,11 @@ def make_case(pick: Pick, n: int) -> Case:
         status = pick(["pending", "sent", "dry_run", "skipped"])
         records.append(ActionRecord("c", "compact", "orders", n, "max_compaction_lag", False, T0 - 1000, status))
     excluded = pick([EXCLUDED, None, None, None, None, None])
+    # picked last, so that the choices above stay what they were for a given sequence of picks
+    if view.cleaned_up_to is not None:  # when the clean was seen; None: cleaned before compactd kept it
+        view = replace(view, cleaned_at=pick([None, T0 - 2 * H, T0 - H, T0 - 1, T0]))
+    if (retention := pick([None, None, 0, H, 24 * H])) is not None:
+        layer["delete.retention.ms"] = retention
     return Case(view, zcard, lowest, resolve({"global": layer}, "orders"), excluded, tuple(records))
 
 
@@ -105,6 +110,7 @@ def numbers(cs: list[Case]) -> PartitionNumbers:
         lowest=np.array([-1 if c.lowest is None else c.lowest for c in cs], dtype=i64),
         nseg=np.array([len(c.view.segments) for c in cs], dtype=i64),
         segments=np.array(segs, dtype=i64).reshape(-1, 5),
+        cleaned_at=np.array([-1 if c.view.cleaned_at is None else c.view.cleaned_at for c in cs], dtype=i64),
     )  # fmt: skip
 
 
@@ -113,7 +119,7 @@ def view_of(nums: PartitionNumbers, topic: str, row: int) -> PartitionView:
     compare the packed read and generated cases with."""
     starts = [0, *np.cumsum(nums.nseg).tolist()]
     counted, zcard, lowest = int(nums.counted[row]), int(nums.zcard[row]), int(nums.lowest[row])
-    cleaned = int(nums.cleaned[row])
+    cleaned, cleaned_at = int(nums.cleaned[row]), int(nums.cleaned_at[row])
     return PartitionView(
         topic=topic,
         partition=int(nums.partitions[row]),
@@ -122,4 +128,5 @@ def view_of(nums: PartitionNumbers, topic: str, row: int) -> PartitionView:
         log_start=int(nums.log_start[row]),
         min_committed=lowest if counted > 0 and zcard == counted and lowest >= 0 else None,
         counted_groups=counted,
+        cleaned_at=None if cleaned_at < 0 else cleaned_at,
     )

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from compactd.app.explain import Caps, GroupsHere, explain_partition, threshold_sources, worst_first
 from compactd.app.explain_cli import parse_target
-from compactd.app.explain_text import format_text
+from compactd.app.explain_text import fmt_at, format_text
 from compactd.model import ActionRecord, PartitionView, Segment
 from compactd.policy.runtime_config import AppliedLayer, effective_layers
 from compactd.policy.thresholds import key_scope, resolve
@@ -214,7 +215,8 @@ def test_worst_first_puts_most_overdue_then_most_blocked_first() -> None:
 def test_explanation_is_json_and_text_fits_one_screen() -> None:
     groups = GroupsHere(lowest=(("billing", 150),), commit_ts={"billing": T0 - H})
     layer = {"consumed.retention.ms": H, "forced.retention.ms": 6 * H, "max.compaction.lag.ms": H}
-    e = explain(view(cleaned=100), layer, groups, records=(record("compact", status="sent"),), deadline=T0 + 5000)
+    v = replace(view(cleaned=100), cleaned_at=T0 - H)  # both tombstone parts: the longest max-compaction-lag block
+    e = explain(v, layer, groups, records=(record("compact", status="sent"),), deadline=T0 + 5000)
     assert json.loads(json.dumps(e)) == e
     text = format_text(e)
     assert len(text.splitlines()) <= 25 and all(len(line) <= 120 for line in text.splitlines())
@@ -314,3 +316,55 @@ def test_without_any_segment_event_every_rule_on_says_no_segment_source() -> Non
         assert e["rules"][name]["state"] == "blocked" and causes(e["rules"][name])[0] == "no_segment_source"
     assert e["rules"]["forced_retention"]["state"] == "off"
     assert "compactd agent --admin" in format_text(e)
+
+
+def test_explain_says_when_the_cleaned_and_the_dirty_tombstones_are_gone_if_records_keep_arriving() -> None:
+    """KIP-534's two passes: the tombstones below cleaned_up_to (cleaned at C) are removable after C +
+    delete.retention.ms and gone at the next clean, which max.compaction.lag.ms bounds; the dirty ones get their first
+    pass by earliest + lag, then the same. The later of the two is the metric's deadline."""
+    seen = T0 - 10_000
+    v = replace(view(cleaned=100), cleaned_at=seen)  # dirty: [100, 200) from T0 - 3h, [200, 300) from T0 - 1h
+    e = explain(v, {"max.compaction.lag.ms": H, "delete.retention.ms": 60_000})
+    lag = e["rules"]["max_compaction_lag"]
+    assert lag["now"]["cleaned_at"] == seen
+    assert lag["now"]["tombstones"] == {
+        "delete_retention_ms": 60_000,
+        "removable_after": seen + 60_000,
+        "clean_by": seen + 60_000 + H,
+        "first_pass_by": T0 - 2 * H,
+        "dirty_by": T0 - 2 * H + 60_000 + H,
+        "gone_by": seen + 60_000 + H,
+        "clean_time_unknown": False,
+    }
+    text = format_text(e).splitlines()
+    at = lambda ts: fmt_at(ts, T0)  # noqa: E731
+    block = text[text.index(f"    tombstones (delete.retention.ms 1m): all gone by {at(seen + 60_000 + H)} if records "
+                            "keep arriving"):][:4]  # fmt: skip
+    assert block[1:] == [
+        f"      cleaned {at(seen)}, removable after {at(seen + 60_000)}",
+        f"      next clean by {at(seen + 60_000 + H)} (max.compaction.lag.ms), once new records make the log dirty",
+        f"      not cleaned yet: first pass by {at(T0 - 2 * H)}, gone by {at(T0 - H + 60_000)}",
+    ]
+    assert "tombstone" not in text[0]  # not overdue: nothing in the headline
+
+
+def test_tombstones_past_their_deadline_are_overdue_in_the_headline() -> None:
+    v = replace(view(cleaned=300), cleaned_at=T0 - 3 * H)  # nothing dirty; no write since made Kafka clean again
+    e = explain(v, {"max.compaction.lag.ms": H, "delete.retention.ms": 60_000})
+    assert e["rules"]["max_compaction_lag"]["now"]["tombstones"]["gone_by"] == T0 - 2 * H + 60_000
+    text = format_text(e)
+    assert "tombstone erasure overdue by 1h59m" in text.splitlines()[0]
+    assert f"all gone by {fmt_at(T0 - 2 * H + 60_000, T0)} if records keep arriving, overdue" in text
+
+
+def test_a_clean_compactd_did_not_time_has_no_tombstone_bound_and_an_excluded_topic_none_at_all() -> None:
+    unknown = explain(view(cleaned=300), {"max.compaction.lag.ms": H})  # cleaned before compactd kept clean times
+    t = unknown["rules"]["max_compaction_lag"]["now"]["tombstones"]
+    assert (t["gone_by"], t["clean_time_unknown"]) == (None, True)
+    text = format_text(unknown)
+    assert "    tombstones (delete.retention.ms 1d00h): no bound" in text
+    assert "below offset 300: cleaned before compactd kept when; no bound until the next clean" in text
+    assert "tombstones" not in format_text(explain(view(cleaned=300), {}))  # no max.compaction.lag.ms: no bound
+    excluded = explain(replace(view(cleaned=100), cleaned_at=T0), {"max.compaction.lag.ms": H}, excluded="by rule")
+    assert "tombstones" not in excluded["rules"]["max_compaction_lag"]["now"]
+    assert "tombstones" not in format_text(excluded)  # compactd never nudges it: nothing bounds the next clean

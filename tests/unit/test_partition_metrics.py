@@ -83,9 +83,10 @@ def test_ten_thousand_partitions_stay_a_few_hundred_series() -> None:
         metrics.partitions.update((topic, p), partition_stats(v, th, NOW))
     lines = series(metrics.registry)
     per_partition = [ln for ln in lines if 'partition="' in ln]
-    # every partition is overdue, deletable and has a next action: each per-partition metric is cut at 100
-    assert 100 < len(per_partition) <= 6 * 100
-    assert len(lines) < 1000, len(lines)
+    # every partition is overdue, deletable, has a next action and a tombstone deadline: each per-partition metric
+    # is cut at 100
+    assert 100 < len(per_partition) <= 7 * 100
+    assert len(lines) < 1100, len(lines)  # 1,050: 930 before the tombstone deadline's 100 + 20 series
     assert all('group="' not in ln and 'grp="' not in ln for ln in lines)  # no label names a group
 
 
@@ -105,3 +106,27 @@ def test_every_sample_carries_the_cluster_name() -> None:
         )
         == 1
     )
+
+
+def test_time_to_erasure_is_per_partition_most_overdue_first_and_per_topic_the_latest() -> None:
+    """`compactd_partition_time_to_erasure_seconds`: deadline - now at scrape time, negative once passed, for the
+    top-N soonest (the most overdue first); the topic's figure is its latest partition, when all its tombstones go."""
+    clock = [NOW]
+    pm = PartitionMetrics(top_n=2, clock=lambda: clock[0])
+    registry = CollectorRegistry()
+    registry.register(pm)
+    th = Thresholds.model_validate({"max.compaction.lag.ms": 60_000, "delete.retention.ms": H})
+    seg = (Segment(0, 100, NOW - 2 * H, 10, NOW - 2 * H),)
+    for p, seen in enumerate([NOW - 2 * H, NOW - 3 * H, NOW, NOW - H // 2]):  # when each partition's clean was seen
+        pm.update(("t", p), partition_stats(PartitionView("t", p, seg, 100, 0, None, 0, seen), th, NOW))
+    pm.update(("t", 4), partition_stats(PartitionView("t", 4, seg, 100, 0, None, 0, None), th, NOW))  # unknown
+    pm.update(("u", 0), partition_stats(PartitionView("u", 0, seg, 100, 0, None, 0, NOW), Thresholds(), NOW))  # no lag
+    get = registry.get_sample_value
+    # deadline = seen + delete.retention.ms + max.compaction.lag.ms
+    assert get("compactd_partition_time_to_erasure_seconds", {"topic": "t", "partition": "1"}) == -2 * 3600 + 60
+    assert get("compactd_partition_time_to_erasure_seconds", {"topic": "t", "partition": "0"}) == -3600 + 60
+    assert len(series(registry, "compactd_partition_time_to_erasure_seconds{")) == 2  # top-N: the most overdue
+    assert get("compactd_topic_time_to_erasure_seconds", {"topic": "t"}) == 3600 + 60  # partition 2, the latest
+    assert get("compactd_topic_time_to_erasure_seconds", {"topic": "u"}) is None
+    clock[0] += 3600_000  # an hour on: the same deadlines, an hour closer
+    assert get("compactd_topic_time_to_erasure_seconds", {"topic": "t"}) == 60

@@ -35,6 +35,7 @@ def records(draw: st.DrawFn) -> list[dict]:
                 row.update(topic="t", partition=draw(st.integers(0, 2)), base_offset=draw(st.sampled_from([0, 100])))
             elif kind in ("compacted", "log_start"):
                 row.update(topic="t", partition=draw(st.integers(0, 2)), value_offset=next(forward) * 7 % 1000)
+                row["ts"] = 1_800_000_000_000 + src_offset  # a clean's time goes with its cleaned_up_to
             elif kind == "group_delete":
                 row.update(grp=draw(st.sampled_from("abc")))
             out.append(row)
@@ -116,8 +117,9 @@ def test_equal_order_keeps_the_last_read() -> None:
 @given(records())
 def test_collected_changes_are_the_reduced_keys_with_deleted_groups_older_offsets_void(rows: list[dict]) -> None:
     """`collect_changes` reads the reduced table column by column; what it returns is what the reference's winners say:
-    segments, cleaner and log-start offsets per topic, each group's offset unless the group's deletion in the same
-    batch comes later in the log, the deleted groups, and the input counts by stream and kind (errors: rejected)."""
+    segments, cleaner offsets with their clean's time and log-start offsets per topic, each group's offset unless the
+    group's deletion in the same batch comes later in the log, the deleted groups, and the input counts by stream and
+    kind (errors: rejected)."""
     from compactd.streaming.aggregate import collect_changes, keyed
 
     winners, singles = reference(plain(rows))
@@ -129,7 +131,9 @@ def test_collected_changes_are_the_reduced_keys_with_deleted_groups_older_offset
         counts[(r["stream"], r["kind"])] += n
         if k == "segment_rolled":
             want[topic]["segments"].append((partition, r.get("base_offset")))
-        elif k in ("compacted", "log_start"):
+        elif k == "compacted":
+            want[topic][k].append((partition, r["value_offset"], r["ts"]))
+        elif k == "log_start":
             want[topic][k].append((partition, r["value_offset"]))
         elif k == "offset" and not (grp in deleted and order(r) < deleted[grp]):
             want[topic]["offsets"].append((grp, partition, r.get("value_offset")))

@@ -1,7 +1,8 @@
 """The rules (policy/rules.py) are written once, over arrays; here they are checked against a model written from
 docs/contract.md ("Decisions") one partition at a time, in plain Python, on generated partitions: what is decided,
 when time next makes something due, and what each retention frees. A chunk is also planned as each of its rows alone
-would be (`plan_partition`, a chunk of one): no row's segments reach into another's."""
+would be (`plan_partition`, a chunk of one), and its metrics as each row's alone (`partition_stats`, a chunk of one,
+the tombstones' erasure deadline included): no row's segments reach into another's."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactd.policy.arrays import NONE
-from compactd.policy.forecast import stats_rows
+from compactd.policy.forecast import partition_stats, stats_rows
 from compactd.policy.plan import plan_partition, plans
 from compactd.policy.rules import Evaluation, Limits
 from compactd.policy.thresholds import Thresholds
@@ -70,12 +71,20 @@ def model(c: Case, now: int) -> dict[str, Any]:
             return 0, 0
         return end - v.log_start, sum(s.size_bytes for s in live if s.end_offset <= end)
 
+    # when the tombstones held now are gone: the clean part (still above the log start) by its clean's time +
+    # delete.retention.ms + the lag, the dirty part by its first pass (earliest + lag) + delete.retention.ms + the lag
+    gone = []
+    if lag is not None and v.cleaned_at is not None and cleaned > v.log_start:
+        gone.append(v.cleaned_at + th.delete_retention_ms + lag)
+    if lag is not None and earliest is not None:
+        gone.append(earliest + lag + th.delete_retention_ms + lag)
     return {
         "decided": decided,
         "crossings": tuple(crossings),
         "deadline": min((t for _, t in crossings), default=None),
         "frees": (*frees(consumed), *frees(forced)),
         "earliest": earliest,
+        "erasure": max(gone, default=None),
     }
 
 
@@ -101,6 +110,8 @@ def check(cs: list[Case], now: int) -> int:
         st_ = stats[i]
         assert st_.next_at == m["crossings"] and st_.earliest_ts == m["earliest"], (i, c)
         assert (st_.consumed_offsets, st_.consumed_bytes, st_.forced_offsets, st_.forced_bytes) == m["frees"], (i, c)
+        assert st_.erasure_at == m["erasure"], (i, c)
+        assert partition_stats(c.view, c.th, now) == st_, (i, c)  # a row of a chunk is the partition alone
         if ev.q.quiet[i]:  # a quiet row's metrics need no decision: it frees nothing
             assert quiet_stats.pop(0) == st_
     records = {c.view.partition: list(c.records) for c in cs}
