@@ -71,7 +71,7 @@ docs: $(STAMP)
 BENCHES := "throughput.py" "throughput.py --format binary" "state_footprint.py" "scaling.py" "scaling.py --nothing-due" \
 	"decode_offsets.py" "admin_poll.py" \
 	"metrics_scrape.py" "restart.py" "cold_start.py" "latency.py" "explain.py" "compaction.py" "driver_batch.py" \
-	"driver_batch.py --partitions 1000000" "state_footprint.py --partitions 1000000"
+	"driver_batch.py --partitions 1000000" "state_footprint.py --partitions 1000000" "cleaner_loop.py"
 bench: deps
 	@rm -f bench/results.jsonl
 	@for b in $(BENCHES); do $(BIN)/python bench/$$b >> bench/results.jsonl || exit 1; tail -n 1 bench/results.jsonl; done
