@@ -10,6 +10,7 @@ from typing import Any
 from compactd.errors import CompactdError
 from compactd.kafka.admin import admin_client
 from compactd.kafka.config import KafkaConnection
+from compactd.kafka.watermarks import list_offsets
 
 # Only compactd removes generations: no time or size retention on a view.
 VIEW_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
@@ -96,9 +97,8 @@ class CompactionCluster:
         request = {TopicPartition(topic, p): ospec for p in range(count)}
         out: dict[int, int] = {}
         try:
-            futures = self.admin.list_offsets(request, isolation_level=level, request_timeout=self.timeout_s)
-            for tp, fut in futures.items():
-                out[tp.partition] = fut.result(timeout=self.timeout_s).offset
+            for tp, offset in list_offsets(self.admin, request, level, self.timeout_s).items():
+                out[tp.partition] = offset
         except KafkaException as exc:
             raise ClusterError(f"cannot list offsets of {topic}: {exc.args[0].str()}") from None
         return out

@@ -9,6 +9,7 @@ from typing import Any
 
 from compactd.errors import CompactdError, DependencyUnavailable
 from compactd.kafka.config import KafkaConnection
+from compactd.kafka.watermarks import list_offsets
 
 Offsets = dict[str, dict[str, int]]
 CHECK_STEP_S = 0.25  # how often the start-up check looks at what librdkafka said while it waits
@@ -120,8 +121,8 @@ def list_end_offsets(admin: Any, topics: list[str], which: str, isolation: str =
         return {}
     level = IsolationLevel.READ_COMMITTED if isolation == "read_committed" else IsolationLevel.READ_UNCOMMITTED
     out: Offsets = {}
-    for tp, fut in admin.list_offsets(request, isolation_level=level, request_timeout=10).items():
-        out.setdefault(tp.topic, {})[str(tp.partition)] = fut.result(timeout=10).offset
+    for tp, offset in list_offsets(admin, request, level, 10).items():
+        out.setdefault(tp.topic, {})[str(tp.partition)] = offset
     return out
 
 

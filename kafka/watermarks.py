@@ -38,3 +38,27 @@ def watermarks(consumer: Any, topic: str, partition: int, timeout_s: float) -> t
             if exc.args[0].name() not in LEADER_MOVING or time.monotonic() >= deadline:
                 raise
             time.sleep(0.1)
+
+
+def list_offsets(admin: Any, request: dict[Any, Any], isolation_level: Any, timeout_s: float) -> dict[Any, int]:
+    """ListOffsets through the Admin API, {TopicPartition: OffsetSpec} -> {TopicPartition: offset}; the partitions
+    whose leader is being elected are asked again until `timeout_s` (any other error raises KafkaException)."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout_s
+    out: dict[Any, int] = {}
+    pending = dict(request)
+    while pending:
+        futures = admin.list_offsets(pending, isolation_level=isolation_level, request_timeout=timeout_s)
+        again = {}
+        for tp, fut in futures.items():
+            try:
+                out[tp] = fut.result(timeout=timeout_s).offset
+            except KafkaException as exc:
+                if exc.args[0].name() not in LEADER_MOVING or time.monotonic() >= deadline:
+                    raise
+                again[tp] = pending[tp]
+        pending = again
+        if pending:
+            time.sleep(0.1)
+    return out
