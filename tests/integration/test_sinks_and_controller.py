@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from prometheus_client import CollectorRegistry
 
@@ -50,7 +52,12 @@ def test_delete_records_guards(cluster, rclient) -> None:
     cluster.fill(both, 10)
     sink = KafkaAdminSink(KafkaConnection(cluster.bootstrap), RedisState(rclient))
     assert sink.execute(delete("__consumer_offsets", 1)).detail["why"] == "internal topic"
-    # compactd never sends a delete the broker would refuse for the topic's policy
+    # Kafka refuses DeleteRecords on a topic whose cleanup.policy lacks delete (KIP-107: POLICY_VIOLATION) ...
+    [answer] = cluster.admin.delete_records([TopicPartition(compacted, 0, 5)]).values()
+    with pytest.raises(KafkaException) as kafka_says:
+        answer.result(30)
+    assert kafka_says.value.args[0].code() == KafkaError.POLICY_VIOLATION
+    # ... and compactd never sends one: it reads the topic's policy first
     refused = sink.execute(delete(compacted, 5))
     assert (refused.status, refused.detail["why"]) == ("skipped", "cleanup.policy=compact has no delete")
     assert cluster.watermarks(compacted) == (0, 10)
