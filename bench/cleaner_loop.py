@@ -24,6 +24,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from latency import summary  # p50/p99/max, as the latency bench reports them (bench/ is on the path)
 
 from compactd.agent.agent import KafkaPublisher, SegmentAgent, run_agent
 from compactd.agent.logdir import read_checkpoint, scan_log_dir
@@ -33,17 +34,6 @@ from compactd.demo.broker import kafka_broker, kafka_version
 from compactd.demo.embedded import redis_server
 
 ROLL_MS = 1_000
-
-
-def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))])
-
-
-def summary(values: list[float]) -> dict:
-    return {"n": len(values), "p50": pct(values, 0.5), "max": pct(values, 1.0)}
 
 
 def wait(what: str, check, timeout_s: float, every_s: float = 0.05) -> float:
