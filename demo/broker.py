@@ -62,6 +62,10 @@ TEST_SETTINGS: dict[str, str] = {
     "log.message.timestamp.after.max.ms": str(365 * 24 * 3600 * 1000),
 }
 HEAP = "512m"
+# A test broker's JVM: the serial collector and the client compiler only. On 2 cores shared with Spark they cost less
+# CPU than G1 and the tiered JIT (measured: start 2.9 -> 1.7 CPU-s, idle 3.8% -> 2.5% of a core, RSS 241 -> 216 MB);
+# a broker's peak throughput is not what these brokers are for. COMPACTD_KAFKA_JVM_OPTIONS replaces them.
+JVM_OPTIONS = tuple(os.environ.get("COMPACTD_KAFKA_JVM_OPTIONS", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1").split())
 READY_TIMEOUT_S = 60.0
 
 
@@ -204,8 +208,7 @@ class KafkaBroker:
             java,
             f"-Xmx{heap}",
             f"-Xms{heap}" if heap != "64m" else "-Xms32m",
-            "-XX:+UseG1GC",
-            "-XX:MaxGCPauseMillis=20",
+            *JVM_OPTIONS,
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={log4j}",
             f"-Dkafka.logs.dir={self.logs}",
