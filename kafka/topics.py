@@ -44,7 +44,13 @@ class ClusterTopics:
             from confluent_kafka import Consumer
 
             self._admin = admin_client(self.conn, self.timeout_s)
-            self._consumer = Consumer(self.conn.client("consumer", forced={"group.id": "compactd-topic-check"}))
+            # read_uncommitted: the log's end is its high watermark. A read_committed client gets the last stable
+            # offset, which an open transaction holds below segments the log has (issue 39: read as a re-creation)
+            self._consumer = Consumer(
+                self.conn.client(
+                    "consumer", forced={"group.id": "compactd-topic-check", "isolation.level": "read_uncommitted"}
+                )
+            )
         return self._admin, self._consumer
 
     def describe(self, topics: Iterable[str]) -> TopicsNow:

@@ -66,7 +66,13 @@ class KafkaAdminSink:
     def start(self) -> None:
         if self.admin is None:
             self.admin = admin_client(self.conn, self.timeout_s)
-            self._watermarks = Consumer(self.conn.client("consumer", forced={"group.id": "compactd-admin-watermarks"}))
+            # the log end a delete is checked against is the high watermark (DeleteRecords' own bound), not the
+            # last stable offset a read_committed client gets below an open transaction
+            self._watermarks = Consumer(
+                self.conn.client(
+                    "consumer", forced={"group.id": "compactd-admin-watermarks", "isolation.level": "read_uncommitted"}
+                )
+            )
 
     def execute(self, rec: ActionRecord) -> ActionRecord:
         try:

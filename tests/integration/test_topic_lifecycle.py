@@ -10,7 +10,7 @@ import uuid
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Producer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from compactd.codec.offsets import OffsetValue, encode_offset_key, encode_offset_value
@@ -301,3 +301,30 @@ def uuid_of(topic_id: str | None) -> str | None:
     """The UUID string compactd's codec gives a v4 commit's topic ID, from the base64 the Admin API prints."""
     raw = topic_id_bytes(topic_id)
     return None if raw is None else str(uuid.UUID(bytes=raw))
+
+
+def test_an_open_transaction_is_not_a_recreated_topic(cluster, rclient) -> None:
+    """A transaction left open across a segment roll (Flink or Streams exactly-once, a hanging transaction) holds the
+    last stable offset below segment ends compactd knows. The log ends at its high watermark, not at the LSO: the
+    topic is not reset, and the consumed-retention delete below the group goes."""
+    topic = cluster.name("tx")
+    cluster.create(topic, 1, {"cleanup.policy": "delete"})
+    cluster.fill(topic, 3000)
+    tx = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": cluster.name("txid")})
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    for _ in range(210):
+        tx.produce(topic, value=b"open", partition=0)
+    tx.flush(30)  # written, never committed: the LSO stays at 3000, the high watermark is 3210
+    clock = [T0]
+    ctl, actions = controller(cluster, rclient, clock, topic, {"consumed.retention.ms": H})
+    closed = T0 - 2 * H
+    segs = [Segment(b, e, closed, 100, closed) for b, e in ((0, 1000), (1000, 2000), (2000, 3000), (3000, 3210))]
+    ctl.on_batch("s", 0, batch(topic, segs, offsets=[("g1", 0, 2000)]))
+    sent = cluster.read_all(actions)[-1]
+    assert (sent["status"], sent["before_offset"]) == ("sent", 2000), sent
+    assert cluster.watermarks(topic) == (2000, 3210)
+    assert ctl.state.partitions(topic) == [0] and ctl.metrics.registry.get_sample_value(
+        "compactd_topic_resets_total"
+    ) in (None, 0)
+    tx.abort_transaction(30)

@@ -158,7 +158,8 @@ class Cluster:
         return out
 
     def watermarks(self, topic: str, partition: int = 0) -> tuple[int, int]:
-        c = Consumer(self.conn.client("consumer", forced={"group.id": "wm"}))
+        """(log start, log end): the high watermark, not the last stable offset a read_committed client gets."""
+        c = Consumer(self.conn.client("consumer", forced={"group.id": "wm", "isolation.level": "read_uncommitted"}))
         try:
             return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
         finally:
