@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,9 +34,13 @@ from compactd.policy.identity import STALE
 from compactd.sinks.nudge_ledger import NudgeLedger, ledger_key
 from compactd.state.protocols import NudgeMemory
 
+log = logging.getLogger("compactd.sinks")
 # Values that make KIP-354's check fire immediately, or make the cleaner see the log as dirty enough.
 NUDGE_VALUES = {"max.compaction.lag.ms": "1", "min.cleanable.dirty.ratio": "0", "segment.ms": "1000"}
-_DEFAULT_SOURCES = {ConfigSource.DEFAULT_CONFIG.value, ConfigSource.STATIC_BROKER_CONFIG.value}
+# Only a value set on the topic itself is the topic's own: one from the broker (static, dynamic per broker or
+# cluster-wide) is the broker's, and a topic without an override follows it, changes included. Taking it for the
+# topic's and SETting it back at the restore would pin it onto the topic (issue 39).
+_TOPIC_OWN = ConfigSource.DYNAMIC_TOPIC_CONFIG.value
 # A topic's cleanup.policy is read from the cluster and kept this long: a changed policy is seen within a minute.
 POLICY_TTL_S = 60.0
 
@@ -147,7 +152,7 @@ class KafkaAdminSink:
         key = rec.detail.get("nudge", "max.compaction.lag.ms")
         value = NUDGE_VALUES[key]
         entry = self._describe(rec.topic).get(key)
-        current = None if entry is None or entry.source in _DEFAULT_SOURCES else entry.value
+        current = entry.value if entry is not None and entry.source == _TOPIC_OWN else None
         # compactd's own value on the topic is never taken for an operator's: its original is the one remembered
         # (Redis, else the ledger), and where neither has it the broker's default goes back
         candidate = Nudge(rec.topic, key, None if current == value else current, value, self.clock())
@@ -162,14 +167,25 @@ class KafkaAdminSink:
         return rec.with_status("sent", nudge=key, value=value, previous=nudge.original)
 
     def _restore(self, rec: ActionRecord) -> ActionRecord:
-        restored = {}
-        for key, previous in self.state.nudged(rec.topic).items():
-            self._alter(rec.topic, key, previous)
+        """Put each nudged config back: the original override, or none (the broker's value). Only where compactd's
+        own value is still on the topic: a value an operator set while the nudge was on is theirs and stays."""
+        restored, kept = {}, {}
+        nudged = self.state.nudged(rec.topic)
+        entries = self._describe(rec.topic) if nudged else {}
+        for key, previous in nudged.items():
+            entry = entries.get(key)
+            ours = entry is not None and entry.source == _TOPIC_OWN and entry.value == NUDGE_VALUES[key]
+            if ours:
+                self._alter(rec.topic, key, previous)
+                restored[key] = previous
+            else:
+                kept[key] = None if entry is None or entry.source != _TOPIC_OWN else entry.value
             if self.ledger is not None:
                 self.ledger.clear(rec.topic, key)
             self.state.forget_config(rec.topic, key)
-            restored[key] = previous
-        return rec.with_status("sent", restored=restored)
+        if kept:
+            log.info("%s: %s changed while nudged; left as it is now", rec.topic, ", ".join(sorted(kept)))
+        return rec.with_status("sent", restored=restored, **({"kept": kept} if kept else {}))
 
     def recover_nudges(self) -> int:
         """At start and after a rebuild: the nudges the ledger holds that Redis lost come back into Redis (so they

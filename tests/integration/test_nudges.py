@@ -4,14 +4,24 @@ as the broker describes it)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    ResourceType,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import NUDGE_CHECK_MS, Controller
+from compactd.demo.broker import kafka_broker
 from compactd.kafka.config import KafkaConnection
 from compactd.metrics import Metrics
 from compactd.model import Segment
@@ -21,6 +31,7 @@ from compactd.sinks.nudge_ledger import NudgeLedger
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
 from tests.integration.test_sinks_and_controller import topic_config
+from tests.support.fixtures import Cluster
 from tests.support.waiting import wait_for
 
 H = 3_600_000
@@ -182,3 +193,78 @@ def test_every_nudge_is_eventually_put_back(cluster, rclient, history: list[tupl
     job.ctl.restore_nudges()
     assert topic_config(cluster.bootstrap, topic, LAG, want=("86400000", False)) == ("86400000", False)
     assert job.ctl.state.nudges() == [] and [n for n in job.sink.ledger.load() if n.topic == topic] == []
+
+
+def topic_config_source(bootstrap: str, topic: str, key: str) -> tuple[str, int]:
+    """(value, ConfigSource) of a topic config as the broker describes it."""
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entry = admin.describe_configs([res])[res].result(30)[key]
+    return entry.value, entry.source
+
+
+def test_a_restore_leaves_a_broker_wide_default_to_the_broker_and_an_operators_value_alone(rclient, tmp_path) -> None:
+    """A broker-level dynamic config (`log.cleaner.max.compaction.lag.ms` set on the broker through the Admin API) is
+    no override of the topic: the nudge is put back by deleting compactd's override, and the topic follows the
+    broker's value after. A value an operator sets on the topic while the nudge is on is theirs: the restore leaves
+    it. (A broker of its own: the setting reaches every topic on it.)"""
+    broker = kafka_broker(tmp_path / "broker")
+    try:
+        cluster = Cluster(broker.bootstrap)
+        default = ConfigResource(
+            ResourceType.BROKER,
+            "1",
+            incremental_configs=[
+                ConfigEntry("log.cleaner.max.compaction.lag.ms", str(H), incremental_operation=AlterConfigOpType.SET)
+            ],
+        )
+        cluster.admin.incremental_alter_configs([default])[default].result(30)
+        dynamic_default = ConfigSource.DYNAMIC_BROKER_CONFIG.value
+        wait_for("the broker's value", lambda: topic_default_seen(cluster, dynamic_default), 10)
+        topic = cluster.name("follows")
+        cluster.create(topic, 1, {"cleanup.policy": "compact"})
+        assert topic_config_source(broker.bootstrap, topic, LAG) == (str(H), dynamic_default)
+        for t in ("nudges", "actions"):
+            cluster.create(cluster.name(t), 1, {"cleanup.policy": "compact"} if t == "nudges" else {})
+        job = Job(cluster, rclient, topic, {LAG: 60_000})
+        c = BatchChanges()
+        c.topic(topic).segments.append((0, Segment(0, 100, T0 - 2 * H, 1, T0 - 2 * H)))
+        job.ctl.on_batch("s", 0, c)
+        assert job.ctl.state.nudged(topic) == {LAG: None}  # the topic had no value of its own
+        c = BatchChanges()
+        c.topic(topic).compacted.append((0, 100))
+        job.ctl.on_batch("s", 1, c)
+        wait_for(
+            "compactd's override deleted",
+            lambda: topic_config_source(broker.bootstrap, topic, LAG)[1] == dynamic_default,
+            10,
+        )
+        assert topic_config_source(broker.bootstrap, topic, LAG) == (str(H), dynamic_default)
+
+        # nudged again; an operator sets a value of their own on the topic meanwhile: the restore leaves it
+        c = BatchChanges()
+        c.topic(topic).segments.append((0, Segment(100, 200, T0 - 2 * H, 1, T0 - 2 * H)))
+        job.later(H)
+        job.ctl.on_batch("s", 2, c)
+        wait_for("nudged again", lambda: topic_config_source(broker.bootstrap, topic, LAG)[0] == "1", 10)
+        mine = ConfigResource(
+            ResourceType.TOPIC,
+            topic,
+            incremental_configs=[ConfigEntry(LAG, "5000", incremental_operation=AlterConfigOpType.SET)],
+        )
+        cluster.admin.incremental_alter_configs([mine])[mine].result(30)
+        wait_for("the operator's value", lambda: topic_config_source(broker.bootstrap, topic, LAG)[0] == "5000", 10)
+        c = BatchChanges()
+        c.topic(topic).compacted.append((0, 200))
+        job.ctl.on_batch("s", 3, c)
+        time.sleep(1)
+        assert topic_config_source(broker.bootstrap, topic, LAG) == ("5000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+        assert job.ctl.state.nudges() == [] and job.sink.ledger.load() == []
+    finally:
+        broker.stop()
+
+
+def topic_default_seen(cluster, source: int) -> bool:
+    probe = cluster.name("probe")
+    cluster.create(probe, 1, exist_ok=True)
+    return topic_config_source(cluster.bootstrap, probe, LAG)[1] == source
