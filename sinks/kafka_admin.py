@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -43,6 +43,18 @@ NUDGE_VALUES = {"max.compaction.lag.ms": "1", "min.cleanable.dirty.ratio": "0", 
 _TOPIC_OWN = ConfigSource.DYNAMIC_TOPIC_CONFIG.value
 # A topic's cleanup.policy is read from the cluster and kept this long: a changed policy is seen within a minute.
 POLICY_TTL_S = 60.0
+
+
+def nudge_value(key: str, entries: Mapping[str, Any]) -> str:
+    """The value a nudge sets: NUDGE_VALUES', raised where the topic's own configs forbid it. Kafka refuses a
+    `max.compaction.lag.ms` below the topic's `min.compaction.lag.ms` (the nudge would fail at every retry), and
+    the smallest it allows is that value: records older than it are due at once, all the cleaner may take anyway."""
+    value = NUDGE_VALUES[key]
+    if key == "max.compaction.lag.ms":
+        floor = entries.get("min.compaction.lag.ms")
+        if floor is not None and floor.value is not None and int(floor.value) > int(value):
+            return str(int(floor.value))
+    return value
 
 
 class KafkaAdminSink:
@@ -150,13 +162,19 @@ class KafkaAdminSink:
             )
             return rec.with_status("skipped", why=why)
         key = rec.detail.get("nudge", "max.compaction.lag.ms")
-        value = NUDGE_VALUES[key]
-        entry = self._describe(rec.topic).get(key)
+        entries = self._describe(rec.topic)
+        value = nudge_value(key, entries)
+        entry = entries.get(key)
         current = entry.value if entry is not None and entry.source == _TOPIC_OWN else None
         # compactd's own value on the topic is never taken for an operator's: its original is the one remembered
-        # (Redis, else the ledger), and where neither has it the broker's default goes back
-        candidate = Nudge(rec.topic, key, None if current == value else current, value, self.clock())
-        if current == value and self.ledger is not None and not self.state.nudged(rec.topic).get(key):
+        # (Redis, else the ledger), and where neither has it the broker's default goes back. A value raised to the
+        # topic's floor (nudge_value) is compactd's only where a nudge of it is remembered: it may be the operator's.
+        remembered = key in self.state.nudged(rec.topic) or (
+            self.ledger is not None and any((n.topic, n.key) == (rec.topic, key) for n in self.ledger.load())
+        )
+        ours = current == value and (value == NUDGE_VALUES[key] or remembered)
+        candidate = Nudge(rec.topic, key, None if ours else current, value, self.clock())
+        if ours and self.ledger is not None and not self.state.nudged(rec.topic).get(key):
             candidate = next((n for n in self.ledger.load() if (n.topic, n.key) == (rec.topic, key)), candidate)
         # a second nudge of the same topic sees our own value: the first remembered one is kept
         nudge = self.state.remember_config(candidate)
@@ -170,11 +188,11 @@ class KafkaAdminSink:
         """Put each nudged config back: the original override, or none (the broker's value). Only where compactd's
         own value is still on the topic: a value an operator set while the nudge was on is theirs and stays."""
         restored, kept = {}, {}
-        nudged = self.state.nudged(rec.topic)
-        entries = self._describe(rec.topic) if nudged else {}
-        for key, previous in nudged.items():
-            entry = entries.get(key)
-            ours = entry is not None and entry.source == _TOPIC_OWN and entry.value == NUDGE_VALUES[key]
+        nudges = {n.key: n for n in self.state.nudges() if n.topic == rec.topic}
+        entries = self._describe(rec.topic) if nudges else {}
+        for key, nudge in nudges.items():
+            previous, entry = nudge.original, entries.get(key)
+            ours = entry is not None and entry.source == _TOPIC_OWN and entry.value == nudge.value
             if ours:
                 self._alter(rec.topic, key, previous)
                 restored[key] = previous

@@ -268,3 +268,23 @@ def topic_default_seen(cluster, source: int) -> bool:
     probe = cluster.name("probe")
     cluster.create(probe, 1, exist_ok=True)
     return topic_config_source(cluster.bootstrap, probe, LAG)[1] == source
+
+
+def test_a_nudge_kafka_would_refuse_is_raised_to_the_topics_min_compaction_lag(cluster, rclient) -> None:
+    """Kafka refuses `max.compaction.lag.ms` below the topic's `min.compaction.lag.ms`: a nudge of `1` failed at every
+    retry. The nudge takes the smallest value the topic allows, and the restore puts the original back."""
+    topic = cluster.name("floored")
+    cluster.create(topic, 1, {"cleanup.policy": "compact", LAG: "86400000", "min.compaction.lag.ms": "60000"})
+    for t in ("nudges", "actions"):
+        cluster.create(cluster.name(t), 1, {"cleanup.policy": "compact"} if t == "nudges" else {})
+    job = Job(cluster, rclient, topic, {LAG: H})
+    c = BatchChanges()
+    c.topic(topic).segments.append((0, Segment(0, 100, T0 - 2 * H, 1, T0 - 2 * H)))
+    job.ctl.on_batch("s", 0, c)
+    assert topic_config(cluster.bootstrap, topic, LAG, want=("60000", False)) == ("60000", False)
+    [sent] = cluster.read_all(job.actions)
+    assert (sent["action"], sent["status"], sent["detail"]["value"]) == ("compact", "sent", "60000")
+    c = BatchChanges()
+    c.topic(topic).compacted.append((0, 100))
+    job.ctl.on_batch("s", 1, c)
+    assert topic_config(cluster.bootstrap, topic, LAG, want=("86400000", False)) == ("86400000", False)
