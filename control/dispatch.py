@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("compactd.controller")
 
+OUTBOX_PAGE = 1000  # due records read per round trip
+OUTBOX_PAGES = 100  # at most this many pages a round: 100,000 records, then the next round goes on
 NUDGE_CHECK_MS = 15_000  # how often nudges still on are checked for a restore (Kafka's cleaner backoff)
 
 
@@ -129,7 +131,8 @@ class Dispatch:
         failed_round = False
         sending, held, rate_held = True, 0, 0
         finished: list[ActionRecord] = []
-        for rec in self.state.outbox(now):
+        # the pager asks, between pages, whether this round may still send: late binding is the point
+        for rec in self._due(now, lambda: sending):  # noqa: B023
             th = self.thresholds(rec.topic, rec.partition if rec.partition >= 0 else None)
             if rec.dry_run or (th.dry_run and rec.action != "restore_config"):
                 # dry.run set since the decision: still dry
@@ -178,6 +181,17 @@ class Dispatch:
         self._finish(finished)
         self.lifecycle.settle(now)  # after the records went: a reset drops them from the live set
         self.metrics.outbox_depth.set(self.state.outbox_depth())
+
+    def _due(self, now: int, sending: Callable[[], bool]) -> Iterator[ActionRecord]:
+        """The outbox's due records, oldest first, a page at a time, read on past records this round holds: with 1,000
+        or more compactions waiting for `compaction.max.concurrent` at the head, the deletes and restores behind them
+        were never read (issue 39). Paging stops when nothing more may be sent this round (`sending()` false: the
+        rate cap, or a failed send) or after OUTBOX_PAGES pages."""
+        for page in range(OUTBOX_PAGES):
+            records = self.state.outbox(now, limit=OUTBOX_PAGE, start=page * OUTBOX_PAGE)
+            yield from records
+            if len(records) < OUTBOX_PAGE or not sending():
+                return
 
     def _why_not_now(self, rec: ActionRecord, th: Thresholds, now: int) -> str | None:
         """The guards that hold at send time as well as at decision time."""

@@ -93,10 +93,11 @@ class OutboxStore(StoreBase):
         """Record decisions and put them in the outbox in one transaction (one round trip for a batch's decisions)."""
         self.settle(0, (), recs)
 
-    def outbox(self, now: int | None = None, limit: int = 1000) -> list[ActionRecord]:
-        """Records due by `now` (all when None), oldest first. A refused action's score is its next retry time."""
+    def outbox(self, now: int | None = None, limit: int = 1000, start: int = 0) -> list[ActionRecord]:
+        """Records due by `now` (all when None), oldest first, `limit` of them from the `start`-th. A refused action's
+        score is its next retry time."""
         hi = "+inf" if now is None else now
-        slots = self.r.zrangebyscore(self.k_outbox, "-inf", hi, start=0, num=limit)
+        slots = self.r.zrangebyscore(self.k_outbox, "-inf", hi, start=start, num=limit)
         if not slots:
             return []
         vals = self.r.hmget(self.k_rec, slots)

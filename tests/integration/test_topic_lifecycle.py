@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from compactd.codec.offsets import OffsetValue, encode_offset_key, encode_offset_value
 from compactd.control.controller import Controller
+from compactd.demo.broker import kafka_broker
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.topics import ClusterTopics, TopicsNow
 from compactd.metrics import Metrics
@@ -27,6 +28,7 @@ from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
 from compactd.streaming.aggregate import collect_changes, keyed
 from compactd.streaming.decode import DECODED_SCHEMA, Decoder, reduce_table
+from tests.support.fixtures import Cluster
 from tests.support.waiting import wait_for
 
 H = 3_600_000
@@ -328,3 +330,48 @@ def test_an_open_transaction_is_not_a_recreated_topic(cluster, rclient) -> None:
         "compactd_topic_resets_total"
     ) in (None, 0)
     tx.abort_transaction(30)
+
+
+def test_a_delete_behind_two_thousand_held_compactions_still_goes(rclient, tmp_path) -> None:
+    """2,000 partitions of a compacted topic overdue at once (a global max.compaction.lag.ms just turned on), the
+    cleaner slow to answer: `compaction.max.concurrent` (10) holds all but ten, and they keep their place at the
+    head of the outbox. A consumed-retention delete decided later on another topic still goes in the next round
+    (it was never read: the rounds read the 1,000 oldest records). A broker of its own: 2,000 partitions."""
+    broker = kafka_broker(tmp_path / "broker")
+    try:
+        cluster = Cluster(broker.bootstrap)
+        big, orders = cluster.name("big"), cluster.name("orders")
+        cluster.create(big, 2000, {"cleanup.policy": "compact"})
+        cluster.create(orders, 1, {"cleanup.policy": "delete"})
+        cluster.fill(orders, 3000)
+        clock = [T0]
+        state = RedisState(rclient)
+        actions = cluster.name("actions")
+        cluster.create(actions)
+        conn = KafkaConnection(cluster.bootstrap)
+        ctl = Controller(
+            state,
+            {
+                "global": {"dry.run": False, "max.compaction.lag.ms": H},
+                f"topic:{orders}": {"consumed.retention.ms": H},
+            },
+            KafkaAdminSink(conn, state),
+            AuditLog(conn, actions),
+            Metrics(CollectorRegistry()),
+            clock=lambda: clock[0],
+            topics=ClusterTopics(conn),
+        )
+        overdue = BatchChanges()
+        for p in range(2000):
+            overdue.topic(big).segments.append((p, Segment(0, 10, T0 - 2 * H, 1, T0 - 2 * H)))
+        ctl.on_batch("s", 0, overdue)
+        assert state.compactions_in_flight() == 10 and state.outbox_depth() == 1990
+        clock[0] += 1000
+        closed = T0 - 2 * H
+        ctl.on_batch("s", 1, batch(orders, [Segment(0, 1000, closed, 1, closed)], offsets=[("g", 0, 2000)]))
+        assert cluster.watermarks(orders) == (1000, 3000)
+        clock[0] += 1000
+        ctl.tick()
+        assert state.compactions_in_flight() == 10  # the cap still holds the compactions
+    finally:
+        broker.stop()
