@@ -31,9 +31,16 @@ FULL_EVERY_MS = 3_600_000
 
 class SegmentAgent:
     def __init__(
-        self, log_dirs: Iterable[Path], clock: Callable[[], int] = now_ms, full_every_ms: int = FULL_EVERY_MS
+        self,
+        log_dirs: Iterable[Path],
+        clock: Callable[[], int] = now_ms,
+        full_every_ms: int = FULL_EVERY_MS,
+        leads: Callable[[], set[tuple[str, int]] | None] | None = None,
     ) -> None:
+        """`leads`: the partitions this broker leads now (agent/leaders.py; None from it: unknown, nothing is
+        published this scan). Without it every partition on disk is published, as for a single-broker cluster."""
         self.log_dirs = [Path(d) for d in log_dirs]
+        self.leads = leads
         self.clock = clock
         self.full_every_ms = full_every_ms
         self._full_at: int | None = None  # when the last full re-announce began
@@ -57,6 +64,9 @@ class SegmentAgent:
             self._segments.clear()
             self._cleaned.clear()
             self._log_start.clear()
+        led = self.leads() if self.leads is not None else None
+        if self.leads is not None and led is None:
+            return []  # which partitions this broker leads is unknown: nothing a follower's log could say goes out
         events: list[Event] = []
         for log_dir in self.log_dirs:
             try:
@@ -64,9 +74,11 @@ class SegmentAgent:
             except OSError as exc:
                 self._report(str(log_dir), f"cannot scan: {exc}")
                 continue
+            if led is not None:
+                segments = [s for s in segments if (s.topic, s.partition) in led]
             events += self._rolled(segments)
-            events += self._compacted(log_dir, now)
-            events += self._log_starts(log_dir, segments, now)
+            events += self._compacted(log_dir, now, led)
+            events += self._log_starts(log_dir, segments, now, led)
         return events
 
     def _rolled(self, segments: list[SegmentFile]) -> list[Event]:
@@ -104,16 +116,24 @@ class SegmentAgent:
             self._report(str(path), str(exc))
             return {}
 
-    def _compacted(self, log_dir: Path, now: int) -> list[Event]:
+    def _compacted(self, log_dir: Path, now: int, led: set[tuple[str, int]] | None = None) -> list[Event]:
         out = []
         for (topic, p), offset in self._checkpoint(log_dir / "cleaner-offset-checkpoint").items():
+            if led is not None and (topic, p) not in led:
+                continue  # a follower's cleaner: the leader's log is the one readers fetch
             if offset > self._cleaned.get((topic, p), -1):
                 self._cleaned[(topic, p)] = offset
                 out.append({"type": "compacted", "topic": topic, "partition": p, "cleaned_up_to": offset, "ts": now})
         return out
 
-    def _log_starts(self, log_dir: Path, segments: list[SegmentFile], now: int) -> list[Event]:
-        starts = dict(self._checkpoint(log_dir / "log-start-offset-checkpoint"))
+    def _log_starts(
+        self, log_dir: Path, segments: list[SegmentFile], now: int, led: set[tuple[str, int]] | None = None
+    ) -> list[Event]:
+        starts = {
+            tp: o
+            for tp, o in self._checkpoint(log_dir / "log-start-offset-checkpoint").items()
+            if led is None or tp in led
+        }
         lowest: dict[tuple[str, int], int] = {}
         for s in segments:  # the oldest segment still on disk bounds the log start from below
             key = (s.topic, s.partition)

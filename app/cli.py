@@ -344,6 +344,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from compactd.agent.agent import KafkaPublisher, SegmentAgent, run_agent
+    from compactd.agent.leaders import Leaders, node_id
     from compactd.app.settings import load_settings
     from compactd.kafka.admin import check_reachable
 
@@ -359,8 +360,16 @@ def cmd_agent(args: argparse.Namespace) -> int:
     conn = settings.kafka_connection()
     check_reachable(conn)
     publisher = KafkaPublisher(conn, args.segments_topic or settings.topics.segments)
+    nodes = {node_id(d) for d in dirs}
+    if len(nodes) > 1:
+        raise UsageError(f"the log dirs belong to different brokers ({sorted(map(str, nodes))}): one agent per broker")
+    node = nodes.pop()
+    if node is None:  # a log dir without meta.properties (a copy, an old fixture): every partition on it
+        log.warning("no meta.properties in %s: publishing every partition, not only those this broker leads", dirs[0])
     try:
-        agent = SegmentAgent(dirs, full_every_ms=args.full_every_ms)
+        agent = SegmentAgent(
+            dirs, full_every_ms=args.full_every_ms, leads=None if node is None else Leaders(conn, node)
+        )
         run_agent(agent, publisher, args.interval_ms / 1000, _stop_on_signals(), once=args.once)
     finally:
         publisher.close()
