@@ -37,7 +37,7 @@ class StateGuard:
         self.merged = last_completed_batch(self.spark_checkpoint)
         ours = read_epoch(self.checkpoint_dir)
         health = self.state.health()
-        why = state_loss(ours, health, stream_id, self.merged, self.state.has_state())
+        why = state_loss(ours, health, stream_id, self.merged, self.state.has_state(), self.state.shard_marks())
         if why is None:
             self.epoch = self.state.claim_epoch(ours or uuid.uuid4().hex)
             if ours != self.epoch:  # adopted: a new checkpoint, or one from before epochs (an upgrade)
@@ -48,7 +48,9 @@ class StateGuard:
 
     def loss_now(self, stream_id: str) -> str | None:
         """The same comparison while running: one small read, before every merge and on every tick."""
-        return state_loss(self.epoch, self.state.health(), stream_id, self.merged, has_state=True)
+        return state_loss(
+            self.epoch, self.state.health(), stream_id, self.merged, has_state=True, shards=self.state.shard_marks()
+        )
 
     def intact(self) -> bool:
         """Right before a delete is decided or sent: Redis still holds our epoch (a flush since the last check)."""

@@ -28,12 +28,15 @@ def state_loss(
     stream_id: str,
     merged_at_least: int | None,
     has_state: bool,
+    shards: Mapping[str, Mapping[str, str]] | None = None,
 ) -> str | None:
     """Why this Redis is not the state the checkpoint assumes, on one line; None when it is.
 
     `checkpoint_epoch`: the epoch kept beside the checkpoint (None: none yet). `health`: the Redis state hash.
     `merged_at_least`: the newest batch known merged (the checkpoint's last completed batch, or the last batch this
-    process merged); None when nothing was. `has_state`: any topic was ever merged into this Redis.
+    process merged); None when nothing was. `has_state`: any topic was ever merged into this Redis. `shards`: on a
+    Redis Cluster, each primary's mark (its copy of the epoch and merged batches): the state hash lives on one shard,
+    and a failover of another that lost its writes shows only there.
     """
     epoch = health.get("epoch")
     if checkpoint_epoch is None:
@@ -46,6 +49,15 @@ def state_loss(
         return "Redis holds no state epoch (restarted without persistence, flushed, or another database)"
     if epoch != checkpoint_epoch:
         return f"Redis holds state epoch {epoch[:8]}, the checkpoint expects {checkpoint_epoch[:8]}"
+    for key, mark in sorted((shards or {}).items()) if health.get("marks") else ():
+        if mark.get("epoch") != epoch:
+            return f"a Redis Cluster shard lost its writes ({key} holds {'no mark' if not mark else 'another epoch'})"
+        done = mark.get(batch_field(stream_id))
+        if merged_at_least is not None and (done is None or int(done) < merged_at_least):
+            return (
+                f"a Redis Cluster shard lost writes ({key}: last merged batch {done or 'none'}, "
+                f"batch {merged_at_least} was merged)"
+            )
     if merged_at_least is None:
         return None
     merged = health.get(batch_field(stream_id))

@@ -117,6 +117,11 @@ class RedisKeys:
         "since"} of the delete gate, for explain."""
         return f"{self.prefix}:{{state}}"
 
+    def shard_mark(self, tag: str) -> str:
+        """A Redis Cluster shard's copy of the state epoch and last merged batches (one per primary, `tag` chosen so
+        the key lands on it): a failover that loses one shard's writes loses its mark, or leaves it behind."""
+        return f"{self.prefix}:{{mark-{tag}}}"
+
     @property
     def topic_ids(self) -> str:
         return f"{self.prefix}:topic-ids"

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from compactd.app.settings import Settings
 from compactd.control.controller import Controller
+from compactd.control.state_guard import StateGuard
 from compactd.demo.embedded import Service, redis_cluster
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord, Segment
@@ -113,3 +114,31 @@ def test_unreachable_cluster_is_one_line(tmp_path: Path) -> None:
     state = Settings(redis_url="redis://127.0.0.1:1/0", redis_cluster=True).redis_state(timeout_s=1)
     with pytest.raises(DependencyUnavailable, match="redis_cluster"):
         state.start()
+
+
+def test_a_shard_that_lost_its_writes_is_a_state_loss(cluster_nodes: list[Service], tmp_path: Path) -> None:
+    """The state hash lives on one shard; a failover of another that loses its writes (here: that node flushed) leaves
+    the hash intact. Every primary keeps a mark of the epoch and merged batches: the loss is seen at the next check."""
+    settings = Settings(redis_url=f"redis://127.0.0.1:{cluster_nodes[0].port}/0", redis_cluster=True)
+    state = settings.redis_state()
+    state.start()
+    state.r.flushall()
+    guard = StateGuard(state, tmp_path / "ckpt", tmp_path / "ckpt" / "spark")
+    assert guard.loss_at_start("s") is None
+    state.merge("s", 0, scenario_batch(), lambda g, t: True)
+    guard.merged_batch("s", 0)
+    assert guard.loss_now("s") is None
+    assert len(state.shard_marks()) == len(cluster_nodes)  # one mark on every primary
+    home = state.r.get_node_from_key(state.keys.state_health).port
+    other = next(n for n in cluster_nodes if n.port != home)
+    redis.Redis(port=other.port).flushall()  # that shard's writes are gone; the state hash is not
+    assert state.epoch() == guard.epoch
+    why = guard.loss_now("s")
+    assert why is not None and "shard lost" in why, why
+
+
+def scenario_batch() -> BatchChanges:
+    c = BatchChanges()
+    for i in range(20):  # topics over many slots
+        c.topic(f"t{i}").segments.append((0, Segment(0, 10, T0, 1, T0)))
+    return c
