@@ -241,7 +241,11 @@ class Controller(Dispatch):
         now = self.clock()
         out: list[ShareResult] = []
         if changes.group_deletes or changes.assignments:
-            groups = BatchChanges(group_deletes=changes.group_deletes, assignments=changes.assignments)
+            groups = BatchChanges(
+                group_deletes=changes.group_deletes,
+                group_delete_ts=changes.group_delete_ts,
+                assignments=changes.assignments,
+            )
             touched, _ = self.state.merge(f"{stream_id}#groups", batch_id, groups, layers.counts)
             out.append(ShareResult(full=[(t, p) for t, parts in touched.items() for p in sorted(parts)]))
         if run_shares is not None:

@@ -23,6 +23,9 @@ class TopicChanges:
     # (group, partition) -> the topic ID a commit of `offsets` names (OffsetCommitValue v4): the merge voids a commit
     # made on another incarnation of the topic (policy.identity.other_incarnation)
     offset_ids: dict[tuple[str, int], str] = field(default_factory=dict)
+    # (group, partition) -> the event time of a commit of `offsets` from the JSON commits topic: a commit older than
+    # its group's deletion (`BatchChanges.group_delete_ts`, or one remembered from an earlier batch) never counts
+    offset_ts: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.segments or self.compacted or self.log_start or self.offsets or self.group_deletes)
@@ -33,6 +36,9 @@ class BatchChanges:
     topics: dict[str, TopicChanges] = field(default_factory=lambda: defaultdict(TopicChanges))
     # groups deleted in this batch, applied to every topic the group has offsets on
     group_deletes: list[str] = field(default_factory=list)
+    # group -> its deletion's event time, for deletions from the JSON commits topic: a group's deletion and its
+    # commits sit in different partitions of that topic, so their times, not the log, say which came first
+    group_delete_ts: dict[str, int] = field(default_factory=dict)
     # each group's latest membership in this batch: {group: {topic: [partition, ...]}} ({} = no members)
     assignments: dict[str, dict[str, list[int]]] = field(default_factory=dict)
 

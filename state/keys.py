@@ -117,6 +117,12 @@ class RedisKeys:
         "since"} of the delete gate, for explain."""
         return f"{self.prefix}:{{state}}"
 
+    @property
+    def group_deleted_at(self) -> str:
+        """Sorted set: group -> the event time of its latest deletion from the JSON commits topic. A commit of the
+        group older than that, read in a later batch (another partition of that topic), never counts."""
+        return f"{self.prefix}:group-deleted-at"
+
     def shard_mark(self, tag: str) -> str:
         """A Redis Cluster shard's copy of the state epoch and last merged batches (one per primary, `tag` chosen so
         the key lands on it): a failover that loses one shard's writes loses its mark, or leaves it behind."""

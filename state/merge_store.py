@@ -16,7 +16,14 @@ from compactd.state.changes import BatchChanges, TopicChanges
 from compactd.state.store_base import StoreBase, _s
 
 log = logging.getLogger("compactd.state")
-MERGE_SLICE = 64  # topics merged per pipelined round trip
+MERGE_SLICE = 64
+DELETIONS_KEPT_MS = 30 * 24 * 3_600_000  # how long a group's deletion is remembered against late older commits
+
+
+def _older(ts: int | None, deleted_at: float | None) -> bool:
+    return ts is not None and deleted_at is not None and ts < deleted_at  # topics merged per pipelined round trip
+
+
 _MERGE_JSON = msgspec.json.Encoder()
 
 
@@ -33,6 +40,7 @@ class MergeStore(StoreBase):
         by the replay of the same batch id.
         """
         self._void_other_incarnations(changes)
+        self._order_by_deletions(changes)
         pipe = self.r.pipeline(transaction=False)
         # one SADD per group: 100k partitions x 2 groups of offsets are 2 index entries, not 200k commands
         offsets_in: dict[str, set[str]] = {}
@@ -64,7 +72,9 @@ class MergeStore(StoreBase):
 
         def payload(topic: str) -> bytes:
             tc = changes.topics.get(topic, empty)
-            return self._payload(topic, tc, deleted_in.get(topic, []), assign.get(topic, []), counts)
+            at = changes.group_delete_ts
+            gdel: list[Any] = [[g, at[g]] if g in at else g for g in deleted_in.get(topic, [])]
+            return self._payload(topic, tc, gdel, assign.get(topic, []), counts)
 
         results = self._run_merges(stream_id, batch_id, topics, payload)
         touched: dict[str, set[int]] = {}
@@ -93,6 +103,33 @@ class MergeStore(StoreBase):
             if not self.r.sismember(self.keys.groups(topic), group):
                 self.r.srem(self.keys.group_topics(group), topic)
         return touched, replayed
+
+    def _order_by_deletions(self, changes: BatchChanges) -> int:
+        """Across batches, a group's deletion and its commits from the JSON commits topic go by their event times:
+        the batch's deletions are remembered (`group_deleted_at`, the latest per group, kept 30 days), and a commit
+        older than its group's remembered deletion is dropped (read late from another partition of that topic, it
+        would bring back a position the group gave up). A deletion older than a commit the state already holds does
+        not wipe it: lua/merge.lua compares it with the group's latest commit time on the topic. Returns how many
+        commits were dropped; a replay drops the same."""
+        key = self.keys.group_deleted_at
+        if changes.group_delete_ts:
+            newest = max(changes.group_delete_ts.values())
+            pipe = self.r.pipeline(transaction=False)
+            pipe.zadd(key, {g: ts for g, ts in changes.group_delete_ts.items()}, gt=True)
+            pipe.zremrangebyscore(key, "-inf", newest - DELETIONS_KEPT_MS)
+            pipe.execute()
+        groups = sorted({g for tc in changes.topics.values() for g, _ in tc.offset_ts})
+        if not groups:
+            return 0
+        deleted = {g: d for g, d in zip(groups, self.r.zmscore(key, groups), strict=True) if d is not None}
+        dropped = 0
+        for tc in changes.topics.values():
+            if not tc.offset_ts or not deleted:
+                continue
+            kept = [o for o in tc.offsets if not _older(tc.offset_ts.get((o[0], o[1])), deleted.get(o[0]))]
+            dropped += len(tc.offsets) - len(kept)
+            tc.offsets = kept
+        return dropped
 
     def _void_other_incarnations(self, changes: BatchChanges) -> int:
         """Drop the batch's commits made on another incarnation of their topic than the one its state is bound to
@@ -150,7 +187,7 @@ class MergeStore(StoreBase):
 
     @staticmethod
     def _payload(
-        topic: str, tc: TopicChanges, gdel: list[str], assign: list[list[Any]], counts: Callable[[str, str], bool]
+        topic: str, tc: TopicChanges, gdel: list[Any], assign: list[list[Any]], counts: Callable[[str, str], bool]
     ) -> bytes:
         """lua/merge.lua's payload: compact JSON, the bytes `json.dumps` gave, encoded by msgspec in a tenth of the
         time (`json.dumps` was a third of a second of a batch at 1M partitions)."""

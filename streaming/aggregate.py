@@ -92,7 +92,9 @@ def collect_changes(
     counted = counted.group_by(["s", "c"], use_threads=False).aggregate([("n", "sum")])
     for stream, kind, n in zip(*_columns(counted, "s", "c", "n_sum"), strict=True):
         out.counts[(stream, kind)] += n
-    group_deleted: dict[str, tuple[int, int]] = dict(deleted_elsewhere or {})
+    # group -> (ord_a, ord_b, event time or None): where its deletion sits in the log, and, from the JSON commits
+    # topic, when it happened (lists, not tuples, once they crossed to a share's task)
+    group_deleted: dict[str, Any] = {g: tuple(d) for g, d in (deleted_elsewhere or {}).items()}
     memberships: dict[str, tuple[tuple[int, int], str]] = {}
     for r in table.filter(pc.invert(pc.is_in(k, _PER_TOPIC))).to_pylist():  # few: rejected, config, groups
         if r["k"] == "error":
@@ -100,7 +102,7 @@ def collect_changes(
         elif r["k"] == "config":
             out.config.append(r)
         elif r["k"] == "group_delete":
-            group_deleted[r["grp"]] = (r["ord_a"], r["ord_b"])
+            group_deleted[r["grp"]] = (r["ord_a"], r["ord_b"], r["ts"] if r["stream"] == "commits" else None)
         elif r["k"] == "group_metadata":
             memberships[r["grp"]] = ((r["ord_a"], r["ord_b"]), r["assigned"] or "{}")
     changes = out.changes
@@ -114,20 +116,23 @@ def collect_changes(
     for topic, partition, value in zip(*log_starts, strict=True):
         changes.topic(topic).log_start.append((partition, value))
     offsets = _columns(table.filter(pc.equal(k, "offset")), *_OFFSET_COLUMNS)
-    for group, topic, partition, kind, value, ord_a, ord_b, ts, topic_id in zip(*offsets, strict=True):
+    for group, topic, partition, kind, value, ord_a, ord_b, ts, topic_id, stream in zip(*offsets, strict=True):
         # an offset event older than its group's deletion in the same batch is void
-        if group_deleted and group in group_deleted and (ord_a, ord_b) < group_deleted[group]:
+        if group_deleted and group in group_deleted and before_deletion((ord_a, ord_b), ts, group_deleted[group]):
             continue
         tc = changes.topic(topic)
         committed = value if kind == "offset_commit" else None
         tc.offsets.append((group, partition, committed))
         if committed is not None and topic_id:
             tc.offset_ids[(group, partition)] = topic_id
+        if committed is not None and stream == "commits" and ts is not None:
+            tc.offset_ts[(group, partition)] = ts
         if committed is not None and ts is not None:  # the commit's own time (event `ts`, or the commit timestamp)
             tc.commit_ts[group] = max(ts, tc.commit_ts.get(group, ts))
     changes.group_deletes = sorted(g for g in group_deleted if not deleted_elsewhere or g not in deleted_elsewhere)
+    changes.group_delete_ts = {g: d[2] for g in changes.group_deletes if (d := group_deleted[g])[2] is not None}
     for group, (order, assigned) in sorted(memberships.items()):
-        if group in group_deleted and order < group_deleted[group]:
+        if group in group_deleted and order < group_deleted[group][:2]:
             continue  # the group was deleted after this membership
         changes.assignments[group] = json.loads(assigned)
     out.config.sort(key=lambda r: (r["src_partition"], r["src_offset"]))
@@ -138,7 +143,18 @@ def collect_changes(
 _PER_TOPIC = pa.array(PER_TOPIC_KINDS)
 _SEGMENT_COLUMNS = ("topic", "partition", "base_offset", "end_offset", "first_batch_max_ts", "size_bytes", "ts")
 _FORWARD_COLUMNS = ("topic", "partition", "value_offset")
-_OFFSET_COLUMNS = ("grp", "topic", "partition", "kind", "value_offset", "ord_a", "ord_b", "ts", "topic_id")
+_OFFSET_COLUMNS = ("grp", "topic", "partition", "kind", "value_offset", "ord_a", "ord_b", "ts", "topic_id", "stream")
+
+
+def before_deletion(order: tuple[int, int], ts: int | None, deletion: tuple[Any, ...]) -> bool:
+    """Whether an offset event came before its group's deletion. On the JSON commits topic a group's deletion
+    (keyed by group) and its commits (keyed by group, topic and partition) sit in different partitions, whose order
+    says nothing: their event times do (a tie counts the commit as after: the group keeps holding, the safe side). A
+    group's `__consumer_offsets` records all sit in one partition: there the log order is the order."""
+    d_order, d_ts = (deletion[0], deletion[1]), deletion[2] if len(deletion) > 2 else None
+    if d_ts is not None and ts is not None:
+        return ts < d_ts
+    return order < d_order
 
 
 def _columns(table: pa.Table, *names: str) -> list[list[Any]]:

@@ -4,7 +4,8 @@
 -- ARGV[1] = stream id (the Spark query id: stable across restarts of one checkpoint)
 -- ARGV[2] = batch id
 -- ARGV[3] = JSON payload:
---   gdel     [group, ...]                      groups deleted (all their offsets on this topic go)
+--   gdel     [group | [group, ts], ...]        groups deleted (all their offsets on this topic go; with the deletion's
+--            event time, not when the group's latest commit on the topic is newer: that commit came after it)
 --   assign   [[group, assigned(0/1), counted(0/1)], ...]  members assigned to this topic, from group metadata
 --   offsets  [[group, counted(0/1), [partition, offset|-1, partition, offset|-1, ...]], ...]   -1 = offset deleted
 --            (one flat list per group: decoding 100k small lists was most of the script's time)
@@ -25,18 +26,24 @@ local touched = {}
 --! include part.lua
 migrate_parts()
 
-for _, g in ipairs(p.gdel or {}) do
-  redis.call('SREM', base .. ':asg', g)
+for _, e in ipairs(p.gdel or {}) do
+  local g, at = e, nil
+  if type(e) == 'table' then g, at = e[1], e[2] end
   local id = gid(g, false)
-  if id then
-    for b = 0, tonumber(redis.call('HGET', base .. ':ob', id) or '-1') do
-      local key = base .. ':o:' .. id .. ':' .. b
-      for _, n in ipairs(redis.call('HKEYS', key)) do touched[n] = true end
-      redis.call('DEL', key)
+  -- a deletion older than a commit the state holds (read late from another partition of the commits topic) is void
+  local void = id and at and tonumber(redis.call('HGET', base .. ':ct', id) or '-1') > at
+  if not void then
+    redis.call('SREM', base .. ':asg', g)
+    if id then
+      for b = 0, tonumber(redis.call('HGET', base .. ':ob', id) or '-1') do
+        local key = base .. ':o:' .. id .. ':' .. b
+        for _, n in ipairs(redis.call('HKEYS', key)) do touched[n] = true end
+        redis.call('DEL', key)
+      end
+      redis.call('HSET', base .. ':oc', id, 0)
     end
-    redis.call('HSET', base .. ':oc', id, 0)
+    forget_if_idle(g)
   end
-  forget_if_idle(g)
 end
 
 for _, a in ipairs(p.assign or {}) do

@@ -382,3 +382,31 @@ def test_a_record_with_a_clean_time_reads_as_before_to_a_build_that_does_not_kno
     v = st.view("t", 0)
     assert (v.cleaned_up_to, v.cleaned_at, len(v.segments)) == (100, None, 2)
     assert st.views_pipelined([("t", 0)]) == [v]
+
+
+def test_a_groups_deletion_and_commits_read_in_separate_batches_go_by_event_time(rclient: redis.Redis) -> None:
+    """From the JSON commits topic a group's deletion and its commits come from different partitions, so a later
+    batch can hold the older event. A deletion older than a commit already merged leaves it; a commit older than a
+    deletion already merged never counts (issue 39)."""
+    state = RedisState(rclient)
+
+    def commit(batch_id: int, group: str, topic: str, offset: int, ts: int) -> None:
+        c = BatchChanges()
+        c.topic(topic).offsets.append((group, 0, offset))
+        c.topic(topic).offset_ts[(group, 0)] = ts
+        c.topic(topic).commit_ts[group] = ts
+        state.merge("s", batch_id, c, everyone)
+
+    def delete(batch_id: int, group: str, ts: int) -> None:
+        state.merge("s", batch_id, BatchChanges(group_deletes=[group], group_delete_ts={group: ts}), everyone)
+
+    commit(0, "new", "b", 500, ts=2_000)  # case B: the new group's commit is read first ...
+    delete(1, "new", ts=1_000)  # ... its older deletion after: the commit stays
+    assert state.group_offsets("b") == {("new", 0): 500}
+    delete(2, "gone", ts=2_000)  # case A: the deletion is read first ...
+    commit(3, "gone", "a", 500, ts=1_000)  # ... the older commit after: it never counts
+    assert state.group_offsets("a") == {}
+    commit(4, "gone", "a", 700, ts=3_000)  # a commit after the deletion: the group is back
+    assert state.group_offsets("a") == {("gone", 0): 700}
+    delete(1, "new", ts=1_000)  # a replayed batch changes nothing
+    assert state.group_offsets("b") == {("new", 0): 500}

@@ -22,10 +22,15 @@ def records(draw: st.DrawFn) -> list[dict]:
     """Decoded rows of several source partitions, in log order per partition (what a Kafka read yields)."""
     out: list[dict] = []
     forward = iter(range(10**6))  # distinct cleaner/log-start offsets: Spark's max_by has no defined tie winner
+    # the JSON commits topic (a group's deletion and commits in different partitions: event times order them) or
+    # another stream (log order)
+    stream = draw(st.sampled_from(["commits", "x"]))
     for src_partition in range(draw(st.integers(1, 4))):
         for src_offset in range(draw(st.integers(0, 40))):
             kind = draw(st.sampled_from(KINDS))
-            row: dict = {"stream": "x", "kind": kind, "src_partition": src_partition, "src_offset": src_offset}
+            row: dict = {"stream": stream, "kind": kind, "src_partition": src_partition, "src_offset": src_offset}
+            if stream == "commits" and kind in ("offset_commit", "offset_delete", "group_delete"):
+                row["ts"] = draw(st.integers(0, 5))  # few values: ties between a commit and a deletion happen
             if draw(st.integers(0, 9)) == 0:
                 row.update(kind=None, error="malformed_json")
             elif kind in ("offset_commit", "offset_delete"):
@@ -118,13 +123,18 @@ def test_equal_order_keeps_the_last_read() -> None:
 def test_collected_changes_are_the_reduced_keys_with_deleted_groups_older_offsets_void(rows: list[dict]) -> None:
     """`collect_changes` reads the reduced table column by column; what it returns is what the reference's winners say:
     segments, cleaner offsets with their clean's time and log-start offsets per topic, each group's offset unless the
-    group's deletion in the same batch comes later in the log, the deleted groups, and the input counts by stream and
+    group's deletion in the same batch comes later (in the log; by event time on the JSON commits topic), the deleted
+    groups, and the input counts by stream and
     kind (errors: rejected)."""
     from compactd.streaming.aggregate import collect_changes, keyed
 
     winners, singles = reference(plain(rows))
     order = lambda r: (r["src_partition"], r["src_offset"])  # noqa: E731
-    deleted = {grp: order(r) for (k, _, _, grp, _), (r, _) in winners.items() if k == "group_delete"}
+    deleted = {grp: r for (k, _, _, grp, _), (r, _) in winners.items() if k == "group_delete"}
+
+    def void(r: dict, d: dict) -> bool:  # before its group's deletion: by event time on the commits topic, a tie kept
+        return r["ts"] < d["ts"] if r["stream"] == "commits" else order(r) < order(d)
+
     want: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     counts: dict[tuple, int] = defaultdict(int)
     for (k, topic, partition, grp, _), (r, n) in winners.items():
@@ -135,7 +145,7 @@ def test_collected_changes_are_the_reduced_keys_with_deleted_groups_older_offset
             want[topic][k].append((partition, r["value_offset"], r["ts"]))
         elif k == "log_start":
             want[topic][k].append((partition, r["value_offset"]))
-        elif k == "offset" and not (grp in deleted and order(r) < deleted[grp]):
+        elif k == "offset" and not (grp in deleted and void(r, deleted[grp])):
             want[topic]["offsets"].append((grp, partition, r.get("value_offset")))
     for r in singles:
         counts[(r["stream"], "rejected" if r.get("error") else r["kind"])] += 1
