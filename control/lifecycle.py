@@ -37,6 +37,10 @@ class Records(Protocol):
     def record_reset(self, topic: str, why: str, now: int) -> None:
         """The topic's state was reset: where the sources stand now (a rebuild drops the events before)."""
 
+    def forget_nudges(self, topic: str) -> None:
+        """A topic deleted for good: its nudges' originals go, so that a topic created later under the name is never
+        given the old one's."""
+
     def record_ids(self, ids: Mapping[str, str | None]) -> None:
         """The incarnations the state is bound to (None: the topic was forgotten). A rebuild binds its state to them
         before it reads a source again: a topic re-created since is then found stale, not taken for the one the
@@ -187,6 +191,7 @@ class Lifecycle:
         parts = self.state.forget_topic(topic)
         if self.records is not None:
             self.records.record_ids({topic: None})
+            self.records.forget_nudges(topic)
         self._learned.discard(topic)
         self._missing_once.discard(topic)
         self.metrics.topics_forgotten.inc()

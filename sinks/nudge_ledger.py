@@ -155,3 +155,9 @@ class LifecycleRecords:
 
     def record_ids(self, ids: Mapping[str, str | None]) -> None:
         self.ledger.record_ids(ids)
+
+    def forget_nudges(self, topic: str) -> None:
+        """Every nudge of the topic the ledger holds goes (Redis lost them with the topic's state already)."""
+        for nudge in self.ledger.load():
+            if nudge.topic == topic:
+                self.ledger.clear(topic, nudge.key)

@@ -188,6 +188,9 @@ def test_no_delete_removes_what_no_rule_made_due_across_re_creations(
         def record_reset(self, topic: str, why: str, now: int) -> None:
             superseded[topic] = len(merged)
 
+        def forget_nudges(self, topic: str) -> None:
+            pass  # the property's sink nudges nothing
+
         def record_ids(self, ids: Mapping[str, str | None]) -> None:
             for topic, topic_id in ids.items():
                 _ = bound.pop(topic, None) if topic_id is None else bound.__setitem__(topic, topic_id)

@@ -23,11 +23,12 @@ from prometheus_client import CollectorRegistry
 from compactd.control.controller import NUDGE_CHECK_MS, Controller
 from compactd.demo.broker import kafka_broker
 from compactd.kafka.config import KafkaConnection
+from compactd.kafka.topics import ClusterTopics
 from compactd.metrics import Metrics
 from compactd.model import Segment
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.kafka_admin import KafkaAdminSink
-from compactd.sinks.nudge_ledger import NudgeLedger
+from compactd.sinks.nudge_ledger import LifecycleRecords, NudgeLedger
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
 from tests.integration.test_sinks_and_controller import topic_config
@@ -288,3 +289,40 @@ def test_a_nudge_kafka_would_refuse_is_raised_to_the_topics_min_compaction_lag(c
     c.topic(topic).compacted.append((0, 100))
     job.ctl.on_batch("s", 1, c)
     assert topic_config(cluster.bootstrap, topic, LAG, want=("86400000", False)) == ("86400000", False)
+
+
+def test_a_topic_deleted_for_good_takes_its_nudges_original_with_it(cluster, rclient) -> None:
+    """The topic is deleted while nudged and forgotten: its original leaves the ledger too, so a topic created later
+    under the name, whose config is its own, is never given the old one's original by a recovery."""
+    job, topic = setup(cluster, rclient)
+    conn = KafkaConnection(cluster.bootstrap)
+    ctl = Controller(
+        job.ctl.state,
+        {"global": {"dry.run": False}, f"topic:{topic}": {LAG: H}},
+        job.sink,
+        None,
+        Metrics(CollectorRegistry()),
+        clock=job.now,
+        topics=ClusterTopics(conn),
+        records=LifecycleRecords(job.sink.ledger, dict),
+    )
+    ctl.sweep_topics()  # records the topic's ID
+    for fut in cluster.admin.delete_topics([topic]).values():
+        fut.result(30)
+    topics = ClusterTopics(conn)
+    wait_for("the topic gone", lambda: topic in topics.describe([topic]).missing, 10)
+    ctl.sweep_topics()
+    ctl.sweep_topics()  # missing twice: forgotten
+    assert job.ctl.state.nudges() == [] and job.sink.ledger.load() == []
+    wait_for("created again", lambda: _created(cluster, topic, {"cleanup.policy": "compact", LAG: "5000"}), 10)
+    assert job.sink.recover_nudges() == 0
+    assert topic_config(cluster.bootstrap, topic, LAG, want=("5000", False)) == ("5000", False)
+
+
+def _created(cluster, topic: str, config: dict[str, str]) -> bool:
+    """Create `topic`; False while the broker still refuses the name of one just deleted."""
+    try:
+        cluster.create(topic, 1, config)
+        return True
+    except Exception:
+        return False

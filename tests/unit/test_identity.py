@@ -151,6 +151,9 @@ class Ledger:
     def record_reset(self, topic: str, why: str, now: int) -> None:
         self.resets.append(topic)
 
+    def forget_nudges(self, topic: str) -> None:
+        self.resets.append(f"nudges of {topic}")
+
     def record_ids(self, ids: Mapping[str, str | None]) -> None:
         if self.down:
             raise RuntimeError("broker unavailable")
