@@ -13,29 +13,12 @@ import pytest
 
 from compactd.app.application import Application
 from compactd.demo.broker import kafka_broker
+from tests.support.events import old_segments
 from tests.support.fixtures import Cluster
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.spark
 H = 3_600_000
-
-
-def segments(topic: str, ends: list[int], now: int) -> list[dict]:
-    """Closed segments of `topic`/0 ending at `ends`, closed two hours ago."""
-    starts = [0, *ends[:-1]]
-    return [
-        {
-            "type": "segment_rolled",
-            "topic": topic,
-            "partition": 0,
-            "base_offset": b,
-            "end_offset": e,
-            "first_batch_max_ts": now - 3 * H,
-            "size_bytes": 100,
-            "ts": now - 2 * H,
-        }
-        for b, e in zip(starts, ends, strict=True)
-    ]
 
 
 def commit(group: str, topic: str, offset: int, now: int) -> dict:
@@ -61,7 +44,7 @@ def test_broker_killed_and_restarted_under_a_running_job(spark, job_settings, tm
         for name in (t.segments, t.commits):
             cluster.create(name)
         now = int(time.time() * 1000)
-        cluster.send(t.segments, segments(topic, [1000, 2000, 3000, 4000], now))
+        cluster.send(t.segments, old_segments(topic, [1000, 2000, 3000, 4000], now))
         cluster.send(t.commits, [commit("billing", topic, 1500, now)])
         held = [1500]  # the group's committed offset as the job has been told, in order
         lows: list[int] = []

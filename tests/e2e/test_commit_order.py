@@ -14,6 +14,7 @@ import time
 import pytest
 
 from compactd.app.application import Application
+from tests.support.events import old_segments
 
 pytestmark = pytest.mark.spark
 H = 3_600_000
@@ -31,11 +32,7 @@ def test_a_groups_deletion_and_commits_go_by_event_time_across_partitions(spark,
     for topic in (a, b):
         cluster.create(topic, 1, {"cleanup.policy": "delete"})
         cluster.fill(topic, 3000)
-        segments += [
-            {"type": "segment_rolled", "topic": topic, "partition": 0, "base_offset": s, "end_offset": s + 1000,
-             "first_batch_max_ts": now - 3 * H, "size_bytes": 1, "ts": now - 2 * H}
-            for s in (0, 1000, 2000)
-        ]  # fmt: skip
+        segments += old_segments(topic, [1000, 2000, 3000], now)
     cluster.send(t.segments, segments)
 
     def commit(group: str, topic: str, offset: int, ts: int, partition: int) -> None:

@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from compactd.app.application import Application
 from compactd.codec.offsets import decode_record
+from tests.support.events import old_segments
 from tests.support.groups import consume_and_commit
 
 pytestmark = pytest.mark.spark
@@ -75,22 +76,7 @@ def test_real_groups_in_consumer_offsets_drive_consumed_retention(spark, kafka, 
         thresholds={"global": {"dry.run": False}, f"topic:{data}": {"consumed.retention.ms": H}},
     )
     assert settings.topics.consumer_offsets == "__consumer_offsets"
-    cluster.send(
-        settings.topics.segments,
-        [
-            {
-                "type": "segment_rolled",
-                "topic": data,
-                "partition": 0,
-                "base_offset": b,
-                "end_offset": b + 100,
-                "first_batch_max_ts": now - 3 * H,
-                "size_bytes": 1,
-                "ts": now - 2 * H,
-            }
-            for b in (0, 100, 200, 300)
-        ],
-    )
+    cluster.send(settings.topics.segments, old_segments(data, [100, 200, 300, 400], now))
     with Application(settings, spark=spark) as job:
         job.run(once=True)
         counts = input_counts(job)

@@ -31,6 +31,7 @@ from compactd.sinks.audit import AuditLog
 from compactd.sinks.kafka_admin import KafkaAdminSink
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
+from tests.support.events import old_segments
 from tests.support.segments import encode_batch_v2, write_checkpoint
 
 H = 3_600_000
@@ -57,22 +58,7 @@ def test_binary_offsets_drive_deletes_and_group_tombstone_frees_the_minimum(spar
         thresholds={"global": {"dry.run": False}, f"topic:{data}": {"consumed.retention.ms": H}},
     )
     settings.topics.consumer_offsets = offsets_topic
-    cluster.send(
-        settings.topics.segments,
-        [
-            {
-                "type": "segment_rolled",
-                "topic": data,
-                "partition": 0,
-                "base_offset": b,
-                "end_offset": b + 100,
-                "first_batch_max_ts": now - 3 * H,
-                "size_bytes": 1,
-                "ts": now - 2 * H,
-            }
-            for b in (0, 100)
-        ],
-    )
+    cluster.send(settings.topics.segments, old_segments(data, [100, 200], now))
     commits = [("slow", 50, 1, 3), ("fast", 120, 1, 4), ("fast", 250, 0, 2), ("other", 260, 1, 0)]
     home = {"slow": 0, "fast": 1, "other": 2}  # a group's records live in one partition, as on a broker
     for group, offset, key_version, value_version in commits:
