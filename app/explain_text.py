@@ -46,6 +46,8 @@ def _describe(rec: Mapping[str, Any], now: int) -> str:
     answered = rec["detail"].get("answered_at")
     tail = f", answered {fmt_at(answered, now)}" if answered else ""
     decided = fmt_at(rec["decided_at"], now)
+    if floor := rec["detail"].get("floor"):  # the nudge was raised to what the topic allows
+        tail += f"; nudged {rec['detail'].get('nudge')}={rec['detail'].get('value')}, the lowest its {floor} allows"
     return f"{rec['action']}{target} ({rec['reason']}) {rec['status']}{dry}, decided {decided}{tail}"
 
 

@@ -182,7 +182,8 @@ class KafkaAdminSink:
             self.ledger.record(nudge)  # acknowledged before the alter: a lost Redis cannot lose the original
         if current != value:
             self._alter(rec.topic, key, value)
-        return rec.with_status("sent", nudge=key, value=value, previous=nudge.original)
+        floor = {"floor": "min.compaction.lag.ms"} if value != NUDGE_VALUES[key] else {}  # for explain
+        return rec.with_status("sent", nudge=key, value=value, previous=nudge.original, **floor)
 
     def _restore(self, rec: ActionRecord) -> ActionRecord:
         """Put each nudged config back: the original override, or none (the broker's value). Only where compactd's

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from compactd.app.explain_text import _describe
 from compactd.control.controller import NUDGE_CHECK_MS, Controller
 from compactd.demo.broker import kafka_broker
 from compactd.kafka.config import KafkaConnection
@@ -285,6 +286,9 @@ def test_a_nudge_kafka_would_refuse_is_raised_to_the_topics_min_compaction_lag(c
     assert topic_config(cluster.bootstrap, topic, LAG, want=("60000", False)) == ("60000", False)
     [sent] = cluster.read_all(job.actions)
     assert (sent["action"], sent["status"], sent["detail"]["value"]) == ("compact", "sent", "60000")
+    # explain says why the value is not 1
+    described = _describe(sent, T0)
+    assert "nudged max.compaction.lag.ms=60000, the lowest its min.compaction.lag.ms allows" in described
     c = BatchChanges()
     c.topic(topic).compacted.append((0, 100))
     job.ctl.on_batch("s", 1, c)
