@@ -120,7 +120,11 @@ class Decoder:
                 return {**out, "kind": f"skipped_key_v{k.version}"}
             if isinstance(k, GroupKey):
                 if value is None:
-                    return {**out, "kind": "group_delete", "grp": k.group}
+                    # A group-metadata tombstone ends the classic group's membership, not its offsets: Kafka deletes
+                    # a group's offsets with offset tombstones first (DeleteGroups, expiry), and the online migration
+                    # of a classic group to the consumer protocol writes this tombstone alone, its offsets kept
+                    # (both seen on Kafka 4.4). Read as a deletion, the migrated group's positions were wiped.
+                    return {**out, "kind": "group_metadata", "grp": k.group, "assigned": "{}"}
                 g = decode_group_value(value)
                 return {**out, "kind": "group_metadata", "grp": k.group, "assigned": assigned_json(g)}
             assert isinstance(k, OffsetKey)

@@ -9,7 +9,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupType, TopicPartition
 
 from compactd.app.application import Application
 from compactd.codec.offsets import decode_record
@@ -100,3 +100,57 @@ def test_real_groups_in_consumer_offsets_drive_consumed_retention(spark, kafka, 
     assert cluster.watermarks(data) == (400, 400)
     actions = [(a["before_offset"], a["reason"], a["status"]) for a in cluster.read_all(settings.topics.actions)]
     assert actions == [(b, "consumed_retention", "sent") for b in (100, 300, 400)]
+
+
+def test_a_classic_group_migrated_to_the_consumer_protocol_keeps_holding(spark, kafka, cluster, job_settings) -> None:
+    """Kafka's online migration of a classic group to the consumer protocol (a `group.protocol=consumer` member joins
+    it) writes a group-metadata tombstone and keeps the group's offsets. It is not a group deletion: the group still
+    holds the topic at its committed offset (before the fix it was wiped, and a faster group's offset let the delete
+    through)."""
+    data = cluster.name("migrated")
+    cluster.create(data, 1, {"cleanup.policy": "delete"})
+    cluster.fill(data, 400)
+    slow, fast = cluster.name("mig"), cluster.name("ahead")
+    consume_and_commit(kafka.bootstrap, fast, data, 400)
+
+    def member(protocol: str) -> Consumer:
+        c = Consumer(
+            {"bootstrap.servers": kafka.bootstrap, "group.id": slow, "group.protocol": protocol,
+             "auto.offset.reset": "earliest", "enable.auto.commit": False}
+        )  # fmt: skip
+        c.subscribe([data])
+        return c
+
+    classic = member("classic")
+    read, deadline = -1, time.monotonic() + 60
+    while read < 149:
+        assert time.monotonic() < deadline, "the classic member read nothing"
+        for m in classic.consume(50, timeout=0.5):
+            if m.error() is None and m.offset() < 150:
+                read = max(read, m.offset())
+    classic.commit(offsets=[TopicPartition(data, 0, 150)], asynchronous=False)
+    modern = member("consumer")  # joins the classic group: Kafka migrates it
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        classic.poll(0.1)
+        modern.poll(0.1)
+        kinds = {g.group_id: g.type for g in cluster.admin.list_consumer_groups().result(10).valid}
+        if kinds.get(slow) == ConsumerGroupType.CONSUMER:
+            break
+    classic.close()
+    modern.close()
+    assert kinds.get(slow) == ConsumerGroupType.CONSUMER, kinds.get(slow)
+    raw = [r for r in raw_offset_records(kafka.bootstrap, {slow}) if r.get("group") == slow]
+    assert "group_tombstone" in [r["kind"] for r in raw]  # what the migration wrote ...
+    assert "offset_tombstone" not in [r["kind"] for r in raw]  # ... and not: its offsets stay
+
+    now = int(time.time() * 1000)
+    settings = job_settings(
+        offsets_source="consumer_offsets",
+        thresholds={"global": {"dry.run": False}, f"topic:{data}": {"consumed.retention.ms": H}},
+    )
+    cluster.send(settings.topics.segments, old_segments(data, [100, 200, 300, 400], now))
+    with Application(settings, spark=spark) as job:
+        job.run(once=True)
+        assert job.state.view(data, 0).min_committed == 150
+    assert cluster.watermarks(data) == (100, 400)  # the migrated group at 150 holds [100, 200) on

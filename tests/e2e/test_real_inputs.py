@@ -79,7 +79,9 @@ def test_binary_offsets_drive_deletes_and_group_tombstone_frees_the_minimum(spar
     assert [a for a in cluster.read_all(settings.topics.actions)] == []  # "slow" at 50 holds both segments
     assert [d["reason"] for d in cluster.read_all(settings.topics.dlq)] == ["undecodable"]
 
-    # "slow" is deleted, but "newbie" now has a member assigned to the partition and has committed nothing
+    # "slow" is deleted as Kafka deletes a group (its offsets' tombstones, then the group's), but "newbie" now has a
+    # member assigned to the partition and has committed nothing
+    cluster.send_raw(offsets_topic, None, encode_offset_key("slow", data, 0), partition=home["slow"])
     cluster.send_raw(offsets_topic, None, encode_group_key("slow"), partition=home["slow"])
     cluster.send_raw(offsets_topic, membership(now, {data: [0]}), encode_group_key("newbie"), partition=2)
     cluster.flush()

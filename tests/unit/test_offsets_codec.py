@@ -239,7 +239,8 @@ def test_decode_record_and_spark_rows() -> None:
     assert d.binary_row(key, None)["kind"] == "offset_delete"
     assert d.binary_row(encode_group_key("g"), None) == {
         "stream": "consumer_offsets",
-        "kind": "group_delete",
+        "kind": "group_metadata",
+        "assigned": "{}",
         "grp": "g",
     }
     gv = encode_group_value(GroupValue(3, "consumer", 1, "range", "m", 5, ()))
