@@ -153,8 +153,6 @@ class KafkaBroker:
         workdir: Path,
         port: int | None = None,
         extra: Mapping[str, str] | None = None,
-        listeners: Mapping[str, str] | None = None,
-        jaas: str | None = None,
     ) -> None:
         self.workdir = workdir
         self.port = port or _free_port()
@@ -164,8 +162,6 @@ class KafkaBroker:
         self.log = self.logs / "server.log"
         self.jars = ensure_jars()
         self._extra = dict(extra or {})
-        self._listeners = listeners
-        self._jaas = jaas
         workdir.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
         self._write_config()
@@ -192,12 +188,8 @@ class KafkaBroker:
             **TEST_SETTINGS,
             **self._extra,
         }
-        if self._listeners is not None:  # e.g. an SASL_PLAINTEXT listener instead of PLAINTEXT
-            props.update(
-                {k: v.format(port=self.port, controller_port=self.controller_port) for k, v in self._listeners.items()}
-            )
-        self.config = workdir_props = self.workdir / "server.properties"
-        workdir_props.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        self.config = self.workdir / "server.properties"
+        self.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
 
     def _java(self, main: str, *args: str, heap: str = HEAP) -> list[str]:
         java = shutil.which("java")
@@ -207,12 +199,11 @@ class KafkaBroker:
         return [
             java,
             f"-Xmx{heap}",
-            f"-Xms{heap}" if heap != "64m" else "-Xms32m",
+            f"-Xms{heap}",
             *JVM_OPTIONS,
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={log4j}",
             f"-Dkafka.logs.dir={self.logs}",
-            *([f"-Djava.security.auth.login.config={self._jaas}"] if self._jaas else []),
             "-cp",
             f"{self.jars}/*",
             main,
@@ -291,9 +282,6 @@ class KafkaBroker:
     def restart(self) -> None:
         self.stop()
         self.start()
-
-    def pid(self) -> int | None:
-        return None if self.proc is None else self.proc.pid
 
     def rss_bytes(self) -> int:
         """The broker's resident memory, from /proc."""
