@@ -83,6 +83,9 @@ def config_get(settings: Settings, scope: str) -> dict[str, Any]:
     kind, topic, partition = parse_scope(scope)
     applied = applied_layers(settings)
     layers = effective_layers(settings.thresholds, applied)
+    if kind == "reader":  # a declared reader's keys, as the job merges them (file, then events)
+        versions = {scope: {"version": applied[scope].version, "ts": applied[scope].ts}} if scope in applied else {}
+        return {"scope": scope, "values": dict(layers.get(scope, {})), "versions": versions}
     if kind == "global":
         effective = Thresholds.model_validate(layers.get("global", {}))
         chain = ["global"]

@@ -6,7 +6,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -16,6 +16,7 @@ from pydantic_settings import (
 
 from compactd.errors import ConfigError
 from compactd.kafka.config import KafkaConnection, KafkaValue
+from compactd.policy.readers import ReaderSpec
 from compactd.policy.thresholds import validate_layer
 
 _yaml_file: ContextVar[Path | None] = ContextVar("compactd_yaml_file", default=None)
@@ -108,6 +109,13 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="The base threshold layers: scope (`global`, `topic:<name>`, `partition:<topic>/<n>`) → "
         "threshold keys (below); config events override them key by key.",
+    )
+    readers: dict[str, ReaderSpec] = Field(
+        default_factory=dict,
+        description="Readers that commit no group offsets (a Spark query, Flink, an export), each counted like a "
+        "group: name → `{spark_checkpoint: DIR}` (the query's latest committed batch; local path, or any Hadoop "
+        "filesystem Spark reaches) or `{pin: {topic: {partition: offset}}, expires_ms: EPOCH_MS}` (a fixed position "
+        "with a lease). They join the threshold layers as `reader:<name>` scopes, which config events change too.",
     )
     topics: TopicNames = Field(default_factory=TopicNames, description="Names of compactd's own topics.")
     offsets_source: Literal["commits", "consumer_offsets", "admin"] = Field(
@@ -250,6 +258,17 @@ class Settings(BaseSettings):
     @classmethod
     def _valid_layers(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         return {scope: validate_layer(scope, layer) for scope, layer in value.items()}
+
+    @model_validator(mode="after")
+    def _readers_as_layers(self) -> Settings:
+        """`readers:` joins the base layers as `reader:<name>` scopes: one place where readers are read, whether the
+        file or a config event declared them."""
+        for name, spec in self.readers.items():
+            scope = f"reader:{name}"
+            if scope in self.thresholds and self.thresholds[scope] != spec.model_dump(exclude_none=True):
+                raise ValueError(f"reader {name!r} is declared both in readers: and as thresholds scope {scope}")
+            self.thresholds[scope] = spec.model_dump(exclude_none=True)
+        return self
 
     def kafka_connection(self) -> KafkaConnection:
         return KafkaConnection(self.bootstrap_servers, dict(self.kafka))

@@ -86,7 +86,7 @@ class RuntimeConfig:
             kind, topic, partition = parse_scope(change.scope)
             if change.groups_changed:
                 recount.add(None if kind == "global" else topic)
-            if kind == "global":
+            if kind in ("global", "reader"):  # a reader may hold any topic
                 out.evaluate_all = True
             elif kind == "topic" and topic is not None:
                 out.evaluate.extend((topic, p) for p in self.state.partitions(topic))

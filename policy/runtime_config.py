@@ -16,6 +16,7 @@ from compactd.codec.config_events import ConfigEvent
 from compactd.codec.events import Rejected
 from compactd.errors import ConfigError
 from compactd.labels import INVALID_CONFIG, STALE_VERSION
+from compactd.policy.readers import declared
 from compactd.policy.thresholds import parse_scope, resolve
 
 Layers = Mapping[str, Mapping[str, Any]]
@@ -63,7 +64,7 @@ def _touched_scopes(scope: str, layers: Layers) -> Iterable[tuple[str, int | Non
     named: set[tuple[str, int | None]] = set()
     for s in layers:
         k, t, p = parse_scope(s)
-        if k == "global":
+        if k in ("global", "reader"):
             continue
         assert t is not None
         named.add((t, p))
@@ -94,6 +95,10 @@ def apply_event(
         values.pop(key, None)
     layer = AppliedLayer(values, event.version, event.ts, (*current.digests[-MAX_DIGESTS:], raw_digest))
     proposed = effective_layers(base, {**applied, event.scope: layer})
+    if parse_scope(event.scope)[0] == "reader":
+        why = declared(proposed)[1].get(event.scope[len("reader:") :])
+        if why is not None:
+            raise Rejected(INVALID_CONFIG, f"{event.scope} v{event.version}: {why}")
     for topic, partition in _touched_scopes(event.scope, proposed):
         try:
             resolve(proposed, topic, partition)

@@ -232,9 +232,12 @@ KNOWN_KEYS = frozenset(f.alias for f in Thresholds.model_fields.values() if f.al
 
 
 def parse_scope(scope: str) -> tuple[str, str | None, int | None]:
-    """Split `global`, `topic:<t>`, `partition:<t>/<n>` into (kind, topic, partition)."""
+    """Split `global`, `topic:<t>`, `partition:<t>/<n>` into (kind, topic, partition); `reader:<name>` (a declared
+    reader's keys, policy/readers.py) is ("reader", None, None): it resolves no topic's thresholds."""
     if scope == "global":
         return "global", None, None
+    if scope.startswith("reader:") and len(scope) > 7:
+        return "reader", None, None
     if scope.startswith("topic:") and len(scope) > 6 and "/" not in scope[6:]:
         return "topic", scope[6:], None
     if scope.startswith("partition:"):
@@ -244,12 +247,15 @@ def parse_scope(scope: str) -> tuple[str, str | None, int | None]:
             pass
         else:
             return "partition", topic, num
-    raise ConfigError(f"invalid scope {scope!r}: expected global, topic:<name> or partition:<topic>/<n>")
+    raise ConfigError(f"invalid scope {scope!r}: expected global, topic:<name>, partition:<topic>/<n> or reader:<name>")
 
 
 def validate_layer(scope: str, values: Mapping[str, Any]) -> dict[str, Any]:
     """Reject unknown keys and bad values early, so a bad layer never reaches resolution."""
-    parse_scope(scope)
+    if parse_scope(scope)[0] == "reader":
+        from compactd.policy.readers import validate_reader
+
+        return validate_reader(scope, values)
     unknown = sorted(set(values) - KNOWN_KEYS)
     if unknown:
         raise ConfigError(f"unknown config key(s) in {scope}: {', '.join(unknown)}")
