@@ -25,12 +25,14 @@ from compactd.compaction.takeover import Takeovers
 from compactd.control.agent_watch import AgentWatch
 from compactd.control.compaction_trigger import POOL, CompactionTrigger
 from compactd.control.controller import Controller, Probe, _no_probe
+from compactd.control.readers import Readers
 from compactd.control.runtime_config import RuntimeConfig
 from compactd.control.state_guard import StateGuard
 from compactd.control.view_caps import ViewCaps
 from compactd.errors import ConfigError, DependencyUnavailable, ForcedStop
 from compactd.kafka.admin import check_reachable, ensure_topics
 from compactd.kafka.groups import ClusterGroupOffsets
+from compactd.kafka.share_state import ShareStateTail
 from compactd.kafka.topics import ClusterTopics
 from compactd.metrics import Metrics, default_metrics
 from compactd.model import ActionRecord
@@ -83,6 +85,8 @@ class Application(DeleteGate, RunLoop):
         checking = settings.cluster_offsets_check and settings.cluster_check != "off"
         self.group_offsets = ClusterGroupOffsets(conn, ttl_s, holders=self.state.groups) if checking else None
         self.cluster_topics = ClusterTopics(conn)
+        # readers that commit no group offsets: share groups, declared Spark checkpoints and pins (issue 40)
+        self.readers = Readers(ShareStateTail(conn), clock=clock)
         # the compaction service's views cap the source's deletes: data the trigger writes and the controller reads
         compactor = Compactor(settings, self.state.r, lambda: self.config.effective(), self._compaction_spark, clock)
         view_caps = ViewCaps(compactor.state, compactor.log)
@@ -101,6 +105,7 @@ class Application(DeleteGate, RunLoop):
             strict_groups=settings.strict_groups,
             records=LifecycleRecords(self.ledger, lambda: batch_end_offsets(self.spark_checkpoint)),
             view_caps=view_caps,
+            readers=self.readers,
         )
         self.config = RuntimeConfig(self.state, settings.thresholds, settings.secrets(), self.controller, self.metrics)
         self.compaction = CompactionTrigger(
@@ -233,6 +238,7 @@ class Application(DeleteGate, RunLoop):
             if self.group_offsets is not None:
                 self._closers.append(self.group_offsets.close)
             self._closers.append(self.cluster_topics.close)
+            self._closers.append(self.readers.close)
             self._recover_nudges()
             self._arm_readiness()
             if once and self._nothing_to_read():

@@ -151,7 +151,7 @@ class RunLoop:
         def run(layers: Layers, now: int) -> list[ShareResult]:
             fn = share_task.task(
                 self.settings, layers.layers, layers.own_topics, self.stream_id, batch.batch_id, now,
-                batch.collected.deleted,
+                batch.collected.deleted, layers.holds,
             )  # fmt: skip
             shares, workers = share_task.results(per_topic(fn, share_task.SHARE_DDL))
             if shares:

@@ -20,6 +20,7 @@ from compactd.app.settings import Settings
 from compactd.control.share import Layers, ShareResult, evaluate_share
 from compactd.policy.arrays import NONE
 from compactd.policy.forecast import PartitionStats
+from compactd.policy.readers import Holds
 from compactd.streaming.aggregate import collect_changes
 
 # what: "full" (plan on the driver), "stats" (a quiet partition's metrics), "share" (the task: touched, replayed)
@@ -40,9 +41,11 @@ def task(
     batch_id: int,
     now: int,
     deleted: dict[str, tuple[int, int]],
+    holds: Holds | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function one share runs. `deleted`: the batch's group deletions (on the driver), which void older offset
-    events of the share's rows."""
+    events of the share's rows; `holds`: the readers the driver read for the batch (control/readers.py), counted in
+    the share's plans as they are in the driver's."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         started = time.monotonic()
@@ -54,7 +57,7 @@ def task(
             changes = collect_changes(rows, deleted_elsewhere=deleted).changes
             state = settings.redis_state()
             try:
-                result = evaluate_share(state, Layers(layers, own_topics), stream_id, batch_id, changes, now)
+                result = evaluate_share(state, Layers(layers, own_topics, holds), stream_id, batch_id, changes, now)
             finally:
                 state.close()
         out: list[dict[str, Any]] = [

@@ -23,6 +23,7 @@ from compactd.clock import now_ms
 from compactd.control.dispatch import NUDGE_CHECK_MS, Dispatch
 from compactd.control.io_ahead import IoAhead
 from compactd.control.lifecycle import Lifecycle, Records, TopicReader
+from compactd.control.readers import Readers
 from compactd.control.scheduled import Scheduled
 from compactd.control.share import (
     ChunkRead,
@@ -120,6 +121,7 @@ class Controller(Dispatch):
         topics: TopicReader | None = None,
         strict_groups: bool = False,
         records: Records | None = None,
+        readers: Readers | None = None,
     ) -> None:
         """`cluster_offsets(topic, fresh)`: the committed offsets of the topic's groups as the cluster has them, read
         right before each consumed-retention delete (None: no such check, for tests without a cluster; a cached answer
@@ -128,13 +130,15 @@ class Controller(Dispatch):
         data the compaction trigger keeps (None: no compaction service). `topics`: topic IDs and watermarks from the
         cluster, checked right before a delete or a nudge goes and by `sweep_topics` (control/lifecycle.py; None: only
         the sink's own log-end check); `records`: where resets and the topic IDs the state is bound to are kept beyond
-        Redis."""
+        Redis; `readers`: the readers that commit no group offsets (share groups, Spark checkpoints, pins), counted
+        like groups in every plan and again right before a consumed-retention delete goes (None: groups only)."""
         self.state = state
         self.layers = dict(layers)
         self.own_topics = own_topics
         self.cluster_offsets = cluster_offsets
         self.strict_groups = strict_groups
         self.view_caps = view_caps
+        self.readers = readers
         self.shares = shares  # 0: merge and plan here; N: in N shares of topics (control/share.py)
         self.sink = sink
         self.dry = DryRunSink()
@@ -432,7 +436,8 @@ class Controller(Dispatch):
         return caps
 
     def _layers(self) -> Layers:
-        return Layers(self.layers, self.own_topics)
+        holds = None if self.readers is None else self.readers.holds(self.layers)
+        return Layers(self.layers, self.own_topics, holds)
 
     def _apply(self, plan: PartitionPlan, writes: _ChunkWrites) -> None:
         """Carry out one partition's plan: its answered records and new decisions join the chunk's writes (one

@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from compactd.control.share import Layers
 from compactd.errors import DeliveryTimeout, DependencyUnavailable
 from compactd.model import ActionRecord
 from compactd.policy.plan import NOT_CAUGHT_UP, cluster_check, send_check
+from compactd.policy.readers import fold_view, readers_say_no
 from compactd.policy.thresholds import Thresholds, group_counts, resolve_global, topic_excluded
 from compactd.policy.throttle import backoff_ms
 
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     import threading
 
     from compactd.control.lifecycle import Lifecycle
+    from compactd.control.readers import Readers
     from compactd.kafka.groups import GroupCheck
     from compactd.metrics import Metrics
     from compactd.policy.throttle import TokenBucket
@@ -58,6 +61,7 @@ class Dispatch:
     cluster_offsets: Callable[[str, bool], GroupCheck] | None
     strict_groups: bool
     view_caps: Any
+    readers: Readers | None
     probe: Callable[[str, int], None]
     held_back: int
     outcomes: Counter[str]
@@ -203,6 +207,15 @@ class Dispatch:
         view = self.state.views([(rec.topic, rec.partition)])[0] if rec.action == "delete_records" else None
         if view is None:
             return excluded
+        if self.readers is not None and rec.reason == "consumed_retention":
+            # the readers read now, whatever the batch saw: one may have appeared or fallen behind since
+            layers = Layers(self.layers, self.own_topics, self.readers.holds(self.layers, fresh=True))
+            holds = layers.readers(rec.topic, th)
+            if rec.before_offset is not None and (
+                no := readers_say_no(rec.before_offset, holds, rec.topic, rec.partition)
+            ):
+                return excluded or no
+            view = fold_view(view, holds)
         cap = None if self.view_caps is None else self.view_caps.cap(rec.topic, rec.partition, th, now, fresh=True)
         return send_check(rec, view, th, now, excluded, cap)
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from compactd.model import ActionRecord, PartitionNumbers
 from compactd.policy.forecast import PartitionStats, stats_rows
+from compactd.policy.readers import SHARE_GROUP, Holds, ReaderHold, fold_numbers, holds_on
 from compactd.policy.rules import Limits, Quiet, quiet
 from compactd.policy.thresholds import (
     Thresholds,
@@ -64,9 +65,13 @@ class TopicChunk:
 class Layers:
     """Threshold resolution for one batch: each topic's thresholds once, partition scopes where they exist."""
 
-    def __init__(self, layers: Mapping[str, Mapping[str, Any]], own_topics: frozenset[str]) -> None:
+    def __init__(
+        self, layers: Mapping[str, Mapping[str, Any]], own_topics: frozenset[str], holds: Holds | None = None
+    ) -> None:
+        """`holds`: the readers that commit no group offsets, per topic (policy/readers.py), as the batch read them."""
         self.layers = layers
         self.own_topics = own_topics
+        self.holds: Holds = holds or {}
         self.scopes = partition_scopes(layers)
         self._topics: dict[str, Thresholds] = {}
 
@@ -83,6 +88,12 @@ class Layers:
     def excluded(self, topic: str, th: Thresholds) -> str | None:
         return topic_excluded(topic, th, self.own_topics)
 
+    def readers(self, topic: str, th: Thresholds | None = None) -> tuple[ReaderHold, ...]:
+        """The readers that count on `topic`: every declared reader, and the share groups `groups.include` /
+        `groups.exclude` count, as for any group."""
+        th = th or self(topic)
+        return tuple(h for h in holds_on(self.holds, topic) if h.kind != SHARE_GROUP or group_counts(h.reader, th))
+
 
 ChunkRead = tuple[PartitionNumbers, dict[int, list[ActionRecord]]]
 
@@ -98,6 +109,7 @@ def plan_chunk(
     """Read a chunk (or take what `read_chunk` read for it) and find its quiet rows."""
     nums, records = read_chunk(state, topic, parts) if read is None else read
     th = layers(topic)
+    nums = fold_numbers(nums, layers.readers(topic, th))  # readers count like groups, before any rule reads them
     own = layers.scopes.get(topic, frozenset())
     scoped = {row: layers(topic, n) for row, n in enumerate(parts) if n in own}
     limits = Limits.of(

@@ -77,6 +77,11 @@ class ClusterTopics:
                 out.ids[topic] = str(desc.topic_id) if desc.topic_id is not None else ""
         return out
 
+    def names(self) -> list[str]:
+        """Every topic the principal may see, internal ones left out (one Metadata request)."""
+        admin, _ = self._clients()
+        return sorted(t for t in admin.list_topics(timeout=self.timeout_s).topics if not t.startswith("__"))
+
     def facts(self, topic: str, partition: int) -> LogFacts | None:
         """The topic's ID and the partition's watermarks now; None when the topic (or the partition) does not exist.
         Other errors raise KafkaException: the caller cannot vouch for the action and holds it."""

@@ -30,3 +30,35 @@ def consume_and_commit(bootstrap: str, group: str, topic: str, upto: int, protoc
         c.commit(offsets=[TopicPartition(topic, 0, upto)], asynchronous=False)
     finally:
         c.close()
+
+
+def share_acknowledge(bootstrap: str, group: str, topic: str, upto: int) -> None:
+    """A member of share group `group` (KIP-932) reads `topic` (one partition) from where the group stands and
+    acknowledges the records below `upto` (one partition delivers in offset order: done at `upto - 1`); those it
+    received above are released, as a worker that stops mid-way does. Returns once the broker has accepted the
+    acknowledgements."""
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    earliest = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[earliest])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit"})
+    try:
+        c.subscribe([topic])
+        acked: set[int] = set()
+        deadline = time.monotonic() + 60
+        while upto - 1 not in acked:
+            assert time.monotonic() < deadline, f"share group {group} did not receive {topic} up to {upto}"
+            for m in c.poll(0.5):
+                if m.error() is not None:
+                    continue
+                if m.offset() < upto:
+                    c.acknowledge(m)
+                    acked.add(m.offset())
+                else:
+                    c.acknowledge(m, AcknowledgeType.RELEASE)
+            c.commit_sync(30)
+    finally:
+        c.close()

@@ -1,0 +1,217 @@
+"""Where the readers that commit no group offsets are read (issue 40): the IO side of policy/readers.py.
+
+Three sources, each turned into `ReaderHold`s per topic:
+- declared pins (`reader:<name>` layers with `pin` and `expires_ms`): from the layers alone; a pin past its lease no
+  longer counts, and the job says so once, naming the reader and the setting;
+- declared Spark checkpoints (`spark_checkpoint`): the latest committed batch's offsets (codec/spark_checkpoint.py),
+  read from a local directory or, through the running Spark session, any Hadoop filesystem (s3a://, hdfs://);
+- share groups (KIP-932): `__share_group_state` (kafka/share_state.py).
+A reader whose source cannot be read is blind: it holds the topics it was last seen on, or every topic when it was
+never read. Each problem is logged once when it starts and once when it ends, never per batch.
+
+`holds()` is read once per batch (policy: control/share.py folds them into the chunks) and again, `fresh`, right
+before a consumed-retention delete goes (control/dispatch.py). `describe()` is what `compactd explain` shows.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from compactd.codec.spark_checkpoint import Positions, kafka_positions, latest_batch
+from compactd.kafka.share_state import STATE_TOPIC, ShareStateTail
+from compactd.policy.readers import (
+    EVERY_TOPIC,
+    PIN,
+    SHARE_GROUP,
+    SPARK_CHECKPOINT,
+    ReaderHold,
+    ReaderSpec,
+    declared,
+    pin_holds,
+)
+
+log = logging.getLogger("compactd.readers")
+
+CACHE_S = 5.0  # how long a batch's decisions reuse what was read
+FRESH_S = 1.0  # the send-time check's: a round of sends reads once, not once per delete
+SHARE_GROUPS = "share groups"  # the name of the blind hold when share groups cannot be read at all
+
+
+def list_dir(path: str) -> list[str]:
+    """The names in a checkpoint directory: local, or through the running Spark session's Hadoop filesystem."""
+    if "://" not in path or path.startswith("file://"):
+        local = path.removeprefix("file://")
+        return os.listdir(local) if os.path.isdir(local) else []
+    fs, p = _hadoop(path)
+    return [] if not fs.exists(p) else [s.getPath().getName() for s in fs.listStatus(p)]
+
+
+def read_text(path: str) -> str:
+    if "://" not in path or path.startswith("file://"):
+        with open(path.removeprefix("file://"), encoding="utf-8") as f:
+            return f.read()
+    fs, p = _hadoop(path)
+    stream = fs.open(p)
+    try:
+        jvm = _session().sparkContext._jvm
+        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+    finally:
+        stream.close()
+
+
+def _session() -> Any:
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        raise OSError("no Spark session to reach this filesystem through (only local paths outside the job)")
+    return spark
+
+
+def _hadoop(path: str) -> tuple[Any, Any]:
+    spark = _session()
+    jvm = spark.sparkContext._jvm
+    p = jvm.org.apache.hadoop.fs.Path(path)
+    return p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), p
+
+
+def checkpoint_positions(path: str) -> Positions | None:
+    """A Spark query's positions from its checkpoint; None when it has committed no batch yet."""
+    base = path.rstrip("/")
+    batch = latest_batch(list_dir(f"{base}/commits"), list_dir(f"{base}/offsets"))
+    if batch is None:
+        return None
+    return kafka_positions(read_text(f"{base}/offsets/{batch}"))
+
+
+class Readers:
+    """The holds of every reader that commits no group offsets, read at most every CACHE_S (or `fresh`)."""
+
+    def __init__(
+        self,
+        share: ShareStateTail | None = None,
+        clock: Callable[[], int] = lambda: int(time.time() * 1000),
+        checkpoint: Callable[[str], Positions | None] = checkpoint_positions,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`share`: the share-group tail (None: share groups are not read, on a cluster where none can exist);
+        `checkpoint`: how a Spark checkpoint is read."""
+        self.share = share
+        self.clock = clock
+        self.checkpoint = checkpoint
+        self.monotonic = monotonic
+        self._cache: tuple[float, int, dict[str, tuple[ReaderHold, ...]]] | None = None
+        self._seen: dict[str, frozenset[str]] = {}  # reader -> topics it was last read on
+        self._problems: dict[str, str] = {}  # reader -> the problem last logged
+        self._status: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def holds(self, layers: Mapping[str, Mapping[str, Any]], fresh: bool = False) -> dict[str, tuple[ReaderHold, ...]]:
+        """topic (or EVERY_TOPIC) -> the holds on it now."""
+        with self._lock:
+            key = hash(repr(sorted((s, repr(v)) for s, v in layers.items() if s.startswith("reader:"))))
+            cache, max_age = self._cache, FRESH_S if fresh else CACHE_S
+            if cache is not None and cache[1] == key and self.monotonic() - cache[0] < max_age:
+                return cache[2]
+            out: dict[str, list[ReaderHold]] = {}
+            problems: dict[str, str] = {}
+            status: dict[str, dict[str, Any]] = {}
+            specs, bad = declared(layers)
+            for name, why in bad.items():
+                problems[name] = f"reader {name} is not counted: {why} (its reader:{name} keys)"
+                status[name] = {"kind": "invalid", "why": why}
+            for name, spec in sorted(specs.items()):
+                self._declared(name, spec, out, problems, status)
+            if self.share is not None:
+                self._share_groups(out, problems, status)
+            self._say(problems)
+            self._status = status
+            result = {t: tuple(h) for t, h in out.items()}
+            self._cache = (self.monotonic(), key, result)
+            return result
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        """reader -> {kind, state, ...} as last read: for explain (through Redis) and the metrics."""
+        with self._lock:
+            return dict(self._status)
+
+    def _declared(
+        self,
+        name: str,
+        spec: ReaderSpec,
+        out: dict[str, list[ReaderHold]],
+        problems: dict[str, str],
+        status: dict[str, dict[str, Any]],
+    ) -> None:
+        now = self.clock()
+        if spec.pin is not None:
+            found = pin_holds(name, spec, now)
+            if not found:
+                problems[name] = (
+                    f"reader {name}: its pin's lease ended at {spec.expires_ms} (epoch ms); it no longer holds "
+                    f"{', '.join(sorted(spec.pin))}. Renew it (reader:{name} expires_ms) or remove it"
+                )
+                status[name] = {"kind": PIN, "state": "expired", "expires_ms": spec.expires_ms}
+                return
+            for topic, hold in found.items():
+                out.setdefault(topic, []).append(hold)
+            status[name] = {"kind": PIN, "state": "counting", "expires_ms": spec.expires_ms, "pin": spec.pin}
+            return
+        assert spec.spark_checkpoint is not None
+        try:
+            positions = self.checkpoint(spec.spark_checkpoint)
+        except Exception as exc:
+            self._blind(name, SPARK_CHECKPOINT, f"cannot read its checkpoint {spec.spark_checkpoint}: {exc}", out)
+            problems[name] = f"reader {name}: cannot read {spec.spark_checkpoint} ({exc}); its topics hold deletes"
+            status[name] = {"kind": SPARK_CHECKPOINT, "state": "blind", "why": str(exc)}
+            return
+        if positions is None:  # no batch committed: it has read nothing yet, everywhere it will read
+            self._blind(name, SPARK_CHECKPOINT, "no batch committed in its checkpoint yet", out)
+            status[name] = {"kind": SPARK_CHECKPOINT, "state": "starting"}
+            return
+        self._seen[name] = frozenset(positions)
+        for topic, parts in positions.items():
+            out.setdefault(topic, []).append(ReaderHold(name, SPARK_CHECKPOINT, parts))
+        status[name] = {"kind": SPARK_CHECKPOINT, "state": "counting", "positions": positions}
+
+    def _share_groups(
+        self, out: dict[str, list[ReaderHold]], problems: dict[str, str], status: dict[str, dict[str, Any]]
+    ) -> None:
+        assert self.share is not None
+        read = self.share.read()
+        if read.blind:
+            self._blind(SHARE_GROUPS, SHARE_GROUP, read.blind, out)
+            problems[SHARE_GROUPS] = (
+                f"share groups cannot be read ({read.blind}): consumed retention holds on every topic a share group "
+                f"may read; grant Describe and Read on topic {STATE_TOPIC}"
+            )
+            status[SHARE_GROUPS] = {"kind": SHARE_GROUP, "state": "blind", "why": read.blind}
+            return
+        for group, topics in sorted(read.groups.items()):
+            for topic, parts in topics.items():
+                known = {p: o for p, o in parts.items() if o is not None}
+                out.setdefault(topic, []).append(ReaderHold(group, SHARE_GROUP, known))
+            status[group] = {"kind": SHARE_GROUP, "state": "counting",
+                             "positions": {t: dict(p) for t, p in topics.items()}}  # fmt: skip
+
+    def _blind(self, name: str, kind: str, why: str, out: dict[str, list[ReaderHold]]) -> None:
+        """A reader with no readable position holds the topics it was last seen on, or every topic."""
+        for topic in self._seen.get(name) or (EVERY_TOPIC,):
+            out.setdefault(topic, []).append(ReaderHold(name, kind, {}, blind=why))
+
+    def _say(self, problems: dict[str, str]) -> None:
+        for name, line in problems.items():
+            if self._problems.get(name) != line:
+                log.warning("%s", line)
+        for name in self._problems.keys() - problems.keys():
+            log.info("reader %s counts again", name)
+        self._problems = problems
+
+    def close(self) -> None:
+        if self.share is not None:
+            self.share.close()

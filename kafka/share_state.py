@@ -1,0 +1,183 @@
+"""Share groups' positions, read from `__share_group_state` (KIP-932), for consumed retention (issue 40).
+
+A share group's progress never reaches `__consumer_offsets`; the share coordinator keeps it in its own compacted
+internal topic, keyed by (group, topic ID, partition). This tail reads that topic from its start once, then on each
+`read()` up to the end it has now, and keeps per share-partition the latest snapshot with the updates after it. A
+position is the offset below which every record is acknowledged or archived (codec/share_state.py `advance`); a
+share-partition not initialized yet has none (unknown: it holds the partition).
+
+What the tail cannot see it says: the topic not readable (ACLs: Describe and Read on `__share_group_state`), or
+not read to its end in time. Then every share group is blind, and the caller holds consumed retention on every
+topic (a share group may read any of them). A cluster where `__share_group_state` does not exist has never had a
+share group with state: nothing to hold.
+
+Topic IDs are named through DescribeTopics (kafka/topics.py); an ID no topic has any more is a deleted topic's
+state, which holds nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from compactd.codec.share_state import SNAPSHOT, advance, decode_key, decode_value
+from compactd.errors import DecodeError
+from compactd.kafka.config import KafkaConnection
+from compactd.kafka.topics import ClusterTopics
+from compactd.policy.identity import topic_id_bytes
+
+STATE_TOPIC = "__share_group_state"
+NAMES_TTL_S = 10.0  # an unknown topic ID asks the cluster for names at most this often
+
+
+@dataclass
+class _Partition:
+    start: int = -1
+    epoch: int | None = None
+    done: list[tuple[int, int]] = field(default_factory=list)
+
+    def position(self) -> int | None:
+        return None if self.start < 0 else advance(self.start, self.done)
+
+
+@dataclass(frozen=True)
+class SharePositions:
+    """group -> topic -> partition -> position (None: not initialized), or `blind`: why nothing can be said."""
+
+    groups: dict[str, dict[str, dict[int, int | None]]] = field(default_factory=dict)
+    blind: str = ""
+    undecodable: int = 0  # records skipped as undecodable since the tail started
+
+
+class ShareStateTail:
+    """Reads `__share_group_state` into share groups' positions; one per process, thread-safe."""
+
+    def __init__(
+        self,
+        conn: KafkaConnection,
+        topics: ClusterTopics | None = None,
+        timeout_s: float = 10.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.conn = conn
+        self.timeout_s = timeout_s
+        self.topics = topics or ClusterTopics(conn, timeout_s)
+        self.monotonic = monotonic
+        self._consumer: Any = None
+        self._assigned: int = 0
+        self._state: dict[tuple[str, bytes, int], _Partition] = {}
+        self._names: dict[bytes, str] = {}
+        self._names_at = -NAMES_TTL_S
+        self._undecodable = 0
+        self._lock = threading.Lock()
+
+    def read(self) -> SharePositions:
+        """The share groups' positions as of the topic's end now."""
+        with self._lock:
+            try:
+                exists = self._exists()
+            except Exception as exc:
+                return SharePositions(blind=f"cannot describe {STATE_TOPIC}: {exc}")
+            if not exists:
+                return SharePositions()
+            try:
+                self._drain()
+            except Exception as exc:
+                return SharePositions(blind=f"cannot read {STATE_TOPIC}: {_text(exc)}")
+            return SharePositions(self._positions(), undecodable=self._undecodable)
+
+    def _exists(self) -> bool:
+        now = self.topics.describe([STATE_TOPIC])
+        if STATE_TOPIC in now.unknown:
+            raise RuntimeError(now.unknown[STATE_TOPIC])
+        return STATE_TOPIC in now.ids
+
+    def _drain(self) -> None:
+        """Read every partition of the topic up to its high watermark as of now."""
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+
+        if self._consumer is None:
+            self._consumer = Consumer(
+                self.conn.client(
+                    "consumer",
+                    forced={"group.id": "compactd-share-state", "enable.auto.commit": False,
+                            "isolation.level": "read_committed", "enable.partition.eof": False},
+                )
+            )  # fmt: skip
+        meta = self._consumer.list_topics(STATE_TOPIC, timeout=self.timeout_s).topics.get(STATE_TOPIC)
+        if meta is None or meta.error is not None:
+            raise KafkaException(meta.error) if meta is not None else RuntimeError("no metadata")
+        n = len(meta.partitions)
+        if n != self._assigned:
+            self._consumer.assign([TopicPartition(STATE_TOPIC, p, OFFSET_BEGINNING) for p in range(n)])
+            self._assigned = n
+        ends = {}
+        for p in range(n):
+            _, high = self._consumer.get_watermark_offsets(TopicPartition(STATE_TOPIC, p), timeout=self.timeout_s)
+            ends[p] = high
+        position = {tp.partition: tp.offset for tp in self._consumer.position(
+            [TopicPartition(STATE_TOPIC, p) for p in range(n)])}  # fmt: skip
+        behind = {p for p, end in ends.items() if end > 0 and position.get(p, -1) < end}
+        deadline = self.monotonic() + self.timeout_s
+        while behind:
+            if self.monotonic() > deadline:
+                raise TimeoutError(f"not read to its end within {self.timeout_s:.0f}s")
+            for msg in self._consumer.consume(1000, timeout=0.5):
+                if msg.error() is not None:
+                    raise KafkaException(msg.error())
+                self._apply(msg.key(), msg.value())
+                if msg.offset() + 1 >= ends.get(msg.partition(), 0):
+                    behind.discard(msg.partition())
+            if behind:  # transaction markers and compacted gaps: a partition may end without a last record
+                got = self._consumer.position([TopicPartition(STATE_TOPIC, p) for p in behind])
+                behind -= {tp.partition for tp in got if tp.offset >= ends[tp.partition]}
+
+    def _apply(self, key: bytes | None, value: bytes | None) -> None:
+        try:
+            k = decode_key(key or b"")
+            slot = (k.group, k.topic_id.bytes, k.partition)
+            if value is None:
+                self._state.pop(slot, None)
+                return
+            v = decode_value(k.kind, value)
+        except DecodeError:
+            self._undecodable += 1
+            return
+        part = self._state.get(slot)
+        if k.kind == SNAPSHOT or part is None:
+            # a snapshot is the whole state: an update before any snapshot (compacted away) starts one too
+            self._state[slot] = _Partition(v.start_offset, v.state_epoch, list(v.done))
+            return
+        if v.start_offset >= 0:
+            part.start = v.start_offset
+        part.done.extend(v.done)
+        part.done[:] = [(a, b) for a, b in part.done if b >= part.start]  # below the start: settled, forgotten
+
+    def _positions(self) -> dict[str, dict[str, dict[int, int | None]]]:
+        wanted = {tid for _, tid, _ in self._state}
+        if wanted - self._names.keys() and self.monotonic() - self._names_at >= NAMES_TTL_S:
+            self._refresh_names()
+        out: dict[str, dict[str, dict[int, int | None]]] = {}
+        for (group, tid, partition), part in self._state.items():
+            topic = self._names.get(tid)
+            if topic is not None:  # a deleted topic's state holds nothing
+                out.setdefault(group, {}).setdefault(topic, {})[partition] = part.position()
+        return out
+
+    def _refresh_names(self) -> None:
+        self._names_at = self.monotonic()
+        now = self.topics.describe(self.topics.names())
+        self._names = {raw: t for t, i in now.ids.items() if (raw := topic_id_bytes(i)) is not None}
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+def _text(exc: Exception) -> str:
+    cause = exc.args[0] if exc.args else exc
+    return cause.str() if hasattr(cause, "str") else str(cause)
