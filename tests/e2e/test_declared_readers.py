@@ -1,0 +1,55 @@
+"""Readers the operator declares (issue 40): a reader that commits no group offsets, pinned at a position with a
+lease, holds consumed retention like a group until its lease ends; then it no longer counts, and the job says so in
+one line naming the reader and the key to change. Declared in the file, changed by config events; judged by the
+broker's low watermark."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from compactd.app.application import Application
+from tests.support.events import old_segments
+from tests.support.groups import consume_and_commit
+
+pytestmark = pytest.mark.spark
+H = 3_600_000
+
+
+def test_a_pinned_reader_holds_until_its_lease_ends(spark, kafka, cluster, job_settings, caplog) -> None:
+    data = cluster.name("exported")
+    cluster.create(data, 1, {"cleanup.policy": "delete"})
+    cluster.fill(data, 400)
+    consume_and_commit(kafka.bootstrap, cluster.name("etl"), data, 400)  # the only group has read everything
+    now = int(time.time() * 1000)
+    settings = job_settings(
+        offsets_source="consumer_offsets",
+        thresholds={"global": {"dry.run": False}, f"topic:{data}": {"consumed.retention.ms": H}},
+        readers={"nightly-export": {"pin": {data: {0: 150}}, "expires_ms": now + 10 * 60_000}},
+    )
+    cluster.create(settings.topics.config)
+    cluster.send(settings.topics.segments, old_segments(data, [100, 200, 300, 400], now))
+    with Application(settings, spark=spark) as job:
+        job.run(once=True)
+    assert cluster.watermarks(data) == (100, 400)  # the pin at 150 holds [100, 400)
+
+    # the operator moves the pin by a config event: the next run follows it
+    scope = "reader:nightly-export"
+    moved = {"type": "config", "scope": scope, "set": {"pin": {data: {"0": 300}}}, "version": 1, "ts": now}
+    cluster.send(settings.topics.config, [moved], key=scope)
+    with Application(settings, spark=spark) as job:
+        job.run(once=True)
+    assert cluster.watermarks(data) == (300, 400)
+
+    # the lease ends: the pin no longer counts, and one line says so
+    ended = {"type": "config", "scope": scope, "set": {"expires_ms": now - 1}, "version": 2, "ts": now}
+    cluster.send(settings.topics.config, [ended], key=scope)
+    with caplog.at_level(logging.WARNING, logger="compactd.readers"), Application(settings, spark=spark) as job:
+        job.run(once=True)
+    assert cluster.watermarks(data) == (400, 400)
+    said = [r.getMessage() for r in caplog.records if r.name == "compactd.readers"]
+    assert len(said) == 1 and "reader nightly-export" in said[0] and "reader:nightly-export expires_ms" in said[0]
+    actions = [(a["before_offset"], a["status"]) for a in cluster.read_all(settings.topics.actions)]
+    assert actions == [(100, "sent"), (300, "sent"), (400, "sent")]
