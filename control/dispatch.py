@@ -240,7 +240,7 @@ class Dispatch:
         why = None
         for fresh in (False, True):  # a cached answer that holds the delete is read again: it may be the older
             seen = self.cluster_offsets(rec.topic, fresh)
-            why = cluster_check(rec, seen.committed, th, seen.unlisted, self.strict_groups)
+            why = cluster_check(rec, seen.committed, th, seen.unlisted, self.strict_groups, seen.assigned)
             if why is None:
                 break
         counted_unlisted = [g for g in seen.unlisted if group_counts(g, th)]

@@ -39,6 +39,9 @@ class GroupCheck:
 
     committed: TopicCommits = field(default_factory=dict)
     unlisted: frozenset[str] = frozenset()
+    # groups with a member assigned a partition of the topic and no commit on the topic: a consumer-protocol
+    # (KIP-848) group backfilling from the start, whose position is unknown until it commits (issue 40)
+    assigned: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -89,6 +92,7 @@ class GroupReader:
         self._admin: Any = None
         self.fetches = 0  # OffsetFetch requests sent (tests and the benchmark read it)
         self.lists = 0  # ListGroups requests sent
+        self.describes = 0  # groups described
 
     @property
     def admin(self) -> Any:
@@ -136,6 +140,25 @@ class GroupReader:
                 out[group] = exc
         return out
 
+    def assignments(self, groups: Iterable[str]) -> dict[str, frozenset[str] | Exception]:
+        """The topics each group's members are assigned now (DescribeGroups / ConsumerGroupDescribe, one request
+        per coordinator), or the error that group's describe met."""
+        groups = list(groups)
+        if not groups:
+            return {}
+        futures = self.admin.describe_consumer_groups(groups, request_timeout=self.timeout_s)
+        self.describes += len(groups)
+        out: dict[str, frozenset[str] | Exception] = {}
+        for group, fut in futures.items():
+            try:
+                desc = fut.result(self.timeout_s)
+                out[group] = frozenset(
+                    tp.topic for m in desc.members for tp in (m.assignment.topic_partitions if m.assignment else [])
+                )
+            except Exception as exc:
+                out[group] = exc
+        return out
+
     def close(self) -> None:
         self._admin = None  # its broker connections go with the last reference
 
@@ -160,6 +183,7 @@ class ClusterGroupOffsets:
         self.reader = GroupReader(conn, timeout_s)
         self._listed: tuple[float, set[str]] | None = None
         self._fetched: dict[str, _Fetched] = {}
+        self._assigned: tuple[float, dict[str, frozenset[str] | Exception]] | None = None
         self._lock = threading.Lock()
 
     @property
@@ -201,7 +225,21 @@ class ClusterGroupOffsets:
                 for (t, p), off in (got.offsets or {}).items():
                     if t == topic:
                         out.setdefault(group, {})[p] = off
-        return GroupCheck(out, frozenset(holders - listed))
+            assigned = self._assigned_to(topic, listed, ttl_s) - out.keys()
+        return GroupCheck(out, frozenset(holders - listed), frozenset(assigned))
+
+    def _assigned_to(self, topic: str, listed: set[str], ttl_s: float) -> set[str]:
+        """The listed groups with a member assigned `topic`, every group described at most once per ttl. A group
+        that cannot be described may be assigned anything: it counts as assigned (its commits, if any, still
+        decide; with none, the topic holds)."""
+        now = self.monotonic()
+        if self._assigned is None or now - self._assigned[0] >= ttl_s:
+            try:
+                self._assigned = (now, self.reader.assignments(sorted(listed)))
+            except Exception as exc:
+                raise self._unavailable(exc) from None
+        got = self._assigned[1]
+        return {g for g in listed if g in got and (isinstance(got[g], Exception) or topic in got[g])}
 
     def _list(self, ttl_s: float) -> set[str]:
         now = self.monotonic()

@@ -88,6 +88,7 @@ def cluster_check(
     th: Thresholds,
     unlisted: frozenset[str] = frozenset(),
     strict: bool = False,
+    assigned: frozenset[str] = frozenset(),
 ) -> str | None:
     """Why a consumed-retention delete must not go, by the committed offsets the cluster itself holds (None: it may).
 
@@ -96,10 +97,14 @@ def cluster_check(
     there (KIP-68's -1), which blocks the delete as it does in the state. Groups compactd knows only from its
     commits topic are not Kafka groups: the state's check covers them. `unlisted`: groups compactd knows on the
     topic that the cluster does not list (no Describe ACL, or gone); `strict` (cluster_check: strict): a counted
-    one holds the delete, since the cluster cannot vouch for its position.
+    one holds the delete, since the cluster cannot vouch for its position. `assigned`: groups whose members are
+    assigned the topic and that committed nothing on it (a KIP-848 group backfilling from the start): their position
+    is unknown, which holds the delete as it does for a classic group compactd knows assigned.
     """
     if rec.action != "delete_records" or rec.reason != "consumed_retention" or rec.before_offset is None:
         return None
+    for group in sorted(g for g in assigned if group_counts(g, th)):
+        return f"group {group} is assigned {rec.topic} and has committed nothing there: its position is unknown"
     if strict:
         for group in sorted(g for g in unlisted if group_counts(g, th)):
             return (

@@ -154,3 +154,45 @@ def test_a_classic_group_migrated_to_the_consumer_protocol_keeps_holding(spark, 
         job.run(once=True)
         assert job.state.view(data, 0).min_committed == 150
     assert cluster.watermarks(data) == (100, 400)  # the migrated group at 150 holds [100, 200) on
+
+
+def test_a_consumer_protocol_group_assigned_but_not_committed_holds(spark, kafka, cluster, job_settings) -> None:
+    """A new KIP-848 group backfilling from the start has members assigned the topic and no commit yet: its position
+    is unknown, so the delete a faster group allows is held (issue 40: nothing held it, and its backlog went). Once
+    it commits, its offset decides."""
+    data = cluster.name("backfill")
+    cluster.create(data, 1, {"cleanup.policy": "delete"})
+    cluster.fill(data, 400)
+    fast, backfill = cluster.name("ahead"), cluster.name("backfill")
+    consume_and_commit(kafka.bootstrap, fast, data, 400)
+    member = Consumer(
+        {"bootstrap.servers": kafka.bootstrap, "group.id": backfill, "group.protocol": "consumer",
+         "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    )  # fmt: skip
+    try:
+        member.subscribe([data])
+        deadline = time.monotonic() + 60
+        while not member.assignment():
+            assert time.monotonic() < deadline, "the KIP-848 member was never assigned"
+            member.poll(0.2)
+        now = int(time.time() * 1000)
+        settings = job_settings(
+            offsets_source="consumer_offsets",
+            # a held delete is decided again after action.retry.ms: 1 s here
+            thresholds={"global": {"dry.run": False, "action.retry.ms": 1000},
+                        f"topic:{data}": {"consumed.retention.ms": H}},
+        )  # fmt: skip
+        cluster.send(settings.topics.segments, old_segments(data, [100, 200, 300, 400], now))
+        with Application(settings, spark=spark) as job:
+            job.run(once=True)
+        assert cluster.watermarks(data) == (0, 400)  # held: the backfilling group's position is unknown
+        skipped = [a for a in cluster.read_all(settings.topics.actions) if a["status"] == "skipped"]
+        assert skipped and f"group {backfill} is assigned {data}" in skipped[-1]["detail"]["why"]
+
+        member.commit(offsets=[TopicPartition(data, 0, 200)], asynchronous=False)
+        time.sleep(1.1)
+        with Application(settings, spark=spark) as job:
+            job.run(once=True)
+        assert cluster.watermarks(data) == (200, 400)
+    finally:
+        member.close()
