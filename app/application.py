@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,7 @@ class Application(DeleteGate, RunLoop):
         self.group_offsets = ClusterGroupOffsets(conn, ttl_s, holders=self.state.groups) if checking else None
         self.cluster_topics = ClusterTopics(conn)
         # readers that commit no group offsets: share groups, declared Spark checkpoints and pins (issue 40)
-        self.readers = Readers(ShareStateTail(conn), clock=clock)
+        self.readers = Readers(ShareStateTail(conn), clock=clock, publish=self._readers_read)
         # the compaction service's views cap the source's deletes: data the trigger writes and the controller reads
         compactor = Compactor(settings, self.state.r, lambda: self.config.effective(), self._compaction_spark, clock)
         view_caps = ViewCaps(compactor.state, compactor.log)
@@ -261,6 +262,16 @@ class Application(DeleteGate, RunLoop):
             ) from None
 
     # ---- stop, in reverse ----
+
+    def _readers_read(self, doc: dict[str, Any]) -> None:
+        """The readers changed: their copy for `explain`, and the gauge by kind and state."""
+        counts: Counter[tuple[str, str]] = Counter(
+            (s.get("kind", "?"), s.get("state", "invalid")) for s in doc["status"].values()
+        )
+        self.metrics.readers.clear()
+        for (kind, state), n in counts.items():
+            self.metrics.readers.labels(kind, state).set(n)
+        self.state.save_readers(doc)
 
     def close(self) -> None:
         self.compaction.stopping.set()

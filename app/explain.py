@@ -56,6 +56,7 @@ class GroupsHere:
     without_position: tuple[str, ...] = ()  # counted groups with no offset on this partition
     assigned: frozenset[str] = frozenset()  # groups with members assigned to the topic
     commit_ts: Mapping[str, int] = field(default_factory=dict)  # group -> latest commit time on the topic
+    readers: frozenset[str] = frozenset()  # the names above that are readers counted like groups, by their label
 
 
 @dataclass(frozen=True)
@@ -228,13 +229,21 @@ def _group(name: str, offset: int | None, groups: GroupsHere, now: int) -> dict[
         "last_commit": ts,
         "since_ms": None if ts is None else now - ts,
         "assigned": name in groups.assigned,
+        "reader": name in groups.readers,
     }
+
+
+def _named(g: Mapping[str, Any]) -> str:
+    """A group as `group billing`; a reader by its label (`share group sg1`, `reader etl`)."""
+    return g["group"] if g.get("reader") else f"group {g['group']}"
 
 
 def _who(g: Mapping[str, Any], now: int) -> str:
     """A group without a position here, and what compactd knows of it."""
     seen = "no commit seen" if g["last_commit"] is None else f"last commit elsewhere {fmt_at(g['last_commit'], now)}"
-    return f"group {g['group']} ({'assigned, ' if g['assigned'] else ''}{seen})"
+    if g.get("reader"):
+        return f"{g['group']} (its position cannot be read, or it has none here yet)"
+    return f"{_named(g)} ({'assigned, ' if g['assigned'] else ''}{seen})"
 
 
 def _group_causes(
@@ -258,7 +267,9 @@ def _group_causes(
     causes = []
     for g in info["lowest"] if held else []:
         last = "no commit time seen" if g["last_commit"] is None else f"last commit {fmt_at(g['last_commit'], now)}"
-        causes.append(_cause("lowest_group", f"group {g['group']} at offset {g['offset']}, {last}", **g))
+        if g.get("reader"):
+            last = "a reader: it commits no group offsets"
+        causes.append(_cause("lowest_group", f"{_named(g)} at offset {g['offset']}, {last}", **g))
     return info, causes
 
 

@@ -30,9 +30,18 @@ from compactd.errors import UsageError
 from compactd.keys import parse_partition_key, partition_key
 from compactd.model import PartitionNumbers
 from compactd.policy.arrays import NONE
+from compactd.policy.readers import (
+    SHARE_GROUP,
+    ReaderHold,
+    fold_numbers,
+    fold_view,
+    holding,
+    holds_from_doc,
+    holds_on,
+)
 from compactd.policy.rules import Evaluation, Limits
 from compactd.policy.runtime_config import AppliedLayer, effective_layers
-from compactd.policy.thresholds import Thresholds, resolve, resolve_global, topic_excluded
+from compactd.policy.thresholds import Thresholds, group_counts, resolve, resolve_global, topic_excluded
 from compactd.state.redis_store import PartitionDetail, RedisState, TopicGroups
 
 CHUNK = 2000  # partitions explained per Redis round trip
@@ -77,6 +86,7 @@ class Target:
     retention: dict[str, Any] | None = None  # the source's retention.ms as the job last read it: {retention_ms, at}
     cleaner_visible: bool = True  # False with offsets_source admin: the job decides no nudge
     segment_source: bool = True  # False while no segment event has reached the state (health `segments_at`)
+    holds: tuple[ReaderHold, ...] = ()  # the readers that count on the topic, as the job last read them
 
     def cap(self, n: int, now: int) -> int | None:
         """Partition n's compacted view horizon, where the topic has a view: no delete passes it."""
@@ -122,6 +132,8 @@ def read_target(state: RedisState, settings: Settings, target: str) -> Target:
         own, scoped, (th, threshold_sources(layers, applied, topic, None), topic_excluded(topic, th, own)),
         cv.manifest(topic), reset, state.unlisted(topic), retention, settings.offsets_source != "admin",
         "segments_at" in state.health(),
+        tuple(h for h in holds_on(holds_from_doc(state.readers()), topic)
+              if h.kind != SHARE_GROUP or group_counts(h.reader, th)),
     )  # fmt: skip
 
 
@@ -132,6 +144,7 @@ def rank(state: RedisState, t: Target, now: int) -> list[int]:
         return [t.partition]
     parts = sorted(t.groups.partitions)
     nums = PartitionNumbers.concat([state.partition_numbers(t.topic, list(c)) for c in _chunks(parts, RANK_CHUNK)])
+    nums = fold_numbers(nums, t.holds)  # readers count like groups, as in the job's plans
     row = {n: i for i, n in enumerate(parts)}
     deletes = Deletes.of(len(parts), {row[n]: r for n, r in state.live_deletes(t.topic).items() if n in row}, now)
 
@@ -154,7 +167,7 @@ def explanations(state: RedisState, t: Target, partitions: Sequence[int], now: i
     in_flight: int | None = None
     gate_closed = t.gate is not None and not t.gate.get("open")
     for chunk in _chunks(partitions, CHUNK):
-        details = state.partition_details(t.topic, list(chunk), t.groups)
+        details = [with_readers(d, t.holds) for d in state.partition_details(t.topic, list(chunk), t.groups)]
         if in_flight is None and any(_held_compaction(d, now) for d in details):
             in_flight = state.compactions_in_flight()  # once, only when a nudge may be waiting for that cap
         caps = replace(t.caps, in_flight=in_flight)
@@ -167,7 +180,7 @@ def explanations(state: RedisState, t: Target, partitions: Sequence[int], now: i
             gate_closed, t.cleaner_visible, now,
         )  # fmt: skip
         for d, (th, src, excluded), cap, f in zip(details, rules, caps_here, facts, strict=True):
-            here = groups_here(d, t.groups)
+            here = groups_here(d, t.groups, t.holds)
             e = explain_partition(
                 d.view, th, src, here, t.gate, d.records, d.last, d.deadline, now, excluded, caps, cap,
                 t.cleaner_visible, t.segment_source, f,
@@ -205,12 +218,24 @@ def _held_compaction(d: PartitionDetail, now: int) -> bool:
     )
 
 
-def groups_here(d: PartitionDetail, groups: TopicGroups) -> GroupsHere:
-    """The topic's groups as they stand on one partition."""
+def groups_here(d: PartitionDetail, groups: TopicGroups, holds: tuple[ReaderHold, ...] = ()) -> GroupsHere:
+    """The topic's groups as they stand on one partition, with the readers that count like groups (named by their
+    label: `share group sg1`, `reader etl`)."""
     missing: tuple[str, ...] = ()
     if d.positioned is not None:
         missing = tuple(sorted(groups.counted - d.positioned))
-    return GroupsHere(d.lowest, missing, groups.assigned, groups.commit_ts)
+    rows = holding(holds, d.view.partition)
+    missing += tuple(label for label, pos in rows if pos is None)
+    return GroupsHere(d.lowest, missing, groups.assigned, groups.commit_ts, frozenset(label for label, _ in rows))
+
+
+def with_readers(d: PartitionDetail, holds: tuple[ReaderHold, ...]) -> PartitionDetail:
+    """A partition's detail with the readers folded in: its view's minimum, and the readers among its lowest."""
+    if not holds:
+        return d
+    known = tuple((label, pos) for label, pos in holding(holds, d.view.partition) if pos is not None)
+    lowest = tuple(sorted(d.lowest + known, key=lambda g: (g[1], g[0])))
+    return replace(d, view=fold_view(d.view, holds), lowest=lowest)
 
 
 def _write(

@@ -114,6 +114,14 @@ class Metrics:
         self.topics_forgotten = Counter(
             "compactd_topics_forgotten", "Topics deleted from the cluster whose state was dropped", registry=registry
         )
+        self.readers = Gauge(
+            "compactd_readers",
+            "Readers that commit no group offsets (share groups, declared Spark checkpoints and pins) by kind and "
+            "state: counting, blind (its position cannot be read: it holds its topics), expired (a pin past its "
+            "lease: it no longer counts), starting (a checkpoint with no batch committed), invalid",
+            ["kind", "state"],
+            registry=registry,
+        )
         self.groups_unlisted = Gauge(
             "compactd_groups_unlisted",
             "Groups compactd counts on the topic that the cluster does not list (no Describe ACL, or deleted), as of "

@@ -15,12 +15,15 @@ before a consumed-retention delete goes (control/dispatch.py). `describe()` is w
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import msgspec
 
 from compactd.codec.spark_checkpoint import Positions, kafka_positions, latest_batch
 from compactd.kafka.share_state import STATE_TOPIC, ShareStateTail
@@ -98,13 +101,17 @@ class Readers:
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
         checkpoint: Callable[[str], Positions | None] = checkpoint_positions,
         monotonic: Callable[[], float] = time.monotonic,
+        publish: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         """`share`: the share-group tail (None: share groups are not read, on a cluster where none can exist);
-        `checkpoint`: how a Spark checkpoint is read."""
+        `checkpoint`: how a Spark checkpoint is read; `publish`: called with `doc()` whenever the holds or a
+        reader's state change (Redis, for `explain`; the metrics)."""
         self.share = share
         self.clock = clock
         self.checkpoint = checkpoint
         self.monotonic = monotonic
+        self.publish = publish
+        self._published = ""
         self._cache: tuple[float, int, dict[str, tuple[ReaderHold, ...]]] | None = None
         self._seen: dict[str, frozenset[str]] = {}  # reader -> topics it was last read on
         self._problems: dict[str, str] = {}  # reader -> the problem last logged
@@ -133,7 +140,22 @@ class Readers:
             self._status = status
             result = {t: tuple(h) for t, h in out.items()}
             self._cache = (self.monotonic(), key, result)
+            self._maybe_publish(result, status)
             return result
+
+    def _maybe_publish(self, holds: dict[str, tuple[ReaderHold, ...]], status: dict[str, dict[str, Any]]) -> None:
+        if self.publish is None:
+            return
+        doc = {"holds": {t: [msgspec.to_builtins(h) for h in hs] for t, hs in sorted(holds.items())},
+               "status": status}  # fmt: skip
+        text = json.dumps(doc, sort_keys=True, default=str)
+        if text == self._published:
+            return
+        try:
+            self.publish({**doc, "at": self.clock()})
+            self._published = text
+        except Exception as exc:  # explain's copy only: a decision never reads it back
+            log.debug("readers not published: %s", exc)
 
     def status(self) -> dict[str, dict[str, Any]]:
         """reader -> {kind, state, ...} as last read: for explain (through Redis) and the metrics."""

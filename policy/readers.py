@@ -57,6 +57,13 @@ class ReaderHold(msgspec.Struct, frozen=True):
 Holds = Mapping[str, tuple[ReaderHold, ...]]  # topic (or EVERY_TOPIC) -> holds
 
 
+def holds_from_doc(doc: Mapping[str, Any] | None) -> dict[str, tuple[ReaderHold, ...]]:
+    """The holds as the job published them (control/readers.py `publish`), for `explain`."""
+    if not doc:
+        return {}
+    return {t: tuple(msgspec.convert(h, ReaderHold, strict=False) for h in hs) for t, hs in doc["holds"].items()}
+
+
 def holds_on(holds: Holds, topic: str) -> tuple[ReaderHold, ...]:
     """The holds on `topic`: its own and those on every topic."""
     return holds.get(topic, ()) + holds.get(EVERY_TOPIC, ())

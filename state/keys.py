@@ -133,6 +133,12 @@ class RedisKeys:
         return f"{self.prefix}:topic-ids"
 
     @property
+    def readers(self) -> str:
+        """JSON {"at", "holds", "status"}: the readers that commit no group offsets as the job last read them
+        (control/readers.py), for `explain` and `status`; never read back for a decision."""
+        return f"{self.prefix}:readers"
+
+    @property
     def unlisted(self) -> str:
         """topic -> JSON {"at", "groups"}: counted groups the cluster did not list at the last delete check."""
         return f"{self.prefix}:unlisted"

@@ -68,6 +68,14 @@ class TopicLifecycleStore(StoreBase):
         raw = self.r.hget(self.keys.unlisted, topic)
         return None if raw is None else json.loads(raw)
 
+    def save_readers(self, doc: Mapping[str, Any]) -> None:
+        """The readers as the job last read them (control/readers.py), for `explain`."""
+        self.r.set(self.keys.readers, json.dumps(doc))
+
+    def readers(self) -> dict[str, Any] | None:
+        raw = self.r.get(self.keys.readers)
+        return None if raw is None else json.loads(raw)
+
     def restore_reset(self, topic: str, cause: dict[str, Any]) -> None:
         """A reset's cause read back from the ledger after a state loss, for `explain`."""
         self.r.hset(self.keys.resets, topic, json.dumps(cause))

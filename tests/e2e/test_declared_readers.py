@@ -11,6 +11,7 @@ import time
 import pytest
 
 from compactd.app.application import Application
+from compactd.app.explain_cli import explain
 from tests.support.events import old_segments
 from tests.support.groups import consume_and_commit
 
@@ -33,7 +34,14 @@ def test_a_pinned_reader_holds_until_its_lease_ends(spark, kafka, cluster, job_s
     cluster.send(settings.topics.segments, old_segments(data, [100, 200, 300, 400], now))
     with Application(settings, spark=spark) as job:
         job.run(once=True)
+        # explain names the reader that holds the rest, as it names a group
+        (e,) = explain(job.state, settings, f"{data}/0", int(time.time() * 1000))
     assert cluster.watermarks(data) == (100, 400)  # the pin at 150 holds [100, 400)
+    consumed = e["rules"]["consumed_retention"]
+    assert consumed["now"]["min_committed"] == 150 and consumed["now"]["counted_groups"] == 2
+    assert [b["why"] for b in consumed["blocked_by"]] == [
+        "reader nightly-export at offset 150, a reader: it commits no group offsets"
+    ]
 
     # the operator moves the pin by a config event: the next run follows it
     scope = "reader:nightly-export"
