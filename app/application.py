@@ -240,6 +240,8 @@ class Application(DeleteGate, RunLoop):
                 self._closers.append(self.group_offsets.close)
             self._closers.append(self.cluster_topics.close)
             self._closers.append(self.readers.close)
+            if self.state.readers() is not None:
+                self.readers.republish()
             self._recover_nudges()
             self._arm_readiness()
             if once and self._nothing_to_read():

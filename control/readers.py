@@ -111,7 +111,7 @@ class Readers:
         self.checkpoint = checkpoint
         self.monotonic = monotonic
         self.publish = publish
-        self._published = ""
+        self._published = json.dumps({"holds": {}, "status": {}}, sort_keys=True)  # no reader: nothing to write
         self._cache: tuple[float, int, dict[str, tuple[ReaderHold, ...]]] | None = None
         self._seen: dict[str, frozenset[str]] = {}  # reader -> topics it was last read on
         self._problems: dict[str, str] = {}  # reader -> the problem last logged
@@ -233,6 +233,10 @@ class Readers:
         for name in self._problems.keys() - problems.keys():
             log.info("reader %s counts again", name)
         self._problems = problems
+
+    def republish(self) -> None:
+        """Write the next read whatever it holds: a copy left by an earlier run must not outlive its readers."""
+        self._published = ""
 
     def close(self) -> None:
         if self.share is not None:
