@@ -111,7 +111,7 @@ def test_a_classic_group_migrated_to_the_consumer_protocol_keeps_holding(spark, 
     cluster.create(data, 1, {"cleanup.policy": "delete"})
     cluster.fill(data, 400)
     slow, fast = cluster.name("mig"), cluster.name("ahead")
-    consume_and_commit(kafka.bootstrap, fast, data, 400)
+    consume_and_commit(kafka.bootstrap, fast, data, 400, "consumer")
 
     def member(protocol: str) -> Consumer:
         c = Consumer(
@@ -164,7 +164,7 @@ def test_a_consumer_protocol_group_assigned_but_not_committed_holds(spark, kafka
     cluster.create(data, 1, {"cleanup.policy": "delete"})
     cluster.fill(data, 400)
     fast, backfill = cluster.name("ahead"), cluster.name("backfill")
-    consume_and_commit(kafka.bootstrap, fast, data, 400)
+    consume_and_commit(kafka.bootstrap, fast, data, 400, "consumer")
     member = Consumer(
         {"bootstrap.servers": kafka.bootstrap, "group.id": backfill, "group.protocol": "consumer",
          "auto.offset.reset": "earliest", "enable.auto.commit": False}

@@ -23,7 +23,7 @@ def test_a_pinned_reader_holds_until_its_lease_ends(spark, kafka, cluster, job_s
     data = cluster.name("exported")
     cluster.create(data, 1, {"cleanup.policy": "delete"})
     cluster.fill(data, 400)
-    consume_and_commit(kafka.bootstrap, cluster.name("etl"), data, 400)  # the only group has read everything
+    consume_and_commit(kafka.bootstrap, cluster.name("etl"), data, 400, "consumer")  # the only group: read it all
     now = int(time.time() * 1000)
     settings = job_settings(
         offsets_source="consumer_offsets",
