@@ -43,6 +43,11 @@ TEST_SETTINGS: dict[str, str] = {
     "share.coordinator.state.topic.min.isr": "1",
     "share.coordinator.state.topic.num.partitions": "5",
     "group.initial.rebalance.delay.ms": "0",
+    # KIP-848 and share-group members learn their assignment by heartbeat: every 0.5 s instead of every 5 s
+    "group.consumer.min.heartbeat.interval.ms": "500",
+    "group.consumer.heartbeat.interval.ms": "500",
+    "group.share.min.heartbeat.interval.ms": "500",
+    "group.share.heartbeat.interval.ms": "500",
     "num.partitions": "1",
     # a broker killed with -9 registers again at once instead of after the old session's 9 s
     "broker.session.timeout.ms": "2000",
@@ -62,6 +67,7 @@ TEST_SETTINGS: dict[str, str] = {
     "log.message.timestamp.after.max.ms": str(365 * 24 * 3600 * 1000),
 }
 HEAP = "512m"
+ADMIN_PASSWORD = "admin-secret"  # the super user of a broker started with `users` (tests only, loopback)
 # A test broker's JVM: the serial collector and the client compiler only. On 2 cores shared with Spark they cost less
 # CPU than G1 and the tiered JIT (measured: start 2.9 -> 1.7 CPU-s, idle 3.8% -> 2.5% of a core, RSS 241 -> 216 MB);
 # a broker's peak throughput is not what these brokers are for. COMPACTD_KAFKA_JVM_OPTIONS replaces them.
@@ -144,7 +150,12 @@ class KafkaBroker:
 
     Started by the constructor and ready when it returns: a metadata request has answered with this broker in it.
     `stop()` is a clean shutdown (SIGTERM, then SIGKILL after 30 s), `kill()` is kill -9, `restart()` starts it again
-    on the same log dir and ports."""
+    on the same log dir and ports.
+
+    `users` (name -> password): the client listener is SASL_PLAINTEXT with SASL/PLAIN and the broker enforces ACLs
+    (KRaft's StandardAuthorizer, nothing allowed without an ACL). `admin` (ADMIN_PASSWORD) is a super user, and so is
+    ANONYMOUS, which is how the controller listener (plaintext, loopback) authenticates the node to itself. Clients
+    connect with `client(user)`."""
 
     name = "kafka"
 
@@ -153,8 +164,10 @@ class KafkaBroker:
         workdir: Path,
         port: int | None = None,
         extra: Mapping[str, str] | None = None,
+        users: Mapping[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
+        self.users = None if users is None else {"admin": ADMIN_PASSWORD, **users}
         self.port = port or _free_port()
         self.controller_port = _free_port()
         self.log_dir = workdir / "data"
@@ -186,10 +199,40 @@ class KafkaBroker:
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             "log.dirs": str(self.log_dir),
             **TEST_SETTINGS,
+            **(self._sasl() if self.users is not None else {}),
             **self._extra,
         }
         self.config = self.workdir / "server.properties"
         self.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+    def _sasl(self) -> dict[str, str]:
+        """The client listener as SASL_PLAINTEXT/PLAIN with these users, and ACLs enforced."""
+        assert self.users is not None
+        users = " ".join(f'user_{u}="{p}"' for u, p in self.users.items())
+        jaas = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="admin" password="{ADMIN_PASSWORD}" {users};'
+        )
+        return {
+            "listeners": f"SASL_PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"SASL_PLAINTEXT://127.0.0.1:{self.port}",
+            "inter.broker.listener.name": "SASL_PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:admin;User:ANONYMOUS",
+            "allow.everyone.if.no.acl.found": "false",
+        }
+
+    def client(self, user: str = "admin") -> dict[str, str]:
+        """librdkafka settings that reach this broker as `user` (no credentials on a plaintext broker)."""
+        conf = {"bootstrap.servers": self.bootstrap}
+        if self.users is not None:
+            conf.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                         "sasl.username": user, "sasl.password": self.users[user]})  # fmt: skip
+        return conf
 
     def _java(self, main: str, *args: str, heap: str = HEAP) -> list[str]:
         java = shutil.which("java")
@@ -245,7 +288,7 @@ class KafkaBroker:
 
         assert self.proc is not None
         wait_port(self.port, self.proc, "kafka", READY_TIMEOUT_S)
-        probe = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0, "logger": _SILENT})
+        probe = AdminClient({**self.client(), "log_level": 0, "logger": _SILENT})
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             if self.proc.poll() is not None:
