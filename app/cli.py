@@ -89,6 +89,16 @@ def build_parser() -> argparse.ArgumentParser:
     _job_flags(status)
     status.add_argument("--json", action="store_true", help="JSON lines instead of a table")
 
+    doctor = sub.add_parser(
+        "doctor",
+        help="check the principal's ACLs against what compactd needs, before dry.run false (changes nothing)",
+        formatter_class=_Help,
+    )
+    _job_flags(doctor)
+    doctor.add_argument(
+        "--topic", action="append", default=[], help="a topic to check (default: those the thresholds name, or all)"
+    )
+
     explain = sub.add_parser(
         "explain", help="why a partition is not compacted or deleted, and what happens next", formatter_class=_Help
     )
@@ -291,6 +301,23 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """One line per operation compactd needs: granted, missing or unknown, and what needs it; exit 1 when any is
+    missing."""
+    from compactd.app.acls import check
+    from compactd.kafka.admin import check_reachable
+
+    settings = _settings(args)
+    check_reachable(settings.kafka_connection())
+    found = check(settings, args.topic)
+    for f in found:
+        print(f.line(), flush=True)
+    missing = [f for f in found if f.state == "missing"]
+    unknown = sum(f.state == "unknown" for f in found)
+    print(f"compactd doctor: {len(found) - len(missing) - unknown} granted, {len(missing)} missing, {unknown} unknown")
+    return 1 if missing else 0
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     from compactd.app.explain_cli import print_explain
 
@@ -472,6 +499,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run,
     "status": cmd_status,
     "explain": cmd_explain,
+    "doctor": cmd_doctor,
     "config": cmd_config,
     "demo": cmd_demo,
     "compact": cmd_compact,

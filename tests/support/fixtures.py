@@ -87,9 +87,10 @@ def spark():
 class Cluster:
     """Test helper around the broker: topics, JSON events, reading topics back."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, extra: dict[str, str] | None = None) -> None:
+        """`extra`: librdkafka settings of every client (a SASL broker's credentials)."""
         self.bootstrap = bootstrap
-        self.conn = KafkaConnection(bootstrap)
+        self.conn = KafkaConnection(bootstrap, dict(extra or {}))
         self.admin = AdminClient(self.conn.client("admin"))
         self.producer = Producer(self.conn.client("producer", {"linger.ms": 1}))
         self.prefix = f"t{uuid.uuid4().hex[:8]}"

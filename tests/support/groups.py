@@ -7,11 +7,15 @@ import time
 from confluent_kafka import Consumer, TopicPartition
 
 
-def consume_and_commit(bootstrap: str, group: str, topic: str, upto: int, protocol: str = "classic") -> None:
+def consume_and_commit(
+    bootstrap: str, group: str, topic: str, upto: int, protocol: str = "classic", extra: dict | None = None
+) -> None:
     """A member of `group` (`protocol`: "classic", or "consumer" for KIP-848) subscribes to `topic` (one partition),
-    reads up to `upto` from where the group stands and commits that position, then leaves."""
+    reads up to `upto` from where the group stands and commits that position, then leaves. `extra`: more client
+    settings (a SASL broker's credentials)."""
     c = Consumer(
         {
+            **(extra or {}),
             "bootstrap.servers": bootstrap,
             "group.id": group,
             "group.protocol": protocol,
@@ -32,7 +36,7 @@ def consume_and_commit(bootstrap: str, group: str, topic: str, upto: int, protoc
         c.close()
 
 
-def share_acknowledge(bootstrap: str, group: str, topic: str, upto: int) -> None:
+def share_acknowledge(bootstrap: str, group: str, topic: str, upto: int, extra: dict | None = None) -> None:
     """A member of share group `group` (KIP-932) reads `topic` (one partition) from where the group stands and
     acknowledges the records below `upto` (one partition delivers in offset order: done at `upto - 1`); those it
     received above are released, as a worker that stops mid-way does. Returns once the broker has accepted the
@@ -40,7 +44,8 @@ def share_acknowledge(bootstrap: str, group: str, topic: str, upto: int) -> None
     from confluent_kafka import AcknowledgeType, ShareConsumer
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    conf = {**(extra or {}), "bootstrap.servers": bootstrap}
+    admin = AdminClient(conf)
     earliest = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
     resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[earliest])
     admin.incremental_alter_configs([resource])[resource].result(30)
