@@ -22,7 +22,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from compactd.app.acls import NEEDS, check, table
+from compactd.app.acls import NEEDS, check
 from compactd.app.application import Application
 from compactd.app.cli import main
 from compactd.app.settings import Settings, TopicNames
@@ -199,5 +199,3 @@ def test_the_acl_table_is_what_compactd_needs_and_each_missing_grant_is_named(
         "thresholds": settings.thresholds, "redis_url": redis_url}))  # fmt: skip
     assert main(["doctor", "--config", str(config)]) == 0
     assert "0 missing" in capsys.readouterr().out.splitlines()[-1]
-
-    assert "| Topic `__share_group_state` | Read, Describe |" in table()
