@@ -101,14 +101,26 @@ class GroupReader:
         return self._admin
 
     def list_groups(self) -> set[str]:
-        """Every group the cluster lists (KafkaException when it cannot say)."""
+        """Every group the cluster lists, of every type (KafkaException when it cannot say).
+
+        ListGroups as librdkafka 2.16 types it (`list_consumer_groups`) returns classic and consumer-protocol groups
+        only; streams groups (KIP-1071) and share groups (KIP-932) are left out, yet a streams group commits offsets
+        like any group, and OffsetFetch answers for it. The untyped listing (`list_groups`, every group the
+        principal may Describe) adds them; OffsetFetch of a share group answers no offsets (its positions are read
+        from `__share_group_state`, control/readers.py)."""
+        import warnings
+
         from confluent_kafka import KafkaException
 
         listed = self.admin.list_consumer_groups(request_timeout=self.timeout_s).result(self.timeout_s)
         self.lists += 1
         if listed.errors:
             raise KafkaException(listed.errors[0])
-        return {g.group_id for g in listed.valid}
+        groups = {g.group_id for g in listed.valid}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # the only call that lists every group type
+            groups |= {g.id for g in self.admin.list_groups(timeout=self.timeout_s)}
+        return groups
 
     def fetch(self, groups: Iterable[str]) -> dict[str, Offsets | Exception]:
         """Each group's committed offsets (partitions with none left out), or the error that group's fetch met."""

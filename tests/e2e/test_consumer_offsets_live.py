@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, ConsumerGroupType, TopicPartition
 from compactd.app.application import Application
 from compactd.codec.offsets import decode_record
 from tests.support.events import old_segments
-from tests.support.groups import consume_and_commit
+from tests.support.groups import consume_and_commit, streams_read
 
 pytestmark = pytest.mark.spark
 H = 3_600_000
@@ -196,3 +196,34 @@ def test_a_consumer_protocol_group_assigned_but_not_committed_holds(spark, kafka
         assert cluster.watermarks(data) == (200, 400)
     finally:
         member.close()
+
+
+def test_a_streams_group_counts_and_is_listed(spark, kafka, cluster, job_settings) -> None:
+    """A Kafka Streams application in a streams group (KIP-1071, `group.protocol=streams`, on by default in Kafka 4.4)
+    commits ordinary offsets; its group's own records (key versions above 2) are skipped and counted, never DLQ'd;
+    and the cluster lists it, so a strict cluster check vouches for it (ListGroups as librdkafka types it left it out:
+    strict held every delete on its topics as "not listed")."""
+    data = cluster.name("streamed")
+    cluster.create(data, 1, {"cleanup.policy": "delete"})
+    cluster.fill(data, 300)
+    app = cluster.name("enricher")
+    streams_read(kafka.bootstrap, app, data, 300)  # the streams group at 300
+    cluster.fill(data, 100)
+    consume_and_commit(kafka.bootstrap, cluster.name("ahead"), data, 400, "consumer")
+
+    raw = raw_offset_records(kafka.bootstrap, {app})
+    assert {(r["group"], r["offset"]) for r in raw if r["kind"] == "offset_commit"} == {(app, 300)}
+    assert any(r["kind"] == "skipped" and r["key_version"] >= 3 for r in raw)  # the streams group's own records
+
+    now = int(time.time() * 1000)
+    settings = job_settings(
+        offsets_source="consumer_offsets", cluster_check="strict",
+        thresholds={"global": {"dry.run": False}, f"topic:{data}": {"consumed.retention.ms": H}},
+    )  # fmt: skip
+    cluster.send(settings.topics.segments, old_segments(data, [100, 200, 300, 400], now))
+    with Application(settings, spark=spark) as job:
+        job.run(once=True)
+        unlisted = job.state.unlisted(data)
+    assert cluster.watermarks(data) == (300, 400)  # up to the streams group, vouched for by the cluster
+    assert unlisted is None
+    assert not cluster.read_all(settings.topics.dlq, timeout=2)

@@ -67,3 +67,21 @@ def share_acknowledge(bootstrap: str, group: str, topic: str, upto: int, extra: 
             c.commit_sync(30)
     finally:
         c.close()
+
+
+def streams_read(bootstrap: str, application_id: str, topic: str, upto: int) -> None:
+    """A Kafka Streams application (tests/support/jvm/StreamsReader.java, the Kafka jars of the project's Maven
+    cache) in a streams group (KIP-1071) named `application_id`: reads `topic` from its start, commits, and stops
+    once it has read `upto` records (max.poll.records = upto, so it reads no further)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from compactd.demo.broker import ensure_jars
+
+    source = Path(__file__).parent / "jvm" / "StreamsReader.java"
+    java = shutil.which("java") or "java"
+    argv = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", f"{ensure_jars()}/*", str(source),
+            bootstrap, application_id, topic, str(upto)]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"the Streams application failed: {(proc.stdout + proc.stderr)[-800:]}"

@@ -36,6 +36,8 @@ SLOW: dict[str, float] = {
     "test_lifecycle_property.py::test_no_delete_removes_what_no_rule_made_due_across_re_creations": 15,
     "test_standalone_cluster.py::test_a_cluster_without_free_executors_fails_in_seconds_with_one_line": 13,
     "test_graceful_stop.py::test_second_sigint_exits_1_at_once": 10,
+    "test_acls.py::test_the_acl_table_is_what_compactd_needs_and_each_missing_grant_is_named": 20,
+    "test_share_groups.py::test_a_share_group_holds_consumed_retention_at_what_it_acknowledged": 16,
 }
 
 
