@@ -38,6 +38,7 @@ SLOW: dict[str, float] = {
     "test_graceful_stop.py::test_second_sigint_exits_1_at_once": 10,
     "test_acls.py::test_the_acl_table_is_what_compactd_needs_and_each_missing_grant_is_named": 20,
     "test_share_groups.py::test_a_share_group_holds_consumed_retention_at_what_it_acknowledged": 16,
+    "test_consumer_offsets_live.py::test_a_streams_group_counts_and_is_listed": 15,
 }
 
 
