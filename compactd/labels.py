@@ -71,4 +71,4 @@ ACTION_OUTCOMES: Final[tuple[tuple[ActionKind, Reason, Status], ...]] = tuple(
 
 BATCH_OUTCOMES: Final = ("merged", "replayed")
 CONFIG_RESULTS: Final = ("applied", "replayed", "rejected")
-EVALUATION_TRIGGERS: Final = ("batch", "deadline", "full", "config", "compaction")
+EVALUATION_TRIGGERS: Final = ("batch", "deadline", "full", "config", "compaction", "readers")

@@ -41,6 +41,7 @@ from compactd.model import ActionRecord
 from compactd.policy.arrays import NONE
 from compactd.policy.forecast import partition_stats, stats_rows
 from compactd.policy.plan import PartitionPlan, plans
+from compactd.policy.readers import EVERY_TOPIC
 from compactd.policy.rules import Due, Evaluation
 from compactd.policy.rules import due as due_now
 from compactd.policy.thresholds import (
@@ -265,7 +266,21 @@ class Controller(Dispatch):
             self._evaluate(self.state.due(self.clock()), "deadline")
             for topic in [] if self.view_caps is None else self.view_caps.take_moved():
                 self._evaluate([(topic, p) for p in self.state.partitions(topic)], "compaction")
+            self._readers_moved()
             self._dispatch()
+
+    def _readers_moved(self) -> None:
+        """Evaluate again the topics whose readers' holds changed (a reader moved on, came, went, or could be read
+        again): no event touches their partitions. A hold on every topic that came or went: every partition."""
+        if self.readers is None:
+            return
+        self.readers.holds(self.layers)  # read again when its cache is over
+        moved = self.readers.take_moved()
+        if EVERY_TOPIC in moved:
+            self._evaluate(self.state.all_partitions(), "readers")
+            return
+        for topic in moved:
+            self._evaluate([(topic, p) for p in self.state.partitions(topic)], "readers")
 
     def evaluate(self, keys: Iterable[tuple[str, int]], trigger: str) -> int:
         """Evaluate these partitions now (a config change touched them); returns how many."""

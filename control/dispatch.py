@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("compactd.controller")
 
+# what to change when a reader's position cannot be read (control/readers.py)
+BLIND_SETTING = {"share_group": "Describe and Read on topic __share_group_state",
+                 "spark_checkpoint": "the reader's spark_checkpoint (readers: / reader:<name>)"}  # fmt: skip
 OUTBOX_PAGE = 1000  # due records read per round trip
 OUTBOX_PAGES = 100  # at most this many pages a round: 100,000 records, then the next round goes on
 NUDGE_CHECK_MS = 15_000  # how often nudges still on are checked for a restore (Kafka's cleaner backoff)
@@ -211,9 +214,16 @@ class Dispatch:
             # the readers read now, whatever the batch saw: one may have appeared or fallen behind since
             layers = Layers(self.layers, self.own_topics, self.readers.holds(self.layers, fresh=True))
             holds = layers.readers(rec.topic, th)
-            if rec.before_offset is not None and (
-                no := readers_say_no(rec.before_offset, holds, rec.topic, rec.partition)
-            ):
+            blind = next((h for h in holds if h.blind), None)
+            if blind is not None and not excluded:  # cannot be read now: held, and tried again soon (not skipped)
+                setting = BLIND_SETTING.get(blind.kind, "readers:")
+                raise DependencyUnavailable(blind.label, rec.topic, setting, blind.blind)
+            no = (
+                None
+                if rec.before_offset is None
+                else readers_say_no(rec.before_offset, holds, rec.topic, rec.partition)
+            )
+            if no is not None:
                 return excluded or no
             view = fold_view(view, holds)
         cap = None if self.view_caps is None else self.view_caps.cap(rec.topic, rec.partition, th, now, fresh=True)

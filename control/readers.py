@@ -113,6 +113,8 @@ class Readers:
         self.publish = publish
         self._published = json.dumps({"holds": {}, "status": {}}, sort_keys=True)  # no reader: nothing to write
         self._cache: tuple[float, int, dict[str, tuple[ReaderHold, ...]]] | None = None
+        self._last: dict[str, tuple[ReaderHold, ...]] = {}  # the holds as last read, for `take_moved`
+        self._moved: set[str] = set()
         self._seen: dict[str, frozenset[str]] = {}  # reader -> topics it was last read on
         self._problems: dict[str, str] = {}  # reader -> the problem last logged
         self._status: dict[str, dict[str, Any]] = {}
@@ -139,6 +141,8 @@ class Readers:
             self._say(problems)
             self._status = status
             result = {t: tuple(h) for t, h in out.items()}
+            self._moved |= {t for t in result.keys() | self._last.keys() if result.get(t) != self._last.get(t)}
+            self._last = result
             self._cache = (self.monotonic(), key, result)
             self._maybe_publish(result, status)
             return result
@@ -156,6 +160,14 @@ class Readers:
             self._published = text
         except Exception as exc:  # explain's copy only: a decision never reads it back
             log.debug("readers not published: %s", exc)
+
+    def take_moved(self) -> list[str]:
+        """The topics whose holds changed since the last call (EVERY_TOPIC among them: a hold on every topic came or
+        went). A reader's position moves without any event touching its partitions: the controller evaluates these
+        topics again, as it does topics whose compacted view moved."""
+        with self._lock:
+            moved, self._moved = sorted(self._moved), set()
+        return moved
 
     def status(self) -> dict[str, dict[str, Any]]:
         """reader -> {kind, state, ...} as last read: for explain (through Redis) and the metrics."""

@@ -152,3 +152,37 @@ def test_declared_readers_from_the_file_and_config_events() -> None:
     assert change is not None and change.layer.values["expires_ms"] == 99
     with pytest.raises(Rejected, match="expires_ms"):  # a pin without a lease is refused as a whole
         apply_event(event("reader:ops", {"pin": {"orders": {"0": 3}}}, 1), "d2", {}, {})
+
+
+def test_readers_report_the_topics_whose_holds_moved_and_a_blind_share_state_holds_every_topic() -> None:
+    from compactd.control.readers import Readers
+    from compactd.kafka.share_state import SharePositions
+    from compactd.policy.readers import EVERY_TOPIC, holds_on
+
+    class Tail:  # the share-state tail's answers, one per read (a unit test: the e2e tests read a real broker)
+        def __init__(self, answers: list[SharePositions]) -> None:
+            self.answers = answers
+
+        def read(self) -> SharePositions:
+            return self.answers.pop(0)
+
+        def close(self) -> None:
+            pass
+
+    clock = [0.0]
+    tail = Tail([SharePositions({"sg": {"orders": {0: 5, 1: None}}}), SharePositions(blind="no ACL"),
+                 SharePositions({"sg": {"orders": {0: 9, 1: None}}})])  # fmt: skip
+    readers = Readers(tail, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    first = readers.holds({})
+    assert holds_on(first, "orders") == (ReaderHold("sg", SHARE_GROUP, {0: 5}),)  # partition 1: not initialized
+    assert readers.take_moved() == ["orders"] and readers.take_moved() == []
+    assert readers.holds({}) is first  # within the cache: not read again
+    clock[0] += 6
+    blind = readers.holds({})
+    # share groups that cannot be read may read any topic: every topic is held (blind), whatever it was before
+    assert [h.blind for h in holds_on(blind, "payments")] == ["no ACL"] == [h.blind for h in holds_on(blind, "orders")]
+    assert readers.take_moved() == [EVERY_TOPIC, "orders"]
+    clock[0] += 6
+    assert holds_on(readers.holds({}), "orders") == (ReaderHold("sg", SHARE_GROUP, {0: 9}),)
+    assert readers.take_moved() == [EVERY_TOPIC, "orders"]  # read again: every topic is evaluated again
+    assert EVERY_TOPIC not in readers.holds({})
