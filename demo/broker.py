@@ -43,11 +43,13 @@ TEST_SETTINGS: dict[str, str] = {
     "share.coordinator.state.topic.min.isr": "1",
     "share.coordinator.state.topic.num.partitions": "5",
     "group.initial.rebalance.delay.ms": "0",
-    # KIP-848 and share-group members learn their assignment by heartbeat: every 0.5 s instead of every 5 s
+    # KIP-848, share and streams group members learn their assignment by heartbeat: every 0.5 s instead of 5 s
     "group.consumer.min.heartbeat.interval.ms": "500",
     "group.consumer.heartbeat.interval.ms": "500",
     "group.share.min.heartbeat.interval.ms": "500",
     "group.share.heartbeat.interval.ms": "500",
+    "group.streams.min.heartbeat.interval.ms": "500",
+    "group.streams.heartbeat.interval.ms": "500",
     "num.partitions": "1",
     # a broker killed with -9 registers again at once instead of after the old session's 9 s
     "broker.session.timeout.ms": "2000",
