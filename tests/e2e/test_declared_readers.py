@@ -61,3 +61,39 @@ def test_a_pinned_reader_holds_until_its_lease_ends(spark, kafka, cluster, job_s
     assert len(said) == 1 and "reader nightly-export" in said[0] and "reader:nightly-export expires_ms" in said[0]
     actions = [(a["before_offset"], a["status"]) for a in cluster.read_all(settings.topics.actions)]
     assert actions == [(100, "sent"), (300, "sent"), (400, "sent")]
+
+
+def test_a_spark_query_holds_by_its_checkpoint(spark, kafka, cluster, job_settings, tmp_path) -> None:
+    """A Spark Structured Streaming query reads a topic and commits nothing to Kafka: its position is its
+    checkpoint. Declared as a reader (`spark_checkpoint`), it holds consumed retention at the offsets of its latest
+    committed batch while a group is ahead. The query here reads through compactd's own Kafka source, whose offsets
+    Spark writes in the Kafka connector's format ({"topic": {"partition": next offset}})."""
+    data = cluster.name("etl-input")
+    cluster.create(data, 1, {"cleanup.policy": "delete"})
+    cluster.fill(data, 300)
+    checkpoint = tmp_path / "etl-checkpoint"
+    query = (
+        spark.readStream.format("compactd-kafka")
+        .option("subscribe", data)
+        .option("startingOffsets", "earliest")
+        .option("kafka.bootstrap.servers", kafka.bootstrap)
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert (checkpoint / "commits" / "0").exists()  # the query read [0, 300) and committed its batch
+    cluster.fill(data, 100)
+    consume_and_commit(kafka.bootstrap, cluster.name("ahead"), data, 400, "consumer")
+    now = int(time.time() * 1000)
+    settings = job_settings(
+        offsets_source="consumer_offsets",
+        thresholds={"global": {"dry.run": False}, f"topic:{data}": {"consumed.retention.ms": H}},
+        readers={"etl": {"spark_checkpoint": str(checkpoint)}},
+    )
+    cluster.send(settings.topics.segments, old_segments(data, [100, 200, 300, 400], now))
+    with Application(settings, spark=spark) as job:
+        job.run(once=True)
+    assert cluster.watermarks(data) == (300, 400)  # the query's position, not the group's 400
