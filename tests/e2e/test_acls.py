@@ -101,6 +101,9 @@ def test_the_acl_table_is_what_compactd_needs_and_each_missing_grant_is_named(
     admin = admin_cluster.admin
     prefix = admin_cluster.prefix
     data, compact = admin_cluster.name("orders"), admin_cluster.name("profiles")
+    logs = admin_cluster.name("logs")  # no group reads it: forced retention (level 2) alone
+    admin_cluster.create(logs, 1, {"cleanup.policy": "delete"})
+    admin_cluster.fill(logs, 200)
     admin_cluster.create(data, 1, {"cleanup.policy": "delete"})
     admin_cluster.create(compact, 1, {"cleanup.policy": "compact"})
     admin_cluster.fill(data, 400)
@@ -118,7 +121,8 @@ def test_the_acl_table_is_what_compactd_needs_and_each_missing_grant_is_named(
         trigger_interval_ms=500, topics=TopicNames(**names), offsets_source="consumer_offsets", kafka=creds,
         cluster_check="strict",
         thresholds={"global": {"dry.run": False}, f"topic:{data}": {"consumed.retention.ms": H},
-                    f"topic:{compact}": {"max.compaction.lag.ms": H}},
+                    f"topic:{compact}": {"max.compaction.lag.ms": H},
+                    f"topic:{logs}": {"forced.retention.ms": H}},
     )  # fmt: skip
 
     # the doctor, before the first run: nothing missing (compactd's own topics: Create granted, the rest once they
@@ -130,10 +134,12 @@ def test_the_acl_table_is_what_compactd_needs_and_each_missing_grant_is_named(
     # the job, as the principal granted exactly the table: a consumed-retention delete and a nudge, for real
     admin_cluster.create(names["segments"])
     events = old_segments(data, [100, 200, 300, 400], now) + old_segments(compact, [50], now)
+    events += old_segments(logs, [100, 200], now)
     admin_cluster.send(names["segments"], events)
     with Application(settings, spark=spark) as job:
         job.run(once=True)
     assert admin_cluster.watermarks(data) == (400, 400)
+    assert admin_cluster.watermarks(logs) == (200, 200)  # forced retention
     resource = ConfigResource(ResourceType.TOPIC, compact)
     config = admin.describe_configs([resource])[resource].result(30)
     assert config["max.compaction.lag.ms"].value == "1"  # nudged, through IncrementalAlterConfigs
