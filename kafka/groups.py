@@ -93,6 +93,7 @@ class GroupReader:
         self.fetches = 0  # OffsetFetch requests sent (tests and the benchmark read it)
         self.lists = 0  # ListGroups requests sent
         self.describes = 0  # groups described
+        self.active: set[str] = set()  # the typed groups with members, as the last listing found them
 
     @property
     def admin(self) -> Any:
@@ -110,13 +111,16 @@ class GroupReader:
         from `__share_group_state`, control/readers.py)."""
         import warnings
 
-        from confluent_kafka import KafkaException
+        from confluent_kafka import ConsumerGroupState, KafkaException
 
         listed = self.admin.list_consumer_groups(request_timeout=self.timeout_s).result(self.timeout_s)
         self.lists += 1
         if listed.errors:
             raise KafkaException(listed.errors[0])
         groups = {g.group_id for g in listed.valid}
+        # a group with members (not Empty or Dead) may be assigned a topic it has not committed on yet
+        idle = {ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD}
+        self.active = {g.group_id for g in listed.valid if g.state not in idle}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # the only call that lists every group type
             groups |= {g.id for g in self.admin.list_groups(timeout=self.timeout_s)}
@@ -241,13 +245,13 @@ class ClusterGroupOffsets:
         return GroupCheck(out, frozenset(holders - listed), frozenset(assigned))
 
     def _assigned_to(self, topic: str, listed: set[str], ttl_s: float) -> set[str]:
-        """The listed groups with a member assigned `topic`, every group described at most once per ttl. A group
-        that cannot be described may be assigned anything: it counts as assigned (its commits, if any, still
-        decide; with none, the topic holds)."""
+        """The listed groups with a member assigned `topic`: the groups with members (ListGroups' state), each
+        described at most once per ttl. A group that cannot be described may be assigned anything: it counts as
+        assigned (its commits, if any, still decide; with none, the topic holds)."""
         now = self.monotonic()
         if self._assigned is None or now - self._assigned[0] >= ttl_s:
-            try:
-                self._assigned = (now, self.reader.assignments(sorted(listed)))
+            try:  # only groups with members can be assigned anything: an Empty group is not described
+                self._assigned = (now, self.reader.assignments(sorted(listed & self.reader.active)))
             except Exception as exc:
                 raise self._unavailable(exc) from None
         got = self._assigned[1]
