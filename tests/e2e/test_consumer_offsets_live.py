@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, ConsumerGroupType, TopicPartition
 
 from compactd.app.application import Application
 from compactd.codec.offsets import decode_record
-from tests.support.events import old_segments
+from tests.support.events import consumed_retention_job, old_segments
 from tests.support.groups import consume_and_commit, streams_read
 
 pytestmark = pytest.mark.spark
@@ -145,11 +145,7 @@ def test_a_classic_group_migrated_to_the_consumer_protocol_keeps_holding(spark, 
     assert "offset_tombstone" not in [r["kind"] for r in raw]  # ... and not: its offsets stay
 
     now = int(time.time() * 1000)
-    settings = job_settings(
-        offsets_source="consumer_offsets",
-        thresholds={"global": {"dry.run": False}, f"topic:{data}": {"consumed.retention.ms": H}},
-    )
-    cluster.send(settings.topics.segments, old_segments(data, [100, 200, 300, 400], now))
+    settings = consumed_retention_job(job_settings, cluster, data, now)
     with Application(settings, spark=spark) as job:
         job.run(once=True)
         assert job.state.view(data, 0).min_committed == 150
@@ -216,11 +212,7 @@ def test_a_streams_group_counts_and_is_listed(spark, kafka, cluster, job_setting
     assert any(r["kind"] == "skipped" and r["key_version"] >= 3 for r in raw)  # the streams group's own records
 
     now = int(time.time() * 1000)
-    settings = job_settings(
-        offsets_source="consumer_offsets", cluster_check="strict",
-        thresholds={"global": {"dry.run": False}, f"topic:{data}": {"consumed.retention.ms": H}},
-    )  # fmt: skip
-    cluster.send(settings.topics.segments, old_segments(data, [100, 200, 300, 400], now))
+    settings = consumed_retention_job(job_settings, cluster, data, now, cluster_check="strict")
     with Application(settings, spark=spark) as job:
         job.run(once=True)
         unlisted = job.state.unlisted(data)

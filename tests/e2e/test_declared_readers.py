@@ -12,7 +12,7 @@ import pytest
 
 from compactd.app.application import Application
 from compactd.app.explain_cli import explain
-from tests.support.events import old_segments
+from tests.support.events import consumed_retention_job
 from tests.support.groups import consume_and_commit
 
 pytestmark = pytest.mark.spark
@@ -25,13 +25,9 @@ def test_a_pinned_reader_holds_until_its_lease_ends(spark, kafka, cluster, job_s
     cluster.fill(data, 400)
     consume_and_commit(kafka.bootstrap, cluster.name("etl"), data, 400, "consumer")  # the only group: read it all
     now = int(time.time() * 1000)
-    settings = job_settings(
-        offsets_source="consumer_offsets",
-        thresholds={"global": {"dry.run": False}, f"topic:{data}": {"consumed.retention.ms": H}},
-        readers={"nightly-export": {"pin": {data: {0: 150}}, "expires_ms": now + 10 * 60_000}},
-    )
+    pin = {"nightly-export": {"pin": {data: {0: 150}}, "expires_ms": now + 10 * 60_000}}
+    settings = consumed_retention_job(job_settings, cluster, data, now, readers=pin)
     cluster.create(settings.topics.config)
-    cluster.send(settings.topics.segments, old_segments(data, [100, 200, 300, 400], now))
     with Application(settings, spark=spark) as job:
         job.run(once=True)
         # explain names the reader that holds the rest, as it names a group
@@ -88,12 +84,9 @@ def test_a_spark_query_holds_by_its_checkpoint(spark, kafka, cluster, job_settin
     cluster.fill(data, 100)
     consume_and_commit(kafka.bootstrap, cluster.name("ahead"), data, 400, "consumer")
     now = int(time.time() * 1000)
-    settings = job_settings(
-        offsets_source="consumer_offsets",
-        thresholds={"global": {"dry.run": False}, f"topic:{data}": {"consumed.retention.ms": H}},
-        readers={"etl": {"spark_checkpoint": str(checkpoint)}},
+    settings = consumed_retention_job(
+        job_settings, cluster, data, now, readers={"etl": {"spark_checkpoint": str(checkpoint)}}
     )
-    cluster.send(settings.topics.segments, old_segments(data, [100, 200, 300, 400], now))
     with Application(settings, spark=spark) as job:
         job.run(once=True)
     assert cluster.watermarks(data) == (300, 400)  # the query's position, not the group's 400

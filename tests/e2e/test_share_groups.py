@@ -13,7 +13,7 @@ from compactd.app.application import Application
 from compactd.codec.share_state import SNAPSHOT, UPDATE, decode_key, decode_value
 from compactd.kafka.share_state import STATE_TOPIC, ShareStateTail
 from compactd.policy.identity import topic_id_bytes
-from tests.support.events import old_segments
+from tests.support.events import consumed_retention_job
 from tests.support.groups import consume_and_commit, share_acknowledge
 
 pytestmark = pytest.mark.spark
@@ -65,11 +65,7 @@ def test_a_share_group_holds_consumed_retention_at_what_it_acknowledged(spark, k
         tail.close()
 
     now = int(time.time() * 1000)
-    settings = job_settings(
-        offsets_source="consumer_offsets",
-        thresholds={"global": {"dry.run": False}, f"topic:{data}": {"consumed.retention.ms": H}},
-    )
-    cluster.send(settings.topics.segments, old_segments(data, [100, 200, 300, 400], now))
+    settings = consumed_retention_job(job_settings, cluster, data, now)
     with Application(settings, spark=spark) as job:
         job.run(once=True)
     # the classic group is at 400, the share group at 150: only [0, 100) goes

@@ -23,3 +23,17 @@ def old_segments(topic: str, ends: list[int], now: int, partition: int = 0) -> l
         }
         for base, end in zip(starts, ends, strict=True)
     ]
+
+
+def consumed_retention_job(job_settings, cluster, topic: str, now: int, ends: tuple[int, ...] = (100, 200, 300, 400),
+                           **overrides):  # fmt: skip
+    """Settings of a job that deletes `topic` by consumed retention (an hour, dry run off), its groups read from
+    Kafka's own `__consumer_offsets`; `topic`'s closed segments ending at `ends` are sent to its segments topic, two
+    hours old. `overrides`: more settings (readers, cluster_check, ...)."""
+    settings = job_settings(
+        offsets_source="consumer_offsets",
+        thresholds={"global": {"dry.run": False}, f"topic:{topic}": {"consumed.retention.ms": H}},
+        **overrides,
+    )
+    cluster.send(settings.topics.segments, old_segments(topic, list(ends), now))
+    return settings
