@@ -66,10 +66,11 @@ NEEDS: tuple[Need, ...] = (
     Need("Topic", "`*`", ("DELETE",), "DeleteRecords", "consumed and forced retention", "watched"),
     Need("Topic", "`*`", ("READ",), "Fetch", "the compaction service reads the topics it compacts", "watched",
          lambda s: any(v.get("compaction.service") for v in s.thresholds.values())),
-    Need("Topic", "`compactd.*`, `*.compacted`", ("CREATE", "DESCRIBE", "READ", "WRITE", "DELETE"),
-         "CreateTopics, Produce, Fetch, DeleteRecords",
+    Need("Topic", "`compactd.` (prefixed), and each view `<topic>.compacted`", ("CREATE", "DESCRIBE", "READ",
+         "WRITE", "DELETE"), "CreateTopics, Produce, Fetch, DeleteRecords",
          "compactd's own topics (Create only with `create_topics: true`, the default) and the compaction views "
-         "(Delete: their garbage collection)", "own"),
+         "(Delete: their garbage collection). Kafka's ACLs have no suffix pattern: grant each view by name, or a "
+         "prefix of it", "own"),
 )  # fmt: skip
 
 _OP_NAMES = {"READ": "Read", "WRITE": "Write", "CREATE": "Create", "DELETE": "Delete", "DESCRIBE": "Describe",
@@ -119,7 +120,9 @@ def check(settings: Settings, topics: Iterable[str] = (), timeout_s: float = 10.
     admin = admin_client(settings.kafka_connection(), timeout_s)
     visible = list(admin.list_topics(timeout=timeout_s).topics)
     watched = watched_topics(settings, topics, visible)
-    own = settings.own_topics()
+    views = [f"{t}.compacted" for s, v in settings.thresholds.items() for k, t, _ in [parse_scope(s)]
+             if k == "topic" and t and v.get("compaction.service")]  # fmt: skip
+    own = settings.own_topics() + views
     cache: dict[str, tuple[set[str] | None, str]] = {}
 
     def topic_ops(names: list[str]) -> None:
