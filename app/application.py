@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -266,13 +265,10 @@ class Application(DeleteGate, RunLoop):
     # ---- stop, in reverse ----
 
     def _readers_read(self, doc: dict[str, Any]) -> None:
-        """The readers changed: their copy for `explain`, and the gauge by kind and state."""
-        counts: Counter[tuple[str, str]] = Counter(
-            (s.get("kind", "?"), s.get("state", "invalid")) for s in doc["status"].values()
-        )
+        """The readers changed: their copy for `explain`, and one gauge sample per reader."""
         self.metrics.readers.clear()
-        for (kind, state), n in counts.items():
-            self.metrics.readers.labels(kind, state).set(n)
+        for name, status in doc["status"].items():
+            self.metrics.readers.labels(name, status.get("kind", "?"), status.get("state", "invalid")).set(1)
         self.state.save_readers(doc)
 
     def close(self) -> None:

@@ -115,11 +115,11 @@ class Metrics:
             "compactd_topics_forgotten", "Topics deleted from the cluster whose state was dropped", registry=registry
         )
         self.readers = Gauge(
-            "compactd_readers",
-            "Readers that commit no group offsets (share groups, declared Spark checkpoints and pins) by kind and "
-            "state: counting, blind (its position cannot be read: it holds its topics), expired (a pin past its "
-            "lease: it no longer counts), starting (a checkpoint with no batch committed), invalid",
-            ["kind", "state"],
+            "compactd_reader",
+            "1 per reader that commits no group offsets (share groups, declared Spark checkpoints and pins), named, "
+            "with its kind and state: counting, blind (its position cannot be read: it holds its topics), expired "
+            "(a pin past its lease: it no longer counts), starting (a checkpoint with no batch committed), invalid",
+            ["reader", "kind", "state"],
             registry=registry,
         )
         self.groups_unlisted = Gauge(
