@@ -241,6 +241,7 @@ class Application(DeleteGate, RunLoop):
             self._closers.append(self.readers.close)
             if self.state.readers() is not None:
                 self.readers.republish()
+            self.readers.start()
             self._recover_nudges()
             self._arm_readiness()
             if once and self._nothing_to_read():

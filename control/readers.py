@@ -41,8 +41,14 @@ from compactd.policy.readers import (
 log = logging.getLogger("compactd.readers")
 
 CACHE_S = 5.0  # how long a batch's decisions reuse what was read
-FRESH_S = 1.0  # the send-time check's: a round of sends reads once, not once per delete
+FRESH_S = 1.0  # the send-time check's: a round of sends reads once, not once per delete; the refresher's period
+STALE_S = 3 * FRESH_S  # with the refresher: older than this at a send, the readers count as unread (blind)
 SHARE_GROUPS = "share groups"  # the name of the blind hold when share groups cannot be read at all
+
+
+def _layers_key(layers: Mapping[str, Mapping[str, Any]]) -> int:
+    """What of the layers the readers depend on (their `reader:<name>` scopes), as a cache key."""
+    return hash(repr(sorted((s, repr(v)) for s, v in layers.items() if s.startswith("reader:"))))
 
 
 def list_dir(path: str) -> list[str]:
@@ -118,15 +124,36 @@ class Readers:
         self._seen: dict[str, frozenset[str]] = {}  # reader -> topics it was last read on
         self._problems: dict[str, str] = {}  # reader -> the problem last logged
         self._status: dict[str, dict[str, Any]] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the cache and what is derived from it
+        self._reading = threading.Lock()  # one read of the sources at a time
+        self._layers: Mapping[str, Mapping[str, Any]] | None = None
+        self._running = False
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def holds(self, layers: Mapping[str, Mapping[str, Any]], fresh: bool = False) -> dict[str, tuple[ReaderHold, ...]]:
-        """topic (or EVERY_TOPIC) -> the holds on it now."""
+        """topic (or EVERY_TOPIC) -> the holds on it now: at most CACHE_S old for a plan, FRESH_S (a few with the
+        refresher) for the check right before a delete. With the refresher running (`start`), neither waits on IO: a
+        plan takes the last read, and a send-time check finds the readers unread for too long blind (the send fails
+        and is tried again, as with an unreachable cluster)."""
+        key = _layers_key(layers)
         with self._lock:
-            key = hash(repr(sorted((s, repr(v)) for s, v in layers.items() if s.startswith("reader:"))))
-            cache, max_age = self._cache, FRESH_S if fresh else CACHE_S
-            if cache is not None and cache[1] == key and self.monotonic() - cache[0] < max_age:
-                return cache[2]
+            self._layers = layers
+            cache = self._cache
+            if cache is not None and cache[1] == key:
+                age = self.monotonic() - cache[0]
+                if age < (STALE_S if self._running and fresh else FRESH_S if fresh else CACHE_S):
+                    return cache[2]
+                if self._running and not fresh:
+                    return cache[2]
+                if self._running:
+                    why = f"the readers were last read {age:.0f}s ago"
+                    return {**cache[2], EVERY_TOPIC: (ReaderHold("readers", "unread", blind=why),)}
+        return self._read(layers, key)
+
+    def _read(self, layers: Mapping[str, Mapping[str, Any]], key: int) -> dict[str, tuple[ReaderHold, ...]]:
+        """Read every reader's source (IO, one read at a time), then take the result in."""
+        with self._reading:
             out: dict[str, list[ReaderHold]] = {}
             problems: dict[str, str] = {}
             status: dict[str, dict[str, Any]] = {}
@@ -138,14 +165,34 @@ class Readers:
                 self._declared(name, spec, out, problems, status)
             if self.share is not None:
                 self._share_groups(out, problems, status)
-            self._say(problems)
-            self._status = status
             result = {t: tuple(h) for t, h in out.items()}
-            self._moved |= {t for t in result.keys() | self._last.keys() if result.get(t) != self._last.get(t)}
-            self._last = result
-            self._cache = (self.monotonic(), key, result)
+            with self._lock:
+                self._say(problems)
+                self._status = status
+                self._moved |= {t for t in result.keys() | self._last.keys() if result.get(t) != self._last.get(t)}
+                self._last = result
+                self._cache = (self.monotonic(), key, result)
             self._maybe_publish(result, status)
             return result
+
+    def start(self) -> None:
+        """Read the readers every FRESH_S on a thread of their own, so that neither a plan nor a send waits on
+        their sources (a broker down costs the share-state read its timeout)."""
+        if self._running:
+            return
+        self._running = True
+        self._thread = threading.Thread(target=self._refresh, name="compactd-readers", daemon=True)
+        self._thread.start()
+
+    def _refresh(self) -> None:
+        while not self._stopping.wait(FRESH_S):
+            layers = self._layers
+            if layers is None:
+                continue
+            try:
+                self._read(layers, _layers_key(layers))
+            except Exception as exc:  # each source reports its own problems; this is a bug's last net
+                log.warning("reading the readers failed: %s", exc)
 
     def _maybe_publish(self, holds: dict[str, tuple[ReaderHold, ...]], status: dict[str, dict[str, Any]]) -> None:
         if self.publish is None:
@@ -251,5 +298,8 @@ class Readers:
         self._published = ""
 
     def close(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(30)
         if self.share is not None:
             self.share.close()

@@ -104,7 +104,8 @@ class ShareStateTail:
                 self.conn.client(
                     "consumer",
                     forced={"group.id": "compactd-share-state", "enable.auto.commit": False,
-                            "isolation.level": "read_committed", "enable.partition.eof": False},
+                            "isolation.level": "read_committed", "enable.partition.eof": False,
+                            "fetch.wait.max.ms": 10},  # a drain to the end, not a wait for new records
                 )
             )  # fmt: skip
         meta = self._consumer.list_topics(STATE_TOPIC, timeout=self.timeout_s).topics.get(STATE_TOPIC)

@@ -113,8 +113,9 @@ class RedisKeys:
     @property
     def state_health(self) -> str:
         """Whether this Redis still holds the state the job's checkpoint assumes: `epoch`, `batch:<stream id>` (the
-        last merged batch), `rebuild` (source offsets a rebuild must reach), and `gate` = JSON {"open", "why",
-        "since"} of the delete gate, for explain."""
+        last merged batch), `rebuild` (source offsets a rebuild must reach), `gate` = JSON {"open", "why",
+        "since"} of the delete gate, and `readers` = JSON {"at", "holds", "status"} of the readers that commit no group
+        offsets as the job last read them (control/readers.py), for explain; never read back for a decision."""
         return f"{self.prefix}:{{state}}"
 
     @property
@@ -131,12 +132,6 @@ class RedisKeys:
     @property
     def topic_ids(self) -> str:
         return f"{self.prefix}:topic-ids"
-
-    @property
-    def readers(self) -> str:
-        """JSON {"at", "holds", "status"}: the readers that commit no group offsets as the job last read them
-        (control/readers.py), for `explain` and `status`; never read back for a decision."""
-        return f"{self.prefix}:readers"
 
     @property
     def unlisted(self) -> str:

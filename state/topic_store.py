@@ -70,10 +70,10 @@ class TopicLifecycleStore(StoreBase):
 
     def save_readers(self, doc: Mapping[str, Any]) -> None:
         """The readers as the job last read them (control/readers.py), for `explain`."""
-        self.r.set(self.keys.readers, json.dumps(doc))
+        self.r.hset(self.keys.state_health, "readers", json.dumps(doc))
 
     def readers(self) -> dict[str, Any] | None:
-        raw = self.r.get(self.keys.readers)
+        raw = self.r.hget(self.keys.state_health, "readers")
         return None if raw is None else json.loads(raw)
 
     def restore_reset(self, topic: str, cause: dict[str, Any]) -> None:
