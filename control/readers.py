@@ -41,8 +41,9 @@ from compactd.policy.readers import (
 log = logging.getLogger("compactd.readers")
 
 CACHE_S = 5.0  # how long a batch's decisions reuse what was read
-FRESH_S = 1.0  # the send-time check's: a round of sends reads once, not once per delete; the refresher's period
-STALE_S = 3 * FRESH_S  # with the refresher: older than this at a send, the readers count as unread (blind)
+FRESH_S = 1.0  # the send-time check's, without the refresher: a round of sends reads once, not once per delete
+REFRESH_S = 2.0  # the refresher's period
+STALE_S = 2.5 * REFRESH_S  # with the refresher: older than this at a send, the readers count as unread (blind)
 SHARE_GROUPS = "share groups"  # the name of the blind hold when share groups cannot be read at all
 
 
@@ -132,7 +133,7 @@ class Readers:
         self._thread: threading.Thread | None = None
 
     def holds(self, layers: Mapping[str, Mapping[str, Any]], fresh: bool = False) -> dict[str, tuple[ReaderHold, ...]]:
-        """topic (or EVERY_TOPIC) -> the holds on it now: at most CACHE_S old for a plan, FRESH_S (a few with the
+        """topic (or EVERY_TOPIC) -> the holds on it now: at most CACHE_S old for a plan, FRESH_S (STALE_S with the
         refresher) for the check right before a delete. With the refresher running (`start`), neither waits on IO: a
         plan takes the last read, and a send-time check finds the readers unread for too long blind (the send fails
         and is tried again, as with an unreachable cluster)."""
@@ -176,7 +177,7 @@ class Readers:
             return result
 
     def start(self) -> None:
-        """Read the readers every FRESH_S on a thread of their own, so that neither a plan nor a send waits on
+        """Read the readers every REFRESH_S on a thread of their own, so that neither a plan nor a send waits on
         their sources (a broker down costs the share-state read its timeout)."""
         if self._running:
             return
@@ -185,7 +186,7 @@ class Readers:
         self._thread.start()
 
     def _refresh(self) -> None:
-        while not self._stopping.wait(FRESH_S):
+        while not self._stopping.wait(REFRESH_S):
             layers = self._layers
             if layers is None:
                 continue
