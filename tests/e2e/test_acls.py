@@ -230,3 +230,16 @@ def test_the_acl_table_is_what_compactd_needs_and_each_missing_grant_is_named(
     summary = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert (summary["status"], summary["records_in"], summary["records_out"]) == ("SUCCESS", 2, 1)
     assert admin_cluster.watermarks(view) == (0, 1)  # the view holds the key once
+
+    # `agent --admin` as the principal (managed clusters): one poll publishes the group's commit to compactd's commits
+    # topic; the job reading that topic (the `commits` source, which `admin` reads too) takes the group's position
+    # from it (the agent's own time-slice segments are recent: nothing is old enough to delete)
+    assert main(["agent", "--admin", "--once", "--config", str(config)]) == 0
+    commits = [e for e in admin_cluster.read_all(names["commits"]) if e.get("group") == group]
+    assert {(e["topic"], e["offset"]) for e in commits if e["type"] == "offset_commit"} == {(data, 500)}
+    from_commits = settings.model_copy(
+        update={"offsets_source": "commits", "checkpoint_dir": str(tmp_path / "ckpt-commits"), "redis_prefix": "acl2"}
+    )
+    with Application(from_commits, spark=spark) as job:
+        job.run(once=True)
+        assert job.state.view(data, 0).min_committed == 500
