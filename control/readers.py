@@ -267,7 +267,7 @@ class Readers:
         assert self.share is not None
         read = self.share.read()
         if read.blind:
-            self._blind(SHARE_GROUPS, SHARE_GROUP, read.blind, out)
+            self._blind(EVERY_TOPIC, SHARE_GROUP, read.blind, out)  # every share group, whatever it reads
             problems[SHARE_GROUPS] = (
                 f"share groups cannot be read ({read.blind}): consumed retention holds on every topic a share group "
                 f"may read; grant Describe and Read on topic {STATE_TOPIC}"

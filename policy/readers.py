@@ -50,8 +50,11 @@ class ReaderHold(msgspec.Struct, frozen=True):
 
     @property
     def label(self) -> str:
-        """How explain and the logs name it: `share group sg1`, `reader spark-etl`."""
-        return f"share group {self.reader}" if self.kind == SHARE_GROUP else f"reader {self.reader}"
+        """How explain and the logs name it: `share group sg1`, `reader spark-etl`; `share groups` for the hold of
+        every share group at once (their state cannot be read)."""
+        if self.kind == SHARE_GROUP:
+            return "share groups" if self.reader == EVERY_TOPIC else f"share group {self.reader}"
+        return f"reader {self.reader}"
 
 
 Holds = Mapping[str, tuple[ReaderHold, ...]]  # topic (or EVERY_TOPIC) -> holds
