@@ -179,8 +179,7 @@ def test_the_acl_table_is_what_compactd_needs_and_each_missing_grant_is_named(
         op = binding.operation.name
         assert all(f.operation == op or op == "DESCRIBE" for f in missing), lines
         tried.append((binding, lines[0]))
-    # every row the doctor checks was taken away once with a line naming it (the closing note lists them)
-    print("\n".join(f"{b.restype.name} {b.name} {b.operation.name}: {line}" for b, line in tried))
+    # every row the doctor checks was taken away once with a line naming it
     # (DescribeConfigs is implied by AlterConfigs, Describe by Read, Write and Delete, on the same resource)
     assert {b.operation for b, _ in tried} >= {
         AclOperation.DELETE,
