@@ -30,7 +30,7 @@ from compactd.kafka.topics import ClusterTopics
 from compactd.policy.identity import topic_id_bytes
 
 STATE_TOPIC = "__share_group_state"
-NAMES_TTL_S = 10.0  # an unknown topic ID asks the cluster for names at most this often
+NAMES_TTL_S = 10.0  # after a naming round failed, the next one waits this long (the share groups are blind meanwhile)
 
 
 @dataclass
@@ -71,6 +71,8 @@ class ShareStateTail:
         self._state: dict[tuple[str, bytes, int], _Partition] = {}
         self._names: dict[bytes, str] = {}
         self._names_at = -NAMES_TTL_S
+        self._unnamed: set[bytes] = set()  # IDs no topic had at the last naming round (deleted topics)
+        self._naming_error = ""  # why the last naming round failed ("" when it did not)
         self._undecodable = 0
         self._lock = threading.Lock()
 
@@ -87,7 +89,10 @@ class ShareStateTail:
                 self._drain()
             except Exception as exc:
                 return SharePositions(blind=f"cannot read {STATE_TOPIC}: {_text(exc)}")
-            return SharePositions(self._positions(), undecodable=self._undecodable)
+            try:
+                return SharePositions(self._positions(), undecodable=self._undecodable)
+            except Exception as exc:
+                return SharePositions(blind=_text(exc))
 
     def _exists(self) -> bool:
         now = self.topics.describe([STATE_TOPIC])
@@ -159,8 +164,20 @@ class ShareStateTail:
 
     def _positions(self) -> dict[str, dict[str, dict[int, int | None]]]:
         wanted = {tid for _, tid, _ in self._state}
-        if wanted - self._names.keys() and self.monotonic() - self._names_at >= NAMES_TTL_S:
-            self._refresh_names()
+        # an ID the last naming round did not find is a deleted topic's: a round runs for a new ID at once, again
+        # after a failed round only once NAMES_TTL_S has passed
+        if wanted - self._names.keys() - self._unnamed:
+            if not self._naming_error or self.monotonic() - self._names_at >= NAMES_TTL_S:
+                self._names_at = self.monotonic()
+                try:
+                    self._refresh_names()
+                    self._naming_error = ""
+                except Exception as exc:
+                    self._naming_error = f"cannot name the share groups' topics: {_text(exc)}"
+                else:
+                    self._unnamed = wanted - self._names.keys()
+            if self._naming_error:  # a share group's topic may be among those not named: blind, never dropped
+                raise RuntimeError(self._naming_error)
         out: dict[str, dict[str, dict[int, int | None]]] = {}
         for (group, tid, partition), part in self._state.items():
             topic = self._names.get(tid)
@@ -169,8 +186,10 @@ class ShareStateTail:
         return out
 
     def _refresh_names(self) -> None:
-        self._names_at = self.monotonic()
         now = self.topics.describe(self.topics.names())
+        if now.unknown:  # a topic the cluster would not describe may be the one an ID names: nothing is concluded
+            topic, why = sorted(now.unknown.items())[0]
+            raise RuntimeError(f"{topic}: {why}")
         self._names = {raw: t for t, i in now.ids.items() if (raw := topic_id_bytes(i)) is not None}
 
     def close(self) -> None:

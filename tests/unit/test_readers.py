@@ -186,3 +186,45 @@ def test_readers_report_the_topics_whose_holds_moved_and_a_blind_share_state_hol
     assert holds_on(readers.holds({}), "orders") == (ReaderHold("sg", SHARE_GROUP, {0: 9}),)
     assert readers.take_moved() == [EVERY_TOPIC, "orders"]  # read again: every topic is evaluated again
     assert EVERY_TOPIC not in readers.holds({})
+
+
+def test_share_state_topic_ids_are_named_once_and_never_dropped_while_unnamed() -> None:
+    """The share-state tail names topic IDs by DescribeTopics: an ID no topic has (a deleted topic) is asked about once,
+    not at every read; a round the cluster cannot answer leaves the share groups blind, never without a hold."""
+    import uuid
+
+    from compactd.kafka.config import KafkaConnection
+    from compactd.kafka.share_state import NAMES_TTL_S, ShareStateTail, _Partition
+    from compactd.kafka.topics import TopicsNow
+
+    a, b, gone = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+
+    class Topics:  # DescribeTopics' answers (a unit test: tests/e2e/test_share_groups.py reads a real broker)
+        def __init__(self) -> None:
+            self.rounds, self.fail, self.created = 0, False, False
+
+        def names(self) -> list[str]:
+            return ["a", "b"] if self.created else ["a"]
+
+        def describe(self, names: list[str]) -> TopicsNow:
+            self.rounds += 1
+            if self.fail:
+                return TopicsNow(ids={"a": str(a)}, unknown={"b": "Broker: Request timed out"})
+            return TopicsNow(ids={"a": str(a), **({"b": str(b)} if self.created else {})})
+
+    clock = [0.0]
+    topics = Topics()
+    tail = ShareStateTail(KafkaConnection("unused:9092"), topics, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    tail._state = {("sg", a.bytes, 0): _Partition(10), ("sg", gone.bytes, 0): _Partition(5)}
+    assert tail._positions() == {"sg": {"a": {0: 10}}} and topics.rounds == 1
+    assert tail._positions() == {"sg": {"a": {0: 10}}} and topics.rounds == 1  # the deleted topic's ID: asked once
+    topics.fail = topics.created = True
+    tail._state[("sg", b.bytes, 0)] = _Partition(7)  # a new topic's ID, while the cluster cannot answer
+    with pytest.raises(RuntimeError, match="cannot name"):
+        tail._positions()
+    with pytest.raises(RuntimeError, match="cannot name"):  # blind until a round succeeds, not dropped
+        tail._positions()
+    assert topics.rounds == 2  # the failed round is not repeated before NAMES_TTL_S
+    topics.fail = False
+    clock[0] += NAMES_TTL_S
+    assert tail._positions() == {"sg": {"a": {0: 10}, "b": {0: 7}}} and topics.rounds == 3
