@@ -299,8 +299,13 @@ class Readers:
         self._published = ""
 
     def close(self) -> None:
+        """Stop the refresher without waiting on a read in flight (a stop, and a second signal above all, must not
+        wait out a source's timeout): a thread still reading is left to end with the process, and the share-state
+        consumer it uses stays open."""
         self._stopping.set()
         if self._thread is not None:
-            self._thread.join(30)
+            self._thread.join(1.0)
+            if self._thread.is_alive():
+                return
         if self.share is not None:
             self.share.close()
