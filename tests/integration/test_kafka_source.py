@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Producer
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from compactd.demo.broker import kafka_broker
@@ -21,12 +20,7 @@ def test_open_transaction_bounds_the_batch_and_the_read_does_not_stall(cluster) 
     topic = cluster.name("tx")
     cluster.create(topic, 1)
     cluster.fill(topic, 10)
-    tx = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": cluster.name("txid")})
-    tx.init_transactions(10)
-    tx.begin_transaction()
-    for _ in range(5):
-        tx.produce(topic, value=b"uncommitted", partition=0)
-    tx.flush(10)
+    tx = cluster.open_transaction(topic, 5, b"uncommitted")
     r = reader(cluster, topic)
     start = r.initialOffset()
     end = r.latestOffset(start, ReadAllAvailable())

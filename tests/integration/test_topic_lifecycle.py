@@ -10,7 +10,7 @@ import uuid
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from compactd.codec.offsets import OffsetValue, encode_offset_key, encode_offset_value
@@ -312,12 +312,7 @@ def test_an_open_transaction_is_not_a_recreated_topic(cluster, rclient) -> None:
     topic = cluster.name("tx")
     cluster.create(topic, 1, {"cleanup.policy": "delete"})
     cluster.fill(topic, 3000)
-    tx = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": cluster.name("txid")})
-    tx.init_transactions(30)
-    tx.begin_transaction()
-    for _ in range(210):
-        tx.produce(topic, value=b"open", partition=0)
-    tx.flush(30)  # written, never committed: the LSO stays at 3000, the high watermark is 3210
+    tx = cluster.open_transaction(topic, 210)  # written, never committed: the LSO stays at 3000, the HW is 3210
     clock = [T0]
     ctl, actions = controller(cluster, rclient, clock, topic, {"consumed.retention.ms": H})
     closed = T0 - 2 * H

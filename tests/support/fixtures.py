@@ -139,6 +139,17 @@ class Cluster:
             self.producer.produce(topic, value=b"x", key=b"k%d" % i, partition=partition)
         self.flush()
 
+    def open_transaction(self, topic: str, n: int, value: bytes = b"open") -> Producer:
+        """`n` records written to partition 0 of `topic` in a transaction left open (the last stable offset stays
+        below them); the caller commits or aborts it through the producer returned."""
+        tx = Producer(self.conn.client("producer", {"transactional.id": f"{topic}-tx"}))
+        tx.init_transactions(30)
+        tx.begin_transaction()
+        for _ in range(n):
+            tx.produce(topic, value=value, partition=0)
+        tx.flush(30)
+        return tx
+
     def read_all(self, topic: str, timeout: float = 10.0) -> list[dict]:
         c = Consumer(
             self.conn.client("consumer", forced={"group.id": f"read-{uuid.uuid4()}", "auto.offset.reset": "earliest"})
