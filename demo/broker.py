@@ -282,8 +282,9 @@ class KafkaBroker:
             raise
 
     def _wait_ready(self) -> None:
-        """Ready = a metadata request answers with this broker in it (the port alone opens before the broker is
-        unfenced and may refuse to create topics)."""
+        """Ready = a metadata request answers with this broker in it and every partition led (the port alone opens
+        before the broker is unfenced and may refuse to create topics; after a crash, partitions are led only once
+        their logs are recovered)."""
         from confluent_kafka.admin import AdminClient
 
         from compactd.demo.embedded import wait_port
@@ -297,7 +298,8 @@ class KafkaBroker:
                 raise CompactdError(f"kafka exited with {self.proc.returncode} while starting; see {self.log}")
             with contextlib.suppress(Exception):
                 md = probe.list_topics(timeout=2)
-                if 1 in md.brokers and md.controller_id >= 0:
+                led = all(p.leader >= 0 and p.error is None for t in md.topics.values() for p in t.partitions.values())
+                if 1 in md.brokers and md.controller_id >= 0 and led:
                     return
             if time.monotonic() > deadline:
                 raise CompactdError(f"kafka did not become ready within {READY_TIMEOUT_S:.0f}s; see {self.log}")

@@ -172,10 +172,26 @@ class Cluster:
     def watermarks(self, topic: str, partition: int = 0) -> tuple[int, int]:
         """(log start, log end): the high watermark, not the last stable offset a read_committed client gets."""
         c = Consumer(self.conn.client("consumer", forced={"group.id": "wm", "isolation.level": "read_uncommitted"}))
+        deadline = time.monotonic() + 10
         try:
-            return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+            while True:
+                try:
+                    return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+                except KafkaException as exc:  # a restarted broker leads its partitions a moment after it answers
+                    if exc.args[0].code() not in _LEADING or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
         finally:
             c.close()
+
+
+_LEADING = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+}
 
 
 def event_key(ev: dict) -> str:
