@@ -28,10 +28,12 @@ system-deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(APT_NEEDS) >/dev/null; fi
 	@command -v java >/dev/null || { echo "Java 17 is required (apt-get install openjdk-17-jre-headless)"; exit 1; }
 
-# Apache Kafka's jars: `mvn -B dependency:copy-dependencies` of demo/jvm/pom.xml into ~/.cache/compactd/kafka-<version>-
-# <hash of the pom>/libs, once per pom (compactd.demo.broker.ensure_jars; a broker start fills it too if it is empty).
+# JVM artifacts (compactd/maven.py): `mvn -B dependency:copy-dependencies` of a pom into ~/.cache/compactd/<name>-
+# <version>-<hash of the pom>, once per pom: Apache Kafka's jars for the test and demo broker (demo/jvm/pom.xml), and
+# Spark's Kafka connector for the job (streaming/jvm/pom.xml). A broker or job start fills an empty one too.
 deps: system-deps $(STAMP)
 	@$(BIN)/python -m compactd.demo.broker --fetch
+	@$(BIN)/python -m compactd.streaming.connector --fetch
 
 demo: deps
 	$(BIN)/compactd demo $(if $(DURATION),--duration $(DURATION))

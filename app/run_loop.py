@@ -12,6 +12,7 @@ from typing import Any
 
 import compactd
 from compactd.app import share_task
+from compactd.app.source_loss import SourceLoss
 from compactd.clock import now_ms
 from compactd.control.controller import RunShares
 from compactd.control.runtime_config import ConfigOutcome
@@ -28,7 +29,7 @@ IDLE_LOG_EVERY_S = 60.0
 ONCE_DRAIN_S = 300.0  # `run --once` sends what the rate cap held back for at most this long
 SPARK_EXIT_S = 10.0  # after its session stopped, Spark's JVM gets this long to exit before it is killed
 MAX_REBUILDS_PER_RUN = 3  # `run --once`: a state lost again and again while rebuilding ends the run
-# Spark gives the Python process behind a Python streaming source 10 s to connect back (hard-coded in its
+# Spark gives a Python worker (the decode's) 10 s to connect back (hard-coded in its
 # PythonWorkerFactory); on an overloaded machine a query fails at its start with this, before reading anything.
 SLOW_WORKER = "Python worker failed to connect back"
 MAX_SLOW_WORKER_RESTARTS = 3  # per run: a machine that slow for longer is reported, not retried forever
@@ -67,17 +68,21 @@ class RunLoop:
         s = self.settings
         if starting_offsets == "earliest" and self.rebuilding:
             self._supersede()
+        if self._kafka_options is None:  # translated once: it says once what it leaves out
+            from compactd.streaming.connector import java_options
+
+            self._kafka_options = java_options(self.conn, s.spark_kafka)
         spec = StreamSpec(
-            conn=self.conn,
+            kafka_options=self._kafka_options,
             topics=s.source_topics(),
             decoder=self.decoder,
             checkpoint=self.spark_checkpoint,
             trigger_interval_ms=s.trigger_interval_ms,
             max_rows_per_trigger=s.max_rows_per_trigger,
             starting_offsets=starting_offsets or s.starting_offsets,
-            source_format=s.spark_source,
             name=f"compactd-{self.stream_id[:8]}",
             shares=s.evaluation_shares,
+            before_read=SourceLoss(self.conn, self.spark_checkpoint, self.metrics),
         )
         self.job = StreamingJob(spec, self.spark, self.on_batch)
         self.job.start(once)

@@ -186,10 +186,11 @@ class Settings(BaseSettings):
         description="Where a new checkpoint starts reading the sources: `earliest` builds the state from their start, "
         "`latest` skips what is already there. A rebuild after a state loss always reads from the start.",
     )
-    spark_source: Literal["compactd-kafka", "kafka"] = Field(
-        "compactd-kafka",
-        description="The streaming source: compactd's own, or `kafka` = Spark's own connector (needs the "
-        "spark-sql-kafka jar); same options, same row shape.",
+    spark_kafka: dict[str, KafkaValue] = Field(
+        default_factory=dict,
+        description="Java client settings for Spark's Kafka connector, which reads the sources (e.g. "
+        "`sasl.jaas.config`, `ssl.truststore.location`), given as they are. The security settings of `kafka:` are "
+        "translated for it already (SASL PLAIN/SCRAM user and password, PEM CA, certificate and key); these win.",
     )
     create_topics: bool = Field(
         True,

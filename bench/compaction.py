@@ -2,7 +2,7 @@
 
 Starts its own Redis and Apache Kafka broker. Part 1: fills a topic with RECORDS records over KEYS keys in PARTITIONS
 partitions (values of VALUE_BYTES, timestamps = now: the broker's 7-day retention keeps them), times a full run
-(generation 1), a bare reader over the same records in this process (`kafka_source.read_messages`, the reader the
+(generation 1), a bare reader over the same records in this process (`range_read.read_messages`, the reader the
 run's tasks use, partitions in turn on one core), then appends APPEND_SHARE more records over the same keys and
 times the incremental run (generation 2: previous generation + delta). Part 2: fills another topic with BIG_KEYS
 distinct keys and runs one compaction in a child process whose Spark driver (in local mode, also the executor) has
@@ -39,7 +39,7 @@ from compactd.compaction.service import Compactor
 from compactd.demo.broker import kafka_broker
 from compactd.demo.embedded import redis_server
 from compactd.kafka.config import KafkaConnection
-from compactd.streaming.kafka_source import READER_DEFAULTS, KafkaRange, read_messages
+from compactd.kafka.range_read import READER_DEFAULTS, KafkaRange, read_messages
 
 log = logging.getLogger("compactd.bench")
 LAYERS = {"global": {"compaction.view.grace.ms": 0}}  # old generations go at once: the broker holds one copy
@@ -110,7 +110,7 @@ def bare_read(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[str, Any
             seen += len(msgs)
     seconds = time.monotonic() - t0
     return {
-        "reader": "compactd.streaming.kafka_source.read_messages (READER_DEFAULTS), partitions in turn, one core",
+        "reader": "compactd.kafka.range_read.read_messages (READER_DEFAULTS), partitions in turn, one core",
         "records": seen,
         "seconds": round(seconds, 2),
         "records_per_second": round(seen / seconds),

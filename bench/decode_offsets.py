@@ -22,8 +22,7 @@ from compactd.codec.offsets import (
     encode_offset_key,
     encode_offset_value,
 )
-from compactd.streaming.decode import Decoder
-from compactd.streaming.kafka_source import ARROW_SCHEMA
+from compactd.streaming.decode import KAFKA_SCHEMA, Decoder
 
 
 def records(n: int) -> tuple[list[bytes], list[bytes | None]]:
@@ -69,10 +68,8 @@ def main() -> None:
                     "topic": ["__consumer_offsets"] * (end - start),
                     "partition": [0] * (end - start),
                     "offset": list(range(start, end)),
-                    "timestamp": [None] * (end - start),
-                    "timestampType": [0] * (end - start),
                 },
-                schema=ARROW_SCHEMA,
+                schema=KAFKA_SCHEMA,
             )
         )
     decoder = Decoder("compactd.segments", "compactd.commits")

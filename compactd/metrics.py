@@ -96,6 +96,12 @@ class Metrics:
             ["topic"],
             registry=registry,
         )
+        self.source_records_lost = Counter(
+            "compactd_source_records_lost",
+            "Records of a source topic deleted (retention, deleteRecords) before the stream read them",
+            ["topic"],
+            registry=registry,
+        )
         self.offsets_caught_up = Gauge(
             "compactd_offsets_caught_up",
             "1 when deletes are allowed: __consumer_offsets read to where it ended at start, no state rebuild pending",

@@ -152,7 +152,7 @@ class _InputReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from compactd.compaction.strategy import Strategy
         from compactd.kafka.config import KafkaConnection
-        from compactd.streaming.kafka_source import READER_DEFAULTS, KafkaRange, read_messages
+        from compactd.kafka.range_read import READER_DEFAULTS, KafkaRange, read_messages
 
         assert isinstance(partition, ReadTask)
         conf = KafkaConnection.from_spark_options(self.options).client("consumer", READER_DEFAULTS)

@@ -61,7 +61,7 @@ def plan(manifest: Manifest | None, topic: str, low: Mapping[int, int], high: Ma
 
 
 def _records(conf: dict[str, Any], topic: str, p: int, start: int, end: int, from_view: bool) -> Iterator[Record]:
-    from compactd.streaming.kafka_source import KafkaRange, read_messages
+    from compactd.kafka.range_read import KafkaRange, read_messages
 
     if end <= start:
         return
@@ -125,7 +125,7 @@ class CompactedReader:
     def __init__(self, conn: Any, manifest_topic: str) -> None:
         from compactd.compaction.cluster import CompactionCluster
         from compactd.compaction.store import ManifestLog
-        from compactd.streaming.kafka_source import READER_DEFAULTS
+        from compactd.kafka.range_read import READER_DEFAULTS
 
         self.conn = conn
         self.manifests = ManifestLog(conn, manifest_topic)
@@ -244,7 +244,7 @@ class _ViewReader(DataSourceReader):
         return list(self.segs)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from compactd.streaming.kafka_source import READER_DEFAULTS
+        from compactd.kafka.range_read import READER_DEFAULTS
 
         assert isinstance(partition, Segment)
         conf = self.conn.client("consumer", READER_DEFAULTS)

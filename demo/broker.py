@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
-import hashlib
 import logging
 import os
 import shutil
@@ -25,12 +23,13 @@ import subprocess
 import sys
 import time
 import uuid
-import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
+from compactd import maven
 from compactd.errors import CompactdError
+from compactd.maven import pom_property
 
 # Defaults for a test broker; `extra` overrides any of them (an SASL listener, a cleaner setting).
 TEST_SETTINGS: dict[str, str] = {
@@ -83,62 +82,17 @@ def _pom() -> Path:
 
 def kafka_version() -> str:
     """The Apache Kafka version the pom pins (its `kafka.version` property)."""
-    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
-    node = ET.parse(_pom()).getroot().find("m:properties/m:kafka.version", ns)
-    assert node is not None and node.text, "jvm/pom.xml has no kafka.version"
-    return node.text.strip()
-
-
-def _cache_root() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "compactd"
+    return pom_property(_pom(), "kafka.version")
 
 
 def jars_dir() -> Path:
     """Where this pom's jars live: one directory per pom content."""
-    digest = hashlib.sha256(_pom().read_bytes()).hexdigest()[:16]
-    return _cache_root() / f"kafka-{kafka_version()}-{digest}" / "libs"
+    return maven.jars_dir(_pom(), "kafka", kafka_version())
 
 
 def ensure_jars(quiet: bool = False) -> Path:
-    """The broker's jars, fetched once with Maven when the cache lacks them. Several processes (pytest's workers)
-    may ask at once: one fetches under a file lock, the others wait for it and find the directory complete."""
-    libs = jars_dir()
-    done = libs.parent / "complete"
-    if done.exists():
-        return libs
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise CompactdError("mvn not found: Apache Kafka's jars come from Maven Central (apt-get install maven)")
-    libs.parent.mkdir(parents=True, exist_ok=True)
-    with open(libs.parent / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.exists():
-            return libs
-        if not quiet:
-            print(f"fetching Apache Kafka {kafka_version()} from Maven Central (once) ...", file=sys.stderr, flush=True)
-        shutil.rmtree(libs, ignore_errors=True)
-        started = time.monotonic()
-        proc = subprocess.run(
-            [
-                mvn,
-                "-B",
-                "-q",
-                "-f",
-                str(_pom()),
-                "dependency:copy-dependencies",
-                "-DincludeScope=runtime",
-                f"-DoutputDirectory={libs}",
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            last = next((ln for ln in reversed(proc.stdout.splitlines()) if "ERROR" in ln), "see mvn's output")
-            raise CompactdError(f"fetching Apache Kafka's jars with Maven failed: {last.strip()[:300]}")
-        done.write_text(f"{time.monotonic() - started:.1f} s\n")
-        if not quiet:
-            print(f"fetched Apache Kafka {kafka_version()} in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    return libs
+    """The broker's jars (compactd/maven.py), fetched once."""
+    return maven.ensure_jars(_pom(), "kafka", kafka_version(), f"Apache Kafka {kafka_version()}", quiet=quiet)
 
 
 def _free_port() -> int:

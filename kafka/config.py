@@ -21,7 +21,9 @@ KafkaValue = str | int | float | bool
 LOG = logging.getLogger("compactd.librdkafka")
 
 # Keys that hold secrets: never logged, never shown by `config get`.
-SECRET_KEYS = re.compile(r"(password|secret|token|key\.pem|keystore\.password|sasl\.oauthbearer\.config)", re.I)
+SECRET_KEYS = re.compile(
+    r"(password|secret|token|key\.pem|keystore\.password|keystore\.key|jaas|sasl\.oauthbearer\.config)", re.I
+)
 
 ROLE_DEFAULTS: dict[str, dict[str, KafkaValue]] = {
     "producer": {"linger.ms": 5},

@@ -1,7 +1,7 @@
 """A micro-batch's rows, reduced to one row per distinct state key, and those rows turned into BatchChanges.
 
 The reduction is one function, `decode.reduce_table` (its rule: `decode.key_and_order`), run wherever the rows are:
-in the source's tasks over their records, then on the driver (`reduce_on_driver`) or, with evaluation shares, in the
+in the decode tasks over their records, then on the driver (`reduce_on_driver`) or, with evaluation shares, in the
 shares' tasks (`reduce_keyed`). Redis work then grows with distinct keys (partitions, segments, (group, partition)
 pairs), not with events: a group committing 10,000 times in a batch costs one merge entry.
 """
@@ -50,11 +50,13 @@ def reduce_keyed(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 def reducing(
     decode: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A `mapInArrow` decode whose every batch is reduced in its task, as the source's tasks reduce their records."""
+    """A `mapInArrow` decode whose rows are reduced in its task: each decoded batch as it comes (what is kept between
+    batches is one row per key), then all of them, so the task yields one row per state key."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in decode(batches):
-            yield from reduce_table(pa.Table.from_batches([batch])).to_batches()
+        reduced = [reduce_table(pa.Table.from_batches([batch])) for batch in decode(batches)]
+        if reduced:
+            yield from (reduce_table(pa.concat_tables(reduced)) if len(reduced) > 1 else reduced[0]).to_batches()
 
     return run
 

@@ -1,10 +1,11 @@
 """Decode Kafka records into flat, typed event rows inside Spark executors.
 
-Two paths per input format, nothing in between: the fast one (`Decoder.table`: JSON events in Arrow blocks,
-`codec/arrow_events.py`; `__consumer_offsets` commits with numpy, `codec/arrow_offsets.py`), which compactd's source
-runs in its tasks, and the reference, record by record (`Decoder.row`: the pydantic models of `codec/events.py`, the
-binary codec of `codec/offsets.py`), which names every DLQ reason and is what `mapInArrow` over raw Kafka rows runs
-(`Decoder.__call__`). Whatever the fast path does not accept goes to the reference. Invalid records become rows with
+Spark's Kafka connector reads the records in the JVM; a `mapInArrow` task gets each source partition's rows as Arrow
+batches, decodes them and reduces them (streaming/aggregate.py `reducing`). Two paths per input format, nothing in
+between: the fast one (`Decoder.table`, run by `Decoder.__call__`: JSON events in Arrow blocks, `codec/arrow_events.py`;
+`__consumer_offsets` commits with numpy, `codec/arrow_offsets.py`), and the reference, record by record (`Decoder.row`:
+the pydantic models of `codec/events.py`, the binary codec of `codec/offsets.py`, run by `Decoder.reference`), which
+names every DLQ reason. Whatever the fast path does not accept goes to the reference. Invalid records become rows with
 `error` set and the original bytes kept for the DLQ.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -252,19 +253,39 @@ class Decoder:
             keep = pc.and_(keep, pc.invert(pc.fill_null(old, False)))
         return out.filter(keep)
 
+    def kafka_table(self, batch: pa.RecordBatch) -> pa.Table:
+        """Rows of Spark's Kafka source (`KAFKA_COLUMNS`) → decoded rows on the fast path (`table`), one source
+        partition at a time (a Kafka task reads one: one call)."""
+        t = pa.Table.from_batches([batch])
+        if t.num_rows == 0:
+            return DECODED_SCHEMA.empty_table()
+        pairs = t.select(["topic", "partition"]).group_by(["topic", "partition"], use_threads=False).aggregate([])
+        out = []
+        for topic, part in zip(*(pairs.column(c).to_pylist() for c in ("topic", "partition")), strict=True):
+            one = t
+            if pairs.num_rows > 1:
+                one = t.filter(pc.and_(pc.equal(t.column("topic"), topic), pc.equal(t.column("partition"), part)))
+            cols = (one.column(c).to_pylist() for c in ("offset", "key", "value"))
+            out.append(self.table(topic, part, *cols))
+        return pa.concat_tables(out) if len(out) > 1 else out[0]
+
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """`mapInArrow` over Kafka rows, record by record on the reference path (Spark's own Kafka connector:
-        `spark_source: kafka`; compactd's source with `decode_in_source=False`)."""
+        """`mapInArrow` over Spark's Kafka rows: the fast path."""
+        for batch in batches:
+            yield from self.kafka_table(batch).to_batches()
+
+    def reference(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """`mapInArrow` over Spark's Kafka rows, record by record: the reference path (equivalence tests)."""
         for batch in batches:
             yield to_arrow(self.rows(batch))
 
-    def to_option(self) -> str:
-        """The decoder as a data-source option (options are strings)."""
-        return json.dumps(asdict(self), sort_keys=True)
 
-    @classmethod
-    def from_option(cls, text: str) -> Decoder:
-        return cls(**json.loads(text))
+# the columns of Spark's Kafka rows the decoders read, and their Arrow types as a decode task gets them
+KAFKA_COLUMNS = ("topic", "partition", "offset", "key", "value")
+KAFKA_SCHEMA = pa.schema(
+    [("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("key", pa.binary()),
+     ("value", pa.binary())]
+)  # fmt: skip
 
 
 def to_arrow(rows: list[dict]) -> pa.RecordBatch:
@@ -291,7 +312,7 @@ def key_and_order(table: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array]:
 
 def reduce_table(table: pa.Table) -> pa.Table:
     """One row per key (`key_and_order`): its last by order (ties: the last one read), with `n` summing the records
-    the key's rows stand for. The one reduction of a batch: the source's tasks run it over their records (Spark then
+    the key's rows stand for. The one reduction of a batch: the decode tasks run it over their records (Spark then
     converts one row per key and task, not per record), and the driver, or the evaluation shares' tasks, over the
     tasks' rows."""
     if table.num_rows == 0:

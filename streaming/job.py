@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +19,6 @@ from pyspark.sql.streaming import StreamingQuery
 
 from compactd.gc_pause import gc_paused
 from compactd.kafka.admin import Offsets
-from compactd.kafka.config import KafkaConnection
 from compactd.streaming.aggregate import (
     KEYED_DDL,
     PER_TOPIC_RECORD_KINDS,
@@ -30,7 +29,8 @@ from compactd.streaming.aggregate import (
     reducing,
 )
 from compactd.streaming.checkpoint import batch_end_offsets
-from compactd.streaming.decode import DECODED_DDL, Decoder
+from compactd.streaming.connector import GROUP_ID_PREFIX
+from compactd.streaming.decode import DECODED_DDL, KAFKA_COLUMNS, Decoder
 
 # Runs a mapInArrow function over the batch's per-topic rows, hash-partitioned by topic into the configured number of
 # tasks, and returns what the tasks yield: (function, its output DDL) -> Arrow table.
@@ -60,17 +60,18 @@ BatchHandler = Callable[[Batch], None]
 class StreamSpec:
     """Everything the query needs to know, with no knowledge of settings files."""
 
-    conn: KafkaConnection
+    kafka_options: Mapping[str, str]  # the Java client's settings (`connector.java_options`), without `kafka.`
     topics: Sequence[str]
     decoder: Decoder
     checkpoint: Path
     trigger_interval_ms: int = 1000
     max_rows_per_trigger: int = 500_000
     starting_offsets: str = "earliest"
-    source_format: str = "compactd-kafka"
     name: str = "compactd"
     shares: int = 0  # > 0: per-topic rows stay in the executors, in this many tasks (Batch.per_topic)
-    decode_in_source: bool = True  # False: compactd's source hands raw records to mapInArrow (the reference path)
+    reference: bool = False  # True: decode record by record (the reference path), for the equivalence tests
+    # called with the batch id before the batch's records are read (the source-loss check: app/source_loss.py)
+    before_read: Callable[[int], None] | None = None
 
 
 class StreamingJob:
@@ -83,25 +84,24 @@ class StreamingJob:
         self._share_keys: list[int] | None = None
 
     def _read(self) -> DataFrame:
+        """Spark's Kafka connector over compactd's sources. `failOnDataLoss` is off for every source: records deleted
+        before they were read (the topic's retention, a deleteRecords) cannot be read by failing, and what they said
+        only ever holds deletes back (a lost commit leaves an older, lower position; a lost segment event leaves a
+        segment unknown; a lost group deletion leaves the group holding). The job says so in one line instead
+        (`before_read`). Transactions count once committed (`read_committed`)."""
         s = self.spec
         reader = (
-            self.spark.readStream.format(s.source_format)
+            self.spark.readStream.format("kafka")
             .option("subscribe", ",".join(s.topics))
             .option("startingOffsets", s.starting_offsets)
             .option("maxOffsetsPerTrigger", str(s.max_rows_per_trigger))
+            .option("failOnDataLoss", "false")
+            .option("groupIdPrefix", GROUP_ID_PREFIX)
+            .option("kafka.isolation.level", "read_committed")
         )
-        for key, value in s.conn.spark_options().items():
-            reader = reader.option(key, value)
-        if self.decodes_in_source:
-            # the schema given here is one Spark does not ask the source's Python process for (importing the decoder)
-            reader = reader.option("decoder", s.decoder.to_option()).schema(DECODED_DDL)
-        return reader.load()
-
-    @property
-    def decodes_in_source(self) -> bool:
-        """compactd's own source decodes and pre-aggregates in its tasks; Spark's Kafka connector hands raw records
-        to a `mapInArrow` decode."""
-        return self.spec.source_format == "compactd-kafka" and self.spec.decode_in_source
+        for key, value in s.kafka_options.items():
+            reader = reader.option(f"kafka.{key}", value)
+        return reader.load().select(*KAFKA_COLUMNS)
 
     def process_batch(self, df: DataFrame, batch_id: int) -> None:
         """foreachBatch: the batch's rows to changes, then the handler (merge, decide, act), with the garbage collector
@@ -114,6 +114,8 @@ class StreamingJob:
             self._process_in_shares(df, batch_id)
             return
         started = time.monotonic()
+        if self.spec.before_read is not None:
+            self.spec.before_read(batch_id)
         collected = collect_changes(reduce_on_driver(self._decoded(df)))
         try:
             self.handler(Batch(batch_id, collected, time.monotonic() - started, self.spec.checkpoint))
@@ -122,8 +124,11 @@ class StreamingJob:
             raise
 
     def _decoded(self, df: DataFrame) -> DataFrame:
-        """The batch's decoded rows, reduced in the tasks that decoded them (`DECODED_DDL`)."""
-        return df if self.decodes_in_source else df.mapInArrow(reducing(self.spec.decoder), DECODED_DDL)
+        """The batch's decoded rows, reduced in the tasks that decoded them (`DECODED_DDL`): Spark's Kafka tasks
+        read one source partition each, and the same task decodes and reduces it, so only one row per state key and
+        source partition leaves it."""
+        decode = self.spec.decoder.reference if self.spec.reference else self.spec.decoder
+        return df.mapInArrow(reducing(decode), DECODED_DDL)
 
     def _process_in_shares(self, df: DataFrame, batch_id: int) -> None:
         """Bring to the driver only the rows that are not per topic (rejected records, config events, group deletions
@@ -131,6 +136,8 @@ class StreamingJob:
         tasks, hash-partitioned by topic, and stay there (persisted for the batch) for the handler's `per_topic`
         tasks. The decoded rows are persisted too: the source is read once."""
         started = time.monotonic()
+        if self.spec.before_read is not None:
+            self.spec.before_read(batch_id)
         rows = self._decoded(df).persist()
         per_topic = F.col("error").isNull() & F.col("kind").isin(*PER_TOPIC_RECORD_KINDS)
         reduced = (

@@ -1,7 +1,7 @@
 """The Spark session compactd runs in: local by default, any master by setting.
 
 Executors import the installed `compactd` package (in local mode the Python workers run this interpreter, so
-this virtualenv); nothing is put on PYTHONPATH. The Python data source is registered on every session.
+this virtualenv); nothing is put on PYTHONPATH. Spark's Kafka connector comes as local jars (`connector`).
 
 Spark's JVM is started in a session (and process group) of its own: a signal to the driver's process group — Ctrl-C,
 `kill -TERM -- -PGID`, `timeout`, supervisord's `stopasgroup` — reaches only the driver, whose graceful stop needs
@@ -31,13 +31,13 @@ from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from compactd.errors import ExecutorsUnavailable
+from compactd.streaming import connector
 from compactd.streaming.jvm_start import class_data_sharing, keep_archive, spark_home_for_workers
-from compactd.streaming.kafka_source import KafkaSource
 
 log = logging.getLogger("compactd.spark")
 
 # The driver's JVM compiles with C1 only: its start and first batches cost half as much (Spark's JVM code is
-# orchestration here; records are decoded and reduced by Python in the source's tasks). See docs/benchmarks.md.
+# orchestration here; records are decoded and reduced by Python in the decode tasks). See docs/benchmarks.md.
 DRIVER_JAVA_OPTIONS = ("-XX:TieredStopAtLevel=1",)
 ARCHIVE_DUMP_S = 60.0  # how long the first run's JVM may take to write its class-data archive as it exits
 
@@ -74,9 +74,13 @@ def spark_options(master: str = "local[2]", verbose: bool = False) -> dict[str, 
         "spark.ui.showConsoleProgress": "false",
         # compaction runs share the session's executors with the stream: fair pools, not first come first served
         "spark.scheduler.mode": "FAIR",
+        # the Kafka rows a decode task gets from the JVM per Arrow batch (10,000 by default: a fixed cost per batch)
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
+        **connector.SESSION_CONF,
     }
-    if not submitted():
-        options |= {"spark.master": master, "spark.app.name": "compactd"}
+    if not submitted():  # spark-submit gets the connector's jars with --jars (deploy/submit)
+        jars = ",".join(str(p) for p in connector.connector_jars())
+        options |= {"spark.master": master, "spark.app.name": "compactd", "spark.jars": jars}
     options["spark.driver.extraJavaOptions"] = " ".join([*DRIVER_JAVA_OPTIONS, *([] if verbose else [quiet_log4j()])])
     return options
 
@@ -111,7 +115,6 @@ def spark_session(master: str = "local[2]", verbose: bool = False) -> SparkSessi
         if on_sigint is not None:
             signal.signal(signal.SIGINT, on_sigint)
     spark.sparkContext.setLogLevel("WARN" if not verbose else "INFO")
-    spark.dataSource.register(KafkaSource)
     if spark.sparkContext.master.startswith("local"):  # a cluster's executors are checked first (check_executors)
         warm_workers(spark)  # while the query starts
     return spark
@@ -167,7 +170,7 @@ JVM_CHATTER = (
 
 def forward_stderr(lines: Iterable[bytes], out: TextIO) -> None:
     """Pass on what Spark's JVM writes to stderr, except the tracebacks its Python workers print there (a streaming
-    source's worker that missed Spark's 10 s to connect back on a busy machine prints one, and compactd already says
+    worker that missed Spark's 10 s to connect back on a busy machine prints one, and compactd already says
     in one line what it did about it) and the JVM's start-up chatter (JVM_CHATTER). Each traceback, chained ones
     included, and each chatter line go to the debug log instead."""
     block: list[str] = []
@@ -294,7 +297,7 @@ def _session_members(sid: int) -> list[int]:
 
 
 def _warm_worker(batches: Iterator[Any]) -> Iterator[Any]:
-    """Runs in a Python worker before the first micro-batch: imports and first calls of what the source's tasks run
+    """Runs in a Python worker before the first micro-batch: imports and first calls of what the decode tasks run
     (the decoder, pyarrow's kernels, librdkafka), so the worker Spark reuses for that batch has paid for them."""
     import confluent_kafka  # noqa: F401
 
@@ -308,9 +311,9 @@ def _warm_worker(batches: Iterator[Any]) -> Iterator[Any]:
 
 
 def warm_workers(spark: SparkSession) -> threading.Thread:
-    """Start Spark's Python workers, one per task slot, with what the source's tasks import, on a thread: while the
-    query starts (its source planned in other processes), the workers the first micro-batch reuses get ready, instead
-    of starting in it (`spark.python.worker.reuse`, Spark's default). An Arrow map, like the source's reads: an RDD
+    """Start Spark's Python workers, one per task slot, with what the decode tasks import, on a thread: while the
+    query starts, the workers the first micro-batch reuses get ready, instead of starting in it
+    (`spark.python.worker.reuse`, Spark's default). An Arrow map, like the decode: an RDD
     task's worker would be another pool (SQL workers run with other environment variables). Failures only cost the
     warm-up."""
     slots = max(1, spark.sparkContext.defaultParallelism)

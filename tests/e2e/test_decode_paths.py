@@ -1,5 +1,5 @@
-"""The source's decode-and-pre-aggregate path and the reference path (raw Kafka rows → `mapInArrow` decode, what
-Spark's own Kafka connector gets) reduce the same corpus to the same changes, DLQ rows and counts."""
+"""The fast decode (Arrow blocks, reduced in the decode tasks) and the reference decode (record by record), both over
+the rows Spark's Kafka connector reads, reduce the same corpus to the same changes, DLQ rows and counts."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from compactd.streaming.aggregate import Collected
+from compactd.streaming.connector import java_options
 from compactd.streaming.decode import Decoder
 from compactd.streaming.job import StreamingJob, StreamSpec
 
@@ -74,7 +75,7 @@ def normalised(c: Collected) -> dict:
     }
 
 
-def test_source_pre_aggregation_equals_the_reference_decode(spark, cluster, job_settings, tmp_path: Path) -> None:
+def test_fast_decode_equals_the_reference_decode(spark, cluster, job_settings, tmp_path: Path) -> None:
     s = job_settings()
     data = cluster.name("data")
     # segments and commits interleaved over three partitions of each compactd topic
@@ -86,22 +87,22 @@ def test_source_pre_aggregation_equals_the_reference_decode(spark, cluster, job_
         cluster.send_raw(s.topics.segments if is_segment else s.topics.commits, value, b"k", part)
     cluster.flush()
 
-    def run(decode_in_source: bool) -> dict:
+    def run(reference: bool) -> dict:
         got: list[Collected] = []
         spec = StreamSpec(
-            conn=s.kafka_connection(),
+            kafka_options=java_options(s.kafka_connection()),
             topics=[s.topics.segments, s.topics.commits],
             decoder=Decoder(s.topics.segments, s.topics.commits),
-            checkpoint=tmp_path / f"ckpt-{decode_in_source}",
+            checkpoint=tmp_path / f"ckpt-{reference}",
             max_rows_per_trigger=1_000_000,
-            decode_in_source=decode_in_source,
+            reference=reference,
         )
         job = StreamingJob(spec, spark, lambda batch: got.append(batch.collected))
         job.start(once=True).awaitTermination()
         assert len(got) == 1
         return normalised(got[0])
 
-    fast, reference = run(True), run(False)
+    fast, reference = run(False), run(True)
     assert fast == reference
     assert sum(fast["counts"].values()) == 3000 and len(fast["rejected"]) > 100
     assert fast["changes"][data]["offsets"] and fast["changes"][data]["compacted"]

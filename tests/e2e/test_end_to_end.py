@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
-from pyspark.sql import DataFrame
 
 from compactd.app.application import Application
-from compactd.app.settings import Settings
-from compactd.streaming.decode import Decoder
-from compactd.streaming.job import StreamingJob, StreamSpec
 
 pytestmark = pytest.mark.spark
 HOUR = 3_600_000
@@ -208,28 +203,3 @@ def test_deadline_fires_without_new_events_within_one_trigger(spark, cluster, jo
     assert deadline <= rec.decided_at <= deadline + interval + 500
     audit = cluster.read_all(settings.topics.actions)
     assert [(a["action"], a["status"]) for a in audit] == [("compact", "dry_run")]
-
-
-def test_spark_kafka_connector_is_one_setting_away(spark, job_settings) -> None:
-    """The same options go to Spark's own `kafka` format; this machine has no connector jar, so Spark says so."""
-    from pyspark.errors import AnalysisException
-
-    def source(settings: Settings, decode_in_source: bool = True) -> DataFrame:
-        spec = StreamSpec(
-            conn=settings.kafka_connection(),
-            topics=settings.source_topics(),
-            decoder=Decoder(settings.topics.segments, settings.topics.commits),
-            checkpoint=Path(settings.checkpoint_dir),
-            source_format=settings.spark_source,
-            decode_in_source=decode_in_source,
-        )
-        return StreamingJob(spec, spark, lambda batch: None)._read()
-
-    with pytest.raises(AnalysisException, match=r"(?i)kafka"):
-        source(job_settings(spark_source="kafka"))
-    raw = source(job_settings(), decode_in_source=False)  # the shape Spark's connector has: mapInArrow decodes it
-    assert raw.schema.simpleString() == (
-        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,timestampType:int>"
-    )
-    decoded = source(job_settings())  # compactd's source decodes and pre-aggregates in its tasks
-    assert {"grp", "value_offset", "error", "n"} <= set(decoded.columns)

@@ -44,7 +44,8 @@ def test_wheel_has_one_top_level_name_and_its_package_data(tmp_path: Path) -> No
         "compactd/state/lua/merge.lua",
         "compactd/streaming/log4j2.properties",
         "compactd/__main__.py",
-        "compactd/streaming/kafka_source.py",
+        "compactd/streaming/connector.py",
+        "compactd/streaming/jvm/pom.xml",
         "compactd/app/cli.py",
     ):
         assert expected in names

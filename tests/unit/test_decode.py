@@ -7,8 +7,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from compactd.streaming.decode import DECODED_SCHEMA, Decoder
-from compactd.streaming.kafka_source import ARROW_SCHEMA
+from compactd.streaming.decode import DECODED_SCHEMA, KAFKA_SCHEMA, Decoder
 
 D = Decoder("seg", "com", max_event_bytes=200)
 GOOD_SEG = {
@@ -72,10 +71,8 @@ def test_arrow_batches_keep_original_bytes_only_for_rejects() -> None:
         "topic": ["seg", "seg"],
         "partition": [0, 0],
         "offset": [10, 11],
-        "timestamp": [None, None],
-        "timestampType": [0, 0],
     }
-    out = list(D(iter([pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA)])))
+    out = list(D(iter([pa.RecordBatch.from_pydict(cols, schema=KAFKA_SCHEMA)])))
     assert out[0].schema == DECODED_SCHEMA
     rows = out[0].to_pylist()
     assert rows[0]["error"] is None and rows[0]["raw_value"] is None and rows[0]["src_offset"] == 10

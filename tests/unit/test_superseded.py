@@ -4,6 +4,7 @@ re-created topic's old log, read again from the sources' start, must not build i
 from __future__ import annotations
 
 import json
+import pickle
 
 import pyarrow as pa
 
@@ -35,9 +36,11 @@ def test_events_of_a_reset_topic_from_before_its_reset_are_dropped_on_every_path
     assert commits.column("value_offset").to_pylist() == [7]
     kafka_rows = pa.RecordBatch.from_pylist(
         [{"topic": "seg", "partition": 0, "offset": i, "key": None, "value": v} for i, v in enumerate(values)]
-    )  # Spark's own Kafka connector: the reference path
+    )  # Spark's Kafka connector's rows: the reference path
     assert [(r["topic"], r["src_offset"]) for r in d.rows(kafka_rows)] == [("clicks", 1), ("orders", 2), ("orders", 3)]
-    assert Decoder.from_option(d.to_option()) == d  # shipped to the source's tasks as an option
+    fast = pa.Table.from_batches(list(d(iter([kafka_rows]))))  # the fast path over the same rows
+    assert [(r["topic"], r["src_offset"]) for r in fast.to_pylist()] == [("clicks", 1), ("orders", 2), ("orders", 3)]
+    assert pickle.loads(pickle.dumps(d)) == d  # shipped to the decode tasks in the mapInArrow closure
 
 
 def test_without_resets_nothing_is_dropped() -> None:
