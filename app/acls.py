@@ -19,9 +19,11 @@ from compactd.app.settings import Settings
 from compactd.kafka.admin import admin_client
 from compactd.kafka.share_state import STATE_TOPIC
 from compactd.policy.thresholds import group_counts, parse_scope, resolve, resolve_global
+from compactd.streaming.connector import GROUP_ID_PREFIX
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OWN_GROUP = "compactd-doctor"  # stands for the group ids of compactd's own consumers (`compactd-<purpose>-<uuid>`)
+SOURCE_GROUP = f"{GROUP_ID_PREFIX}-doctor"  # stands for the groups of Spark's Kafka connector's offset reader
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,10 @@ NEEDS: tuple[Need, ...] = (
          "the same, and a KIP-848 group assigned a topic before its first commit. compactd's own consumers commit "
          "nothing but look up their group's coordinator (`compactd-*`): without it the job stops at its first read",
          "groups"),
+    Need("Group", f"`{GROUP_ID_PREFIX}` (prefixed)", ("READ",), "JoinGroup, SyncGroup, Heartbeat",
+         "Spark's Kafka connector reads compactd's sources: the offset reader on the driver subscribes with a group of "
+         f"its own (`{GROUP_ID_PREFIX}-<uuid>-driver-<n>`) that commits nothing; without it the stream stops at its "
+         "start", "source_group"),
     Need("Topic", "`*` (or the watched topics)", ("DESCRIBE",), "Metadata, ListOffsets, DescribeTopics (topic IDs)",
          "every mode: the checks before each action", "watched"),
     Need("Topic", "`*`", ("DESCRIBE_CONFIGS",), "DescribeConfigs",
@@ -153,6 +159,8 @@ def check(settings: Settings, topics: Iterable[str] = (), timeout_s: float = 10.
             out.extend(_findings("Cluster", need, ops, note))
         elif need.where == "groups":
             out.extend(_groups(admin, settings, need, timeout_s))
+        elif need.where == "source_group":
+            out.extend(_described_groups(admin, [SOURCE_GROUP], need, timeout_s, set()))
         else:
             names = {"offsets": [OFFSETS_TOPIC], "share_state": [STATE_TOPIC], "watched": watched, "own": own}[
                 need.where
@@ -213,12 +221,18 @@ def _groups(admin: Any, settings: Settings, need: Need, timeout_s: float) -> lis
     if len(groups) == 1:
         out.append(Finding("Group *", "DESCRIBE", "unknown", need, "no counted group is listed: none exists, or "
                            "none may be described"))  # fmt: skip
+    return out + _described_groups(admin, groups, need, timeout_s, listed | {OWN_GROUP})
+
+
+def _described_groups(admin: Any, groups: list[str], need: Need, timeout_s: float, listed: set[str]) -> list[Finding]:
+    """Each group's authorized operations (a group that does not exist is described as Dead, with them)."""
+    out: list[Finding] = []
     futures = admin.describe_consumer_groups(groups, include_authorized_operations=True, request_timeout=timeout_s)
     for group, fut in sorted(futures.items()):
         try:
             desc = fut.result(timeout_s)
             ops: set[str] | None = {op.name for op in desc.authorized_operations or []}
-            note = "" if group in listed or group == OWN_GROUP else "required, not listed"
+            note = "" if group in listed or group == SOURCE_GROUP else "required, not listed"
         except Exception as exc:
             ops, note = None, str(exc.args[0].str() if hasattr(exc.args[0], "str") else exc)
         out.extend(_findings(f"Group {group}", need, ops, note))

@@ -144,7 +144,6 @@ class Application(DeleteGate, RunLoop):
         self._admin: Any = None
         self._kafka_options: dict[str, str] | None = None  # Spark's Kafka connector's (streaming/connector.py)
         self.forced = False  # a second signal: leave without waiting for the running batch
-        self._slow_worker_restarts = 0  # queries restarted because Spark's Python worker started too slowly
         self._sampled_at = 0.0
         self._topics_checked_at = 0.0
         self._agent_checked_at = 0.0

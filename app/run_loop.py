@@ -29,10 +29,6 @@ IDLE_LOG_EVERY_S = 60.0
 ONCE_DRAIN_S = 300.0  # `run --once` sends what the rate cap held back for at most this long
 SPARK_EXIT_S = 10.0  # after its session stopped, Spark's JVM gets this long to exit before it is killed
 MAX_REBUILDS_PER_RUN = 3  # `run --once`: a state lost again and again while rebuilding ends the run
-# Spark gives a Python worker (the decode's) 10 s to connect back (hard-coded in its
-# PythonWorkerFactory); on an overloaded machine a query fails at its start with this, before reading anything.
-SLOW_WORKER = "Python worker failed to connect back"
-MAX_SLOW_WORKER_RESTARTS = 3  # per run: a machine that slow for longer is reported, not retried forever
 
 
 @dataclass
@@ -216,9 +212,6 @@ class RunLoop:
                     self.forced = True
                     raise
                 except Exception as exc:  # reported once, on one line
-                    if (restarted := self._restart_slow_worker(once=True)) is not None:
-                        query = restarted
-                        continue
                     self._raise_if_failed()
                     raise QueryFailed(f"streaming query failed: {root_cause(str(exc))}") from None
                 self._raise_if_failed()
@@ -270,8 +263,6 @@ class RunLoop:
                         said_at = time.monotonic()
                     last_error = error
                 stop.wait(interval)
-                if not query.isActive and (restarted := self._restart_slow_worker(once=False)) is not None:
-                    query = restarted
             self._raise_if_failed()
             if stop.is_set():
                 self._stop_gracefully()
@@ -285,24 +276,6 @@ class RunLoop:
         self.compaction.tick(now=True)
         if not self.compaction.wait(ONCE_DRAIN_S):
             log.warning("compaction runs still in progress after %.0fs: left unpublished", ONCE_DRAIN_S)
-
-    def _restart_slow_worker(self, once: bool) -> Any | None:
-        """The query started again from its checkpoint if it failed only because Spark's Python worker started too
-        slowly (nothing was read or merged; a restart of the process would do the same), else None."""
-        assert self.job is not None
-        cause = self.job.failure() or ""
-        if SLOW_WORKER not in cause or self._slow_worker_restarts >= MAX_SLOW_WORKER_RESTARTS:
-            return None
-        self._slow_worker_restarts += 1
-        log.warning(
-            "Spark's Python worker did not connect back within Spark's 10 s (an overloaded machine?): "
-            "query started again from its checkpoint (%d of %d)",
-            self._slow_worker_restarts,
-            MAX_SLOW_WORKER_RESTARTS,
-        )
-        self._start_stream(once, starting_offsets="earliest" if self.rebuilding else None)
-        assert self.job is not None and self.job.query is not None
-        return self.job.query
 
     def _rebuild_stream(self, once: bool) -> Any:
         """Stop the query between batches, rebuild the state from the sources' start, run a new query."""

@@ -57,6 +57,7 @@ def grants(prefix: str) -> list[AclBinding]:
         (t, "__share_group_state", lit, [AclOperation.READ, AclOperation.DESCRIBE]),
         (ResourceType.BROKER, "kafka-cluster", lit, [AclOperation.DESCRIBE]),
         (ResourceType.GROUP, "*", lit, [AclOperation.DESCRIBE]),
+        (ResourceType.GROUP, "compactd-source", pre, [AclOperation.READ]),
         # Read on `*` is the compaction service's row: it does not apply to this job
         (t, "*", lit, [AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
                        AclOperation.DELETE]),

@@ -1,5 +1,4 @@
-"""kill -9 inside a batch, restart from the same checkpoint (on a machine too busy for Spark's Python worker to
-connect back in time, once): same state, no duplicated or unsafe action."""
+"""kill -9 inside a batch, restart from the same checkpoint: same state, no duplicated or unsafe action."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ import yaml
 
 from compactd.app.application import Application
 from tests.support.fixtures import dump_redis
-from tests.support.spark_faults import restarted_once, slow_first_source_runner
 
 pytestmark = pytest.mark.spark
 HOUR = 3_600_000
@@ -112,10 +110,7 @@ def test_kill_9_mid_batch_then_restart_matches_crash_free_run(spark, cluster, jo
     log = tmp_path / "crash.log"
     assert run_cli(config, log, fault="after_merge:1") == -9, log.read_text()[-3000:]
     assert run_cli(config, log, fault="after_enqueue:2") == -9, log.read_text()[-3000:]
-    # the restart on a machine busy enough that Spark's Python worker misses its 10 s to connect back, once
-    before = len(log.read_text())  # the runs before may have met the same fault for real, on a busy machine
-    assert run_cli(config, log, env=slow_first_source_runner(tmp_path)) == 0, log.read_text()[-3000:]
-    assert restarted_once(log.read_text()[before:], tmp_path), log.read_text()[-3000:]
+    assert run_cli(config, log) == 0, log.read_text()[-3000:]
 
     merged = merge_state(rclient, crash.key_prefix)
     assert merged and merged == merge_state(rclient, ref.key_prefix)

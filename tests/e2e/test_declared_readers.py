@@ -65,14 +65,13 @@ def test_a_pinned_reader_holds_until_its_lease_ends(spark, kafka, cluster, job_s
 def test_a_spark_query_holds_by_its_checkpoint(spark, kafka, cluster, job_settings, tmp_path) -> None:
     """A Spark Structured Streaming query reads a topic and commits nothing to Kafka: its position is its
     checkpoint. Declared as a reader (`spark_checkpoint`), it holds consumed retention at the offsets of its latest
-    committed batch while a group is ahead. The query here reads through compactd's own Kafka source, whose offsets
-    Spark writes in the Kafka connector's format ({"topic": {"partition": next offset}})."""
+    committed batch while a group is ahead. The query reads through Spark's own Kafka connector, as users' do."""
     data = cluster.name("etl-input")
     cluster.create(data, 1, {"cleanup.policy": "delete"})
     cluster.fill(data, 300)
     checkpoint = tmp_path / "etl-checkpoint"
     query = (
-        spark.readStream.format("compactd-kafka")
+        spark.readStream.format("kafka")
         .option("subscribe", data)
         .option("startingOffsets", "earliest")
         .option("kafka.bootstrap.servers", kafka.bootstrap)

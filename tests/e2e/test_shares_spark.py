@@ -18,6 +18,7 @@ from compactd.control.controller import Controller
 from compactd.control.share import share_of
 from compactd.metrics import Metrics
 from compactd.sinks.recording import RecordingSink
+from compactd.streaming.connector import java_options
 from compactd.streaming.decode import Decoder
 from compactd.streaming.job import Batch, StreamingJob, StreamSpec
 
@@ -76,7 +77,7 @@ def test_shares_in_spark_tasks_decide_what_the_driver_decides(
             ctl.on_batch("s", batch.batch_id, batch.collected.changes, app._shares_of(batch))
 
         spec = StreamSpec(
-            conn=settings.kafka_connection(),
+            kafka_options=java_options(settings.kafka_connection()),
             topics=[settings.topics.segments, settings.topics.commits],
             decoder=Decoder(settings.topics.segments, settings.topics.commits),
             checkpoint=tmp_path / f"ckpt-{shares}",
@@ -114,7 +115,7 @@ def test_spark_tasks_own_the_topics_share_of_assigns(spark, job_settings, tmp_pa
     names = [f"topic-{i}.{'x' * (i % 7)}" for i in range(300)]
     for shares in (2, 3, 5):
         decoder = Decoder(settings.topics.segments, settings.topics.commits)
-        spec = StreamSpec(settings.kafka_connection(), [], decoder, tmp_path, shares=shares)
+        spec = StreamSpec(java_options(settings.kafka_connection()), [], decoder, tmp_path, shares=shares)
         job = StreamingJob(spec, spark, lambda batch: None)
         df = spark.createDataFrame([(n,) for n in names], "topic string")
         got = df.repartition(shares, job._share_key()).select("topic", F.spark_partition_id().alias("task")).collect()
