@@ -333,8 +333,16 @@ def topic_excluded(topic: str, thresholds: Thresholds, own_topics: frozenset[str
     return None
 
 
+# The groups of Spark's Kafka connector's offset reader while it reads compactd's sources (streaming/connector.py):
+# compactd's own, assigned its own topics only, committing nothing. They never count, whatever the settings say.
+SOURCE_GROUP_PREFIX = "compactd-source"
+
+
 def group_counts(group: str, thresholds: Thresholds) -> bool:
-    """Whether a consumer group holds data back (include list empty = every group; a required group always)."""
+    """Whether a consumer group holds data back (include list empty = every group; a required group always;
+    compactd's own source groups never)."""
+    if group.startswith(f"{SOURCE_GROUP_PREFIX}-"):
+        return False
     if group in thresholds.groups_required:
         return True
     if thresholds.groups_include and not any(re.fullmatch(p, group) for p in thresholds.groups_include):

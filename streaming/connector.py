@@ -20,6 +20,7 @@ from pathlib import Path
 from compactd import maven
 from compactd.errors import CompactdError
 from compactd.kafka.config import KafkaConnection, KafkaValue
+from compactd.policy.thresholds import SOURCE_GROUP_PREFIX
 
 log = logging.getLogger("compactd.source")
 
@@ -27,8 +28,8 @@ log = logging.getLogger("compactd.source")
 # yield no partition; the consumer-based one reads it (a session setting: every Kafka source of the session uses it).
 SESSION_CONF = {"spark.sql.streaming.kafka.useDeprecatedOffsetFetching": "true"}
 # The consumer-based offset reader subscribes with a group of its own (it never commits); its id starts with this, so
-# the group is recognisably compactd's, and the `compactd-` prefixed group grant of the ACL table covers it.
-GROUP_ID_PREFIX = "compactd-source"
+# the group is recognisably compactd's: it never counts as a reader (`policy.thresholds.group_counts`).
+GROUP_ID_PREFIX = SOURCE_GROUP_PREFIX
 
 # Keys with the same name and meaning in librdkafka and the Java client.
 SHARED_KEYS = frozenset(

@@ -170,8 +170,8 @@ JVM_CHATTER = (
 
 def forward_stderr(lines: Iterable[bytes], out: TextIO) -> None:
     """Pass on what Spark's JVM writes to stderr, except the tracebacks its Python workers print there (a task's
-    failure, which compactd already says in one line) and the JVM's start-up chatter (JVM_CHATTER). Each traceback, chained ones
-    included, and each chatter line go to the debug log instead."""
+    failure, which compactd already says in one line) and the JVM's start-up chatter (JVM_CHATTER). Each traceback,
+    chained ones included, and each chatter line go to the debug log instead."""
     block: list[str] = []
     state = "out"  # "in": frames until the exception line; "end": after it, where a chained traceback may follow
     for raw in lines:

@@ -257,3 +257,7 @@ def test_group_include_exclude() -> None:
     assert not group_counts("billing-test", t)
     assert not group_counts("console-consumer-1", t)
     assert group_counts("anything", th())
+    # Spark's Kafka connector's offset reader reading compactd's sources: compactd's own, never a reader
+    own = "compactd-source-4f1c2d-118537507-driver-0"
+    assert not group_counts(own, th()) and not group_counts(own, th(groups_required=[own]))
+    assert group_counts("compactd-sourcery", th())
