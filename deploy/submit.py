@@ -176,11 +176,25 @@ def quiet_log4j(env: Path) -> str:
 DRIVER_JIT = "-XX:TieredStopAtLevel=1"
 
 
-def spark_confs(archive: Path) -> list[str]:
-    """What every compactd deployment needs from Spark, whatever the cluster manager."""
+def connector_jars(env: Path) -> str:
+    """Spark's Kafka connector's jars (comma-separated local paths), as the packed environment's compactd names them:
+    fetched into the Maven cache of the machine that submits (`make deps`, or here on first use)."""
+    proc = subprocess.run(
+        [str(env / "bin" / "python"), "-m", "compactd.streaming.connector", "--print"], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise SubmitError((proc.stderr.strip().splitlines() or ["Spark's Kafka connector: no jars"])[-1])
+    return proc.stdout.strip()
+
+
+def spark_confs(archive: Path, jars: str) -> list[str]:
+    """What every compactd deployment needs from Spark, whatever the cluster manager: the environment, and Spark's
+    Kafka connector as the driver's local jars (Spark serves them to the executors; spark-submit uploads them in
+    cluster mode)."""
     confs = {
         "spark.app.name": "compactd",
         "spark.archives": f"{archive}#{ENV_LINK}",
+        "spark.jars": jars,
         "spark.pyspark.python": EXECUTOR_PYTHON,
         "spark.ui.showConsoleProgress": "false",
         # the checkpoint is compactd's: a restarted driver must resume, never start a second query on it
@@ -193,12 +207,11 @@ def client_command(
     ns: argparse.Namespace, env: Path, archive: Path, spark_opts: list[str], job_args: list[str]
 ) -> tuple[list[str], dict[str, str], Path]:
     """(argv, environment, working directory) of the driver. The driver's working directory holds an `environment`
-    link to the same virtualenv, so the one relative interpreter path works on the driver and the executors alike
-    (Spark runs Python data-source planning on the driver with the executors' interpreter)."""
+    link to the same virtualenv, so the one relative interpreter path works on the driver and the executors alike."""
     submit_args = [
         "--master",
         ns.master,
-        *spark_confs(archive),
+        *spark_confs(archive, connector_jars(env)),
         "--driver-java-options",
         f"{DRIVER_JIT} {quiet_log4j(env)}",
         *spark_opts,
@@ -230,7 +243,7 @@ def cluster_command(
         ns.master,
         "--deploy-mode",
         "cluster",
-        *spark_confs(archive),
+        *spark_confs(archive, connector_jars(env)),
         "--files",
         f"{ns.config}#compactd.yaml",
         *spark_opts,

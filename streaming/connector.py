@@ -136,11 +136,13 @@ def _text(value: KafkaValue) -> str:
     return str(value)
 
 
-if __name__ == "__main__":  # `make deps`: python -m compactd.streaming.connector --fetch
+if __name__ == "__main__":  # `make deps`: --fetch; deploy/submit: --print (the jars, comma-separated)
     import sys
 
     try:
-        connector_jars()
+        found = connector_jars(quiet="--print" in sys.argv)
     except CompactdError as exc:
         print(f"compactd: error: {exc}", file=sys.stderr)
         sys.exit(1)
+    if "--print" in sys.argv:
+        print(",".join(str(p) for p in found))
