@@ -180,7 +180,9 @@ def connector_jars(env: Path) -> str:
     """Spark's Kafka connector's jars (comma-separated local paths), as the packed environment's compactd names them:
     fetched into the Maven cache of the machine that submits (`make deps`, or here on first use)."""
     proc = subprocess.run(
-        [str(env / "bin" / "python"), "-m", "compactd.streaming.connector", "--print"], capture_output=True, text=True
+        [str(env / "bin" / "python"), "-I", "-m", "compactd.streaming.connector", "--print"],
+        capture_output=True,
+        text=True,
     )
     if proc.returncode != 0:
         raise SubmitError((proc.stderr.strip().splitlines() or ["Spark's Kafka connector: no jars"])[-1])

@@ -98,6 +98,8 @@ class StreamingJob:
             .option("failOnDataLoss", "false")
             .option("groupIdPrefix", GROUP_ID_PREFIX)
             .option("kafka.isolation.level", "read_committed")
+            # a source not created yet is picked up once it exists; a read must never create it with broker defaults
+            .option("kafka.allow.auto.create.topics", "false")
         )
         for key, value in s.kafka_options.items():
             reader = reader.option(f"kafka.{key}", value)
