@@ -2,9 +2,11 @@
 Arrow buffers of the keys and values (no Python object per field), the strings are gathered into Arrow arrays.
 
 Only the common, clean shape is accepted here: an offset key (v0/v1) with ASCII group and topic, a value of version
-0 to 3 with ASCII metadata, exact lengths, an offset and a partition in range. Everything else — tombstones, group
-metadata, other key versions, flexible (v4) values, truncated or trailing bytes, non-ASCII names — goes back to the
-per-record codec (`offsets.py`), which knows every version and names the DLQ reason.
+0 to 4 with ASCII metadata, exact lengths, an offset and a partition in range. A v4 value (flexible, what Kafka 4.x
+writes) is accepted with metadata of at most 126 bytes (a one-byte length) and either no tagged field or exactly the
+topic ID (tag 0, 16 bytes). Everything else — tombstones, group metadata, other key versions, other tags, truncated or
+trailing bytes, non-ASCII names — goes back to the per-record codec (`offsets.py`), which knows every version and
+names the DLQ reason.
 `tests/unit/test_arrow_offsets.py` compares the rows with the per-record codec's on generated records.
 """
 
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from compactd.codec.events import MAX_INT
 
@@ -74,23 +77,33 @@ def decode_offset_commits(
     ok &= (tlen >= 0) & (kl == 10 + glen + tlen)
     part = _be(kd, np.where(ok, tpos + 2 + tlen, 0), 4)
     ok &= part >= 0
-    # value: version i16, offset i64, [leader epoch i32 (v3)], metadata (i16 length + bytes), commit ts i64,
-    # [expire ts i64 (v1)]; nothing after
+    # value: version i16, offset i64, [leader epoch i32 (v3, v4)], metadata (v0-v3: i16 length + bytes; v4: uvarint
+    # length + 1, then bytes), commit ts i64, [expire ts i64 (v1)], [tagged fields (v4)]; nothing after
     ok &= vl >= 20
     vver = _be(vd, np.where(ok, vs, 0), 2)
-    ok &= (vver >= 0) & (vver <= 3)
+    ok &= (vver >= 0) & (vver <= 4)
+    v4 = vver == 4
     offset = _be(vd, np.where(ok, vs + 2, 0), 8)
-    mpos = np.where(vver == 3, 14, 10)
-    mlen = _be(vd, np.where(ok, vs + mpos, 0), 2)
-    ok &= mlen >= 0
+    mpos = np.where(vver >= 3, 14, 10)
+    mlen16 = _be(vd, np.where(ok, vs + mpos, 0), 2)
+    mvar = vd[np.where(ok, vs + mpos, 0)].astype(np.int64)  # v4: one byte, no continuation bit, not null (0)
+    ok &= np.where(v4, (mvar >= 1) & (mvar <= 127), mlen16 >= 0)
+    mlen = np.where(v4, mvar - 1, mlen16)
+    mstart = mpos + np.where(v4, 1, 2)
+    # v4: after the timestamp, the tag count: 0 (nothing after it), or 1 with tag 0 of 16 bytes (the topic ID)
+    tpos_ = vs + mstart + mlen + 8
+    ok &= ~v4 | (vl >= mstart + mlen + 9)
+    tags = vd[np.where(ok & v4, tpos_, 0)]
+    with_id = v4 & (tags == 1) & (vl == mstart + mlen + 9 + 18)
+    with_id &= (vd[np.where(ok & with_id, tpos_ + 1, 0)] == 0) & (vd[np.where(ok & with_id, tpos_ + 2, 0)] == 16)
     fixed = np.select([vver == 1, vver == 3], [28, 24], 20)
-    ok &= vl == fixed + mlen
-    ts = _be(vd, np.where(ok, vs + mpos + 2 + mlen, 0), 8)
+    ok &= np.where(v4, ((tags == 0) & (vl == mstart + mlen + 9)) | with_id, vl == fixed + mlen)
+    ts = _be(vd, np.where(ok, vs + mstart + mlen, 0), 8)
     ok &= (offset >= 0) & (offset <= MAX_INT)
     zero = np.zeros(n, np.int64)
     group, g_ascii = _strings(kd, np.where(ok, ks + 4, 0), np.where(ok, glen, zero))
     topic, t_ascii = _strings(kd, np.where(ok, tpos + 2, 0), np.where(ok, tlen, zero))
-    _, m_ascii = _strings(vd, np.where(ok, vs + mpos + 2, 0), np.where(ok, mlen, zero))
+    _, m_ascii = _strings(vd, np.where(ok, vs + mstart, 0), np.where(ok, mlen, zero))
     ok &= g_ascii & t_ascii & m_ascii
     take = pa.array(np.flatnonzero(ok), pa.int64())
     cols = {
@@ -101,4 +114,24 @@ def decode_offset_commits(
         "value_offset": pa.array(offset[ok], pa.int64()),
         "ts": pa.array(ts[ok], pa.int64()),
     }
+    has_id = with_id[ok]
+    if has_id.any():
+        ids = _uuids(vd, (tpos_ + 3)[ok][has_id])
+        cols["topic_id"] = pa.array(np.full(len(has_id), None, object)).cast(pa.string())
+        cols["topic_id"] = pc.replace_with_mask(cols["topic_id"], pa.array(has_id), ids)
     return cols, take, np.flatnonzero(~ok).tolist()
+
+
+_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
+# where each of a UUID's 32 hex digits goes in its 36 characters (8-4-4-4-12)
+_DIGIT_AT = np.array([i + (i >= 8) + (i >= 12) + (i >= 16) + (i >= 20) for i in range(32)])
+
+
+def _uuids(data: np.ndarray, pos: np.ndarray) -> pa.Array:
+    """The 16 bytes at each position as UUID strings, as `str(uuid.UUID(bytes=...))` spells them."""
+    raw = data[pos[:, None] + np.arange(16)]
+    digits = np.stack([_HEX[raw >> 4], _HEX[raw & 15]], axis=2).reshape(len(pos), 32)
+    chars = np.full((len(pos), 36), ord("-"), np.uint8)
+    chars[:, _DIGIT_AT] = digits
+    ends = np.arange(len(pos) + 1, dtype=np.int32) * 36
+    return pa.StringArray.from_buffers(len(pos), pa.py_buffer(ends), pa.py_buffer(chars.tobytes()))

@@ -4,6 +4,7 @@ to the spec by the codec's encoders, then damaged), and the common shape (key v1
 from __future__ import annotations
 
 import struct
+import uuid
 
 import pyarrow as pa
 from hypothesis import given, settings
@@ -36,9 +37,16 @@ def record(draw: st.DrawFn) -> tuple[bytes | None, bytes | None]:
         partition = draw(st.sampled_from([0, 7, 2**31 - 1, -1]) | st.integers(0, 100))
         key = encode_offset_key(draw(NAMES), draw(NAMES), partition, version=draw(st.sampled_from([0, 1, 1, 1])))
         version = draw(st.sampled_from([1, 3, 3, 0, 2, 4]))
-        metadata = draw(st.sampled_from(["", "", "x", "é"]))
-        v = OffsetValue(version, draw(BIG), metadata, draw(BIG), leader_epoch=3 if version >= 3 else -1)
+        metadata = draw(st.sampled_from(["", "", "x", "é", "m" * 126, "m" * 127]))
+        topic_id = draw(st.none() | st.uuids().map(str)) if version == 4 else None
+        v = OffsetValue(version, draw(BIG), metadata, draw(BIG), leader_epoch=3 if version >= 3 else -1,
+                        topic_id=topic_id)  # fmt: skip
         value = None if kind == 1 else encode_offset_value(v)
+        if value is not None and version == 4 and draw(st.integers(0, 5)) == 0:  # a tag of a later Kafka
+            if topic_id is None:  # tag count 0 → one tag (1) of two bytes
+                value = value[:-1] + b"\x01\x01\x02ab"
+            else:  # the topic ID's tag, then an empty tag 1
+                value = value[:-19] + b"\x02" + value[-18:] + b"\x01\x00"
     damage = draw(st.integers(0, 11))
     if damage == 0 and key is not None:
         key = key[: draw(st.integers(0, len(key)))]  # truncated
@@ -77,9 +85,12 @@ def test_blocks_decode_to_the_per_record_rows(records: list[tuple[bytes | None, 
 
 def test_the_common_shape_stays_vectorised() -> None:
     keys = [encode_offset_key(f"group-{i % 7}", f"topic-{i % 3}", i % 11) for i in range(1000)]
-    values = [encode_offset_value(OffsetValue(i % 4, i, "m" * (i % 3), 1_700_000_000_000 + i, 5)) for i in range(1000)]
+    ids = [str(uuid.UUID(int=i)) if i % 10 == 4 else None for i in range(1000)]  # v4 with and without topic ID
+    values = [encode_offset_value(OffsetValue(i % 5, i, "m" * (i % 3), 1_700_000_000_000 + i, 5, topic_id=ids[i]))
+              for i in range(1000)]  # fmt: skip
     cols, positions, rest = decode_offset_commits(keys, values)
     assert rest == [] and positions.to_pylist() == list(range(1000))
+    assert cols["topic_id"][14].as_py() == str(uuid.UUID(int=14)) and cols["topic_id"][9].as_py() is None
     assert cols["grp"][8].as_py() == "group-1" and cols["topic"][8].as_py() == "topic-2"
     assert cols["partition"][8].as_py() == 8 and cols["value_offset"][8].as_py() == 8
     assert cols["ts"][9].as_py() == 1_700_000_000_009
