@@ -20,6 +20,7 @@ import struct
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -31,13 +32,15 @@ from compactd.app.settings import Settings
 from compactd.codec.offsets import OffsetValue, encode_offset_key, encode_offset_value
 from compactd.demo.broker import kafka_broker
 from compactd.demo.embedded import redis_server
+from compactd.kafka.admin import admin_client, list_end_offsets
 from compactd.kafka.config import KafkaConnection
+from compactd.kafka.range_read import READER_DEFAULTS, KafkaRange, read_messages
 from compactd.keys import partition_key
-from compactd.streaming.decode import Decoder
-from compactd.streaming.kafka_source import KafkaStreamReader, read_messages
+from compactd.streaming.decode import Decoder, reduce_table
 from compactd.streaming.session import spark_session
 
 MIRROR = "mirror.consumer_offsets"
+TOPIC_IDS = {f"data-{i}": str(uuid.UUID(int=i + 1)) for i in range(1000)}
 
 
 def fill(
@@ -86,9 +89,9 @@ def fill(
                 value=json.dumps(ev).encode(),
                 partition=i % source_partitions,
             )
-        elif binary:  # what a broker writes for a commit (key v1, value v3), keyed like Kafka: by group
+        elif binary:  # what Kafka 4.x writes for a commit (key v1, value v4 with the topic ID), keyed by group
             g = rnd.choice(groups)
-            value = encode_offset_value(OffsetValue(3, i, "", now, leader_epoch=5))
+            value = encode_offset_value(OffsetValue(4, i, "", now, leader_epoch=5, topic_id=TOPIC_IDS[topic]))
             key = encode_offset_key(g, topic, part)
             p.produce(MIRROR, key=key, value=value, partition=groups.index(g) % source_partitions)
         else:
@@ -106,7 +109,7 @@ def fill(
 
 
 _KEY = struct.Struct(">hh")
-_VALUE = struct.Struct(">hqih")
+_VALUE = struct.Struct(">hqi")
 
 
 def bare_consumer(bootstrap: str, topics: list[str], binary: bool) -> dict:
@@ -114,9 +117,8 @@ def bare_consumer(bootstrap: str, topics: list[str], binary: bool) -> dict:
     from confluent_kafka import Consumer, TopicPartition
 
     conn = KafkaConnection(bootstrap)
-    reader = KafkaStreamReader({"subscribe": ",".join(topics), "kafka.bootstrap.servers": bootstrap})
-    low = reader.initialOffset()
-    ends = reader._watermarks("high")
+    admin = admin_client(conn)
+    low, ends = list_end_offsets(admin, topics, "low"), list_end_offsets(admin, topics, "high")
     total = sum(ends[t][p] - low[t][p] for t in ends for p in ends[t])
     c = Consumer(conn.client("consumer", {"group.id": "bench-bare", "receive.message.max.bytes": 1_000_000_000}))
     c.assign([TopicPartition(t, int(p), low[t][p]) for t in ends for p in ends[t]])
@@ -133,8 +135,11 @@ def bare_consumer(bootstrap: str, topics: list[str], binary: bool) -> dict:
                 (tlen,) = struct.unpack_from(">h", key, 4 + glen)
                 key[4 : 4 + glen].decode(), key[6 + glen : 6 + glen + tlen].decode()
                 struct.unpack_from(">i", key, 6 + glen + tlen)
-                _, _offset, _, mlen = _VALUE.unpack_from(value)
-                struct.unpack_from(">q", value, 16 + mlen)
+                _, _offset, _ = _VALUE.unpack_from(value)
+                mlen = value[14] - 1  # v4: a one-byte compact length
+                struct.unpack_from(">q", value, 15 + mlen)
+                if value[23 + mlen]:  # the topic ID's tag
+                    value[26 + mlen : 42 + mlen].hex()
             else:
                 json.loads(m.value())
             parsed += 1
@@ -144,21 +149,24 @@ def bare_consumer(bootstrap: str, topics: list[str], binary: bool) -> dict:
 
 
 def one_core_stages(bootstrap: str, topics: list[str], decoder: Decoder) -> dict:
-    """The source's work on one core, outside Spark: reading the ranges, then reading + decoding + reducing them."""
-    reader = KafkaStreamReader(
-        {"subscribe": ",".join(topics), "kafka.bootstrap.servers": bootstrap, "decoder": decoder.to_option()}
-    )
-    ranges = reader.partitions({}, reader.latestOffset({}, reader.getDefaultReadLimit()))
+    """What a decode task does, on one core outside Spark: reading the ranges with confluent-kafka, then reading +
+    decoding + reducing them with the same fast path (`Decoder.table`, `reduce_table`)."""
+    conn = KafkaConnection(bootstrap)
+    admin = admin_client(conn)
+    low, ends = list_end_offsets(admin, topics, "low"), list_end_offsets(admin, topics, "high")
+    ranges = [KafkaRange(t, int(p), low[t][p], end) for t in ends for p, end in ends[t].items() if end > low[t][p]]
+    conf = conn.client("consumer", READER_DEFAULTS)
     records = sum(r.end - r.start for r in ranges)
     t0 = time.monotonic()
     for r in ranges:
-        for _ in read_messages(reader.conf, r, 60_000):
+        for _ in read_messages(conf, r, 60_000):
             pass
     read_s = time.monotonic() - t0
     t0 = time.monotonic()
     for r in ranges:
-        for _ in reader.read(r):
-            pass
+        for msgs in read_messages(conf, r, 60_000):
+            offsets, keys, values = [m.offset() for m in msgs], [m.key() for m in msgs], [m.value() for m in msgs]
+            reduce_table(decoder.table(r.topic, r.partition, offsets, keys, values))
     full_s = time.monotonic() - t0
     return {
         "records": records,
@@ -256,7 +264,7 @@ def main() -> None:
                     "events_per_second": round(args.events / run_s),
                     "micro_batches": app.summary.batches,
                     "stages_seconds": {
-                        "spark_batches": round(add_batch_s - handled_s, 2),  # source tasks + driver reduction
+                        "spark_batches": round(add_batch_s - handled_s, 2),  # read, decode tasks, driver reduction
                         "merge": round(merge_s, 2),
                         "decide_and_act": round(handled_s - merge_s, 2),
                         "outside_batches": round(run_s - add_batch_s, 2),  # query start, planning, checkpoint, stop
