@@ -20,7 +20,7 @@ from compactd.control.share import Layers, ShareResult
 from compactd.errors import ForcedStop, QueryFailed, StopTimeout
 from compactd.kafka.admin import admin_client, list_end_offsets
 from compactd.state.outage import REDIS_DOWN
-from compactd.streaming.checkpoint import batch_end_offsets, completed_end_offsets
+from compactd.streaming.checkpoint import adopt_source, batch_end_offsets, completed_end_offsets
 from compactd.streaming.job import Batch, StreamingJob, StreamSpec, root_cause
 
 log = logging.getLogger("compactd.job")
@@ -80,6 +80,12 @@ class RunLoop:
             shares=s.evaluation_shares,
             before_read=SourceLoss(self.conn, self.spark_checkpoint, self.metrics),
         )
+        if adopt_source(self.spark_checkpoint):
+            log.info(
+                "checkpoint %s was read by compactd's former Kafka source: Spark's Kafka connector resumes from its "
+                "offsets",
+                self.spark_checkpoint,
+            )
         self.job = StreamingJob(spec, self.spark, self.on_batch)
         self.job.start(once)
         if self._stop_job not in self._closers:

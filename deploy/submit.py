@@ -177,12 +177,20 @@ DRIVER_JIT = "-XX:TieredStopAtLevel=1"
 
 
 def connector_jars(env: Path) -> str:
-    """Spark's Kafka connector's jars (comma-separated local paths), as the packed environment's compactd names them:
-    fetched into the Maven cache of the machine that submits (`make deps`, or here on first use)."""
+    """Spark's Kafka connector's jars (comma-separated local paths), as the packed environment's compactd names them
+    (this interpreter's compactd where the environment has no interpreter here): fetched into the Maven cache of the
+    machine that submits (`make deps`, or here on first use)."""
+    python = env / "bin" / "python"
+    if not python.exists():
+        from compactd.errors import CompactdError
+        from compactd.streaming.connector import connector_jars as jars
+
+        try:
+            return ",".join(str(p) for p in jars(quiet=True))
+        except CompactdError as exc:
+            raise SubmitError(str(exc)) from None
     proc = subprocess.run(
-        [str(env / "bin" / "python"), "-I", "-m", "compactd.streaming.connector", "--print"],
-        capture_output=True,
-        text=True,
+        [str(python), "-I", "-m", "compactd.streaming.connector", "--print"], capture_output=True, text=True
     )
     if proc.returncode != 0:
         raise SubmitError((proc.stderr.strip().splitlines() or ["Spark's Kafka connector: no jars"])[-1])

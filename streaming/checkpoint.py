@@ -76,3 +76,22 @@ def reset_stream(checkpoint_dir: str | Path, spark_checkpoint: Path) -> None:
     stream id (batch ids restart at 0, and must not be taken for batches the lost state had merged)."""
     shutil.rmtree(spark_checkpoint, ignore_errors=True)
     (Path(checkpoint_dir) / "compactd-stream-id").unlink(missing_ok=True)
+
+
+SOURCE_MARKER = "compactd-source"
+CONNECTOR = "spark-sql-kafka-0-10"
+
+
+def adopt_source(spark_checkpoint: Path) -> bool:
+    """Mark the checkpoint as read by Spark's Kafka connector; True if it holds batches an earlier compactd read with
+    its own Python source. Both write a batch's offsets as `{"topic": {"partition": next offset}}`, the connector's
+    format, so the connector resumes where that source stopped: nothing is read twice or skipped."""
+    marker = spark_checkpoint / SOURCE_MARKER
+    if marker.is_file():
+        return False
+    earlier = bool(batch_end_offsets(spark_checkpoint))
+    spark_checkpoint.mkdir(parents=True, exist_ok=True)
+    tmp = spark_checkpoint / f".source.{uuid.uuid4()}"
+    tmp.write_text(CONNECTOR)
+    os.replace(tmp, marker)
+    return earlier

@@ -4,7 +4,9 @@ read, and records deleted before they were read give one line and no crash (`fai
 
 from __future__ import annotations
 
+import json
 import logging
+import shutil
 import time
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from compactd.app.settings import Settings
 from compactd.app.source_loss import SourceLoss
 from compactd.metrics import Metrics
+from compactd.streaming.checkpoint import adopt_source
 from compactd.streaming.connector import java_options
 from compactd.streaming.decode import Decoder
 from compactd.streaming.job import Batch, StreamingJob, StreamSpec
@@ -106,3 +109,27 @@ def test_records_deleted_before_they_are_read_are_said_in_one_line(
         f"which only holds deletes back; raise retention.ms on {topic} above the time compactd may be stopped"
     ]
     assert metrics.source_records_lost.labels(topic)._value.get() == 15
+
+
+def test_a_checkpoint_of_the_former_source_resumes_where_it_stopped(
+    spark, cluster: Cluster, job_settings, tmp_path: Path
+) -> None:
+    """compactd's own Python source wrote each batch's offsets with Python's json.dumps and kept no `sources/` folder;
+    the connector reads the same `{"topic": {"partition": offset}}` and goes on from there."""
+    s = job_settings()
+    topic = s.topics.segments
+    cluster.create(topic, 2)
+    cluster.fill(topic, 10, partition=0)
+    cluster.fill(topic, 4, partition=1)
+    checkpoint = tmp_path / "ckpt"
+    assert records(read_once(spark, s, [topic], checkpoint)) == 14
+    # the checkpoint as the former source left it
+    shutil.rmtree(checkpoint / "sources")
+    for path in (p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()):
+        lines = path.read_text().splitlines()
+        lines[-1] = json.dumps(json.loads(lines[-1]))
+        path.write_text("\n".join(lines))
+    assert adopt_source(checkpoint) and not adopt_source(checkpoint)  # said once
+    cluster.fill(topic, 3, partition=1)
+    after = read_once(spark, s, [topic], checkpoint)
+    assert records(after) == 3 and after[-1].end_offsets() == {topic: {"0": 10, "1": 7}}
