@@ -23,9 +23,10 @@ from compactd.codec.events import MAX_INT
 _PAD = 32  # reads past the end of the data land in padding; their rows are refused by the length checks
 
 
-def _column(items: Sequence[bytes | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(data bytes + padding, start of each item, length of each item, is-valid) of a list of bytes."""
-    arr = pa.array(items, pa.binary())
+def _column(items: Sequence[bytes | None] | pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(data bytes + padding, start of each item, length of each item, is-valid) of a list of bytes, or of an Arrow
+    binary array as Spark hands it over (read in place)."""
+    arr = items.cast(pa.binary()) if isinstance(items, pa.Array) else pa.array(items, pa.binary())
     n = len(arr)
     offsets = np.frombuffer(arr.buffers()[1], np.int32, n + 1, arr.offset * 4).astype(np.int64)
     raw = arr.buffers()[2]
@@ -57,7 +58,7 @@ def _strings(data: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[p
 
 
 def decode_offset_commits(
-    keys: Sequence[bytes | None], values: Sequence[bytes | None]
+    keys: Sequence[bytes | None] | pa.Array, values: Sequence[bytes | None] | pa.Array
 ) -> tuple[dict[str, pa.Array], pa.Array, list[int]]:
     """Offset commits among `__consumer_offsets` records; returns (accepted columns in the decoded schema's names,
     their input positions, positions left to the per-record codec)."""

@@ -206,8 +206,8 @@ class Decoder:
         return {t: b[src_topic][p] for t, b in self.superseded.items() if p in b.get(src_topic, {})}
 
     def table(
-        self, src_topic: str, src_partition: int, offsets: list[int], keys: list[bytes | None],
-        values: list[bytes | None],
+        self, src_topic: str, src_partition: int, offsets: list[int] | pa.Array, keys: list[bytes | None] | pa.Array,
+        values: list[bytes | None] | pa.Array,
     ) -> pa.Table:  # fmt: skip
         """Records of one source partition → decoded rows (`n` = 1), on the fast path: JSON streams are decoded in
         blocks (`arrow_events`), `__consumer_offsets` commits with numpy (`arrow_offsets`); config events and whatever
@@ -227,7 +227,7 @@ class Decoder:
                 "stream": pa.repeat(stream, m),
                 "src_topic": pa.repeat(src_topic, m),
                 "src_partition": pa.repeat(pa.scalar(src_partition, pa.int32()), m),
-                "src_offset": pc.take(pa.array(offsets, pa.int64()), positions),
+                "src_offset": pc.take(_int64s(offsets), positions),
                 "n": pa.repeat(pa.scalar(1, pa.int64()), m),
             }
             arrays = [cols.get(f.name, fixed.get(f.name)) for f in DECODED_SCHEMA]
@@ -241,6 +241,10 @@ class Decoder:
                 )
             )
         if rest:
+            if isinstance(keys, pa.Array):  # the rest only, as Python objects
+                at = pa.array(rest, pa.int64())
+                offsets, keys, values = (pc.take(c, at).to_pylist() for c in (_int64s(offsets), keys, values))
+                rest = list(range(len(rest)))
             rows = [self.record_row(src_topic, src_partition, offsets[i], keys[i], values[i]) for i in rest]
             parts.append(pa.Table.from_pylist(rows, schema=DECODED_SCHEMA))
         out = pa.concat_tables(parts) if parts else DECODED_SCHEMA.empty_table()
@@ -265,7 +269,10 @@ class Decoder:
             one = t
             if pairs.num_rows > 1:
                 one = t.filter(pc.and_(pc.equal(t.column("topic"), topic), pc.equal(t.column("partition"), part)))
-            cols = (one.column(c).to_pylist() for c in ("offset", "key", "value"))
+            if topic == self.offsets_topic:  # numpy reads the Arrow buffers as they came
+                cols = [one.column(c).combine_chunks() for c in ("offset", "key", "value")]
+            else:
+                cols = [one.column(c).to_pylist() for c in ("offset", "key", "value")]
             out.append(self.table(topic, part, *cols))
         return pa.concat_tables(out) if len(out) > 1 else out[0]
 
@@ -286,6 +293,10 @@ KAFKA_SCHEMA = pa.schema(
     [("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("key", pa.binary()),
      ("value", pa.binary())]
 )  # fmt: skip
+
+
+def _int64s(values: list[int] | pa.Array) -> pa.Array:
+    return values if isinstance(values, pa.Array) else pa.array(values, pa.int64())
 
 
 def to_arrow(rows: list[dict]) -> pa.RecordBatch:

@@ -19,7 +19,7 @@ from compactd.codec.offsets import (
     encode_offset_key,
     encode_offset_value,
 )
-from compactd.streaming.decode import DECODED_SCHEMA, Decoder
+from compactd.streaming.decode import DECODED_SCHEMA, KAFKA_SCHEMA, Decoder
 from tests.support.examples import examples
 
 D = Decoder("seg", "com", offsets_topic="__consumer_offsets")
@@ -94,3 +94,17 @@ def test_the_common_shape_stays_vectorised() -> None:
     assert cols["grp"][8].as_py() == "group-1" and cols["topic"][8].as_py() == "topic-2"
     assert cols["partition"][8].as_py() == 8 and cols["value_offset"][8].as_py() == 8
     assert cols["ts"][9].as_py() == 1_700_000_000_009
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.lists(record(), max_size=200))
+def test_spark_rows_decode_to_the_reference_rows(records: list[tuple[bytes | None, bytes | None]]) -> None:
+    """The rows as Spark's Kafka connector hands them over (Arrow arrays, read in place) give the reference's rows."""
+    batch = pa.RecordBatch.from_pydict(
+        {"topic": ["__consumer_offsets"] * len(records), "partition": [2] * len(records),
+         "offset": list(range(50, 50 + len(records))), "key": [k for k, _ in records],
+         "value": [v for _, v in records]},
+        schema=KAFKA_SCHEMA,
+    )  # fmt: skip
+    fast = [r for b in D(iter([batch])) for r in b.to_pylist()]
+    assert sorted(fast, key=lambda r: r["src_offset"]) == reference_rows(records)
