@@ -120,7 +120,8 @@ def bare_consumer(bootstrap: str, topics: list[str], binary: bool) -> dict:
     admin = admin_client(conn)
     low, ends = list_end_offsets(admin, topics, "low"), list_end_offsets(admin, topics, "high")
     total = sum(ends[t][p] - low[t][p] for t in ends for p in ends[t])
-    c = Consumer(conn.client("consumer", {"group.id": "bench-bare", "receive.message.max.bytes": 1_000_000_000}))
+    # tuned as the compaction service's reader is (short broker waits at a partition's end, deep prefetch)
+    c = Consumer(conn.client("consumer", READER_DEFAULTS, {"group.id": "bench-bare"}))
     c.assign([TopicPartition(t, int(p), low[t][p]) for t in ends for p in ends[t]])
     seen, parsed = 0, 0
     t0 = time.monotonic()
