@@ -172,10 +172,6 @@ def quiet_log4j(env: Path) -> str:
     return f"-Dlog4j2.configurationFile=file:{props}"
 
 
-# The driver's JVM compiles with C1 only, as compactd.streaming.session does: about half its start on 2 cores.
-DRIVER_JIT = "-XX:TieredStopAtLevel=1"
-
-
 def connector_jars(env: Path) -> str:
     """Spark's Kafka connector's jars (comma-separated local paths), as the packed environment's compactd names them
     (this interpreter's compactd where the environment has no interpreter here): fetched into the Maven cache of the
@@ -223,7 +219,7 @@ def client_command(
         ns.master,
         *spark_confs(archive, connector_jars(env)),
         "--driver-java-options",
-        f"{DRIVER_JIT} {quiet_log4j(env)}",
+        quiet_log4j(env),
         *spark_opts,
         "pyspark-shell",
     ]

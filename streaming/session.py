@@ -36,9 +36,11 @@ from compactd.streaming.jvm_start import class_data_sharing, keep_archive, spark
 
 log = logging.getLogger("compactd.spark")
 
-# The driver's JVM compiles with C1 only: its start and first batches cost half as much (Spark's JVM code is
-# orchestration here; records are decoded and reduced by Python in the decode tasks). See docs/benchmarks.md.
-DRIVER_JAVA_OPTIONS = ("-XX:TieredStopAtLevel=1",)
+# JVM options of the driver (in local mode, the executor too). Its JIT is the JVM's default (C1 then C2): the JVM
+# reads Kafka since the connector replaced compactd's Python source, and C2 reads 2M records in 1.9 s where C1 alone
+# took 3.3 s (+14-16 % events/s through `run --once`), for 1.2-2.0 s more from start to first batch
+# (docs/benchmarks.md).
+DRIVER_JAVA_OPTIONS: tuple[str, ...] = ()
 ARCHIVE_DUMP_S = 60.0  # how long the first run's JVM may take to write its class-data archive as it exits
 
 
