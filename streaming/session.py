@@ -39,8 +39,8 @@ log = logging.getLogger("compactd.spark")
 # JVM options of the driver (in local mode, the executor too). Its JIT is the JVM's default (C1 then C2): the JVM
 # reads Kafka since the connector replaced compactd's Python source, and C2 reads 2M records in 1.9 s where C1 alone
 # took 3.3 s (+14-16 % events/s through `run --once`), for 1.2-2.0 s more from start to first batch
-# (docs/benchmarks.md).
-DRIVER_JAVA_OPTIONS: tuple[str, ...] = ()
+# (docs/benchmarks.md). COMPACTD_SPARK_JVM_OPTIONS adds options (the test suite's short-lived jobs: C1 only).
+DRIVER_JAVA_OPTIONS = tuple(os.environ.get("COMPACTD_SPARK_JVM_OPTIONS", "").split())
 ARCHIVE_DUMP_S = 60.0  # how long the first run's JVM may take to write its class-data archive as it exits
 
 
