@@ -19,10 +19,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m compileall -q -j 0 -x $(NOT_IMPORTED) $(VENV)/lib >/dev/null || true  # an optimisation only
 	touch $@
 
-# Redis and Prometheus (promtool, and a real server for the scrape test) and Maven come from Debian; Spark comes from
+# Redis and Prometheus (promtool, and a real server for the scrape test), Maven and javac come from Debian; Spark comes from
 # PyPI; Apache Kafka comes from Maven Central (demo/jvm/pom.xml).
 APT_NEEDS := $(if $(shell command -v redis-server),,redis-server) $(if $(shell command -v prometheus),,prometheus) \
-	$(if $(shell command -v mvn),,maven)
+	$(if $(shell command -v mvn),,maven) $(if $(shell command -v javac),,openjdk-17-jdk-headless)
 system-deps:
 	@if [ -n "$(strip $(APT_NEEDS))" ]; then $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(APT_NEEDS) >/dev/null; fi
@@ -30,7 +30,8 @@ system-deps:
 
 # JVM artifacts (compactd/maven.py): `mvn -B dependency:copy-dependencies` of a pom into ~/.cache/compactd/<name>-
 # <version>-<hash of the pom>, once per pom: Apache Kafka's jars for the test and demo broker (demo/jvm/pom.xml), and
-# Spark's Kafka connector for the job (streaming/jvm/pom.xml). A broker or job start fills an empty one too.
+# Spark's Kafka connector for the job (streaming/jvm/pom.xml); and compactd's Java decoders, compiled once with javac
+# against pyspark's own jars (streaming/udfs.py). A broker or job start fills an empty one too.
 deps: system-deps $(STAMP)
 	@$(BIN)/python -m compactd.demo.broker --fetch
 	@$(BIN)/python -m compactd.streaming.connector --fetch
@@ -57,6 +58,7 @@ soak: deps
 	  tests/integration/test_admin_safety_property.py \
 	  tests/integration/test_lifecycle_property.py --hypothesis-show-statistics
 	COMPACTD_FUZZ_SCALE=$${FUZZ_SCALE:-10} $(BIN)/pytest -q tests/unit
+	COMPACTD_FUZZ_SCALE=$${FUZZ_SCALE:-10} $(BIN)/pytest -q tests/integration/test_columns.py
 	COMPACTD_STANDALONE_SHARES=2 $(BIN)/pytest -q -s tests/e2e/test_standalone_cluster.py -k core_scenario
 	COMPACTD_COMPACTION_EXAMPLES=$${COMPACTION_EXAMPLES:-30} $(BIN)/pytest -q tests/integration/test_compaction_property.py
 
@@ -71,7 +73,7 @@ docs: $(STAMP)
 
 # Each benchmark prints one JSON object; bench/results.json collects them (stderr keeps their progress logs).
 BENCHES := "throughput.py" "throughput.py --format binary" "state_footprint.py" "scaling.py" "scaling.py --nothing-due" \
-	"decode_offsets.py" "admin_poll.py" \
+	"decode.py" "decode.py --format json" "admin_poll.py" \
 	"metrics_scrape.py" "restart.py" "cold_start.py" "latency.py" "explain.py" "compaction.py" "driver_batch.py" \
 	"driver_batch.py --partitions 1000000" "state_footprint.py --partitions 1000000" "cleaner_loop.py"
 bench: deps

@@ -21,6 +21,7 @@ from compactd import maven
 from compactd.errors import CompactdError
 from compactd.kafka.config import KafkaConnection, KafkaValue
 from compactd.policy.thresholds import SOURCE_GROUP_PREFIX
+from compactd.streaming import udfs
 
 log = logging.getLogger("compactd.source")
 
@@ -70,7 +71,8 @@ def spark_version() -> str:
 
 
 def connector_jars(quiet: bool = False) -> list[Path]:
-    """The connector's jars as local files, fetched once (`make deps`). A pyspark of another version fails here, in
+    """The connector's jars as local files, fetched once (`make deps`), and compactd's decoders beside them
+    (`udfs`: the source's fast path). A pyspark of another version fails here, in
     one line: Spark loads a connector built for another version and fails later, in a task, with a JVM error."""
     import pyspark
 
@@ -84,7 +86,7 @@ def connector_jars(quiet: bool = False) -> list[Path]:
     jars = sorted(libs.glob("*.jar"))
     if not jars:
         raise CompactdError(f"no jar in {libs}: remove {libs.parent} and run `make deps` again")
-    return jars
+    return [*jars, udfs.decoders_jar(quiet)]
 
 
 def java_options(conn: KafkaConnection, spark_kafka: Mapping[str, KafkaValue] | None = None) -> dict[str, str]:

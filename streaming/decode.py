@@ -1,12 +1,11 @@
-"""Decode Kafka records into flat, typed event rows inside Spark executors.
+"""The reference decoder: Kafka records into flat, typed event rows, record by record, and the one reduction's rule.
 
-Spark's Kafka connector reads the records in the JVM; a `mapInArrow` task gets each source partition's rows as Arrow
-batches, decodes them and reduces them (streaming/aggregate.py `reducing`). Two paths per input format, nothing in
-between: the fast one (`Decoder.table`, run by `Decoder.__call__`: JSON events in Arrow blocks, `codec/arrow_events.py`;
-`__consumer_offsets` commits with numpy, `codec/arrow_offsets.py`), and the reference, record by record (`Decoder.row`:
-the pydantic models of `codec/events.py`, the binary codec of `codec/offsets.py`, run by `Decoder.reference`), which
-names every DLQ reason. Whatever the fast path does not accept goes to the reference. Invalid records become rows with
-`error` set and the original bytes kept for the DLQ.
+Two paths per input format, nothing in between. The fast one runs in the JVM, as Column expressions over Spark's
+Kafka rows (`streaming/columns.py`); the reference is here (`Decoder.row`: the pydantic models of `codec/events.py`,
+the binary codec of `codec/offsets.py`), and names every DLQ reason. Whatever the fast path does not accept reaches
+the driver with its bytes and is decided here (`Decoder.complete`). Invalid records become rows with `error` set and
+the original bytes kept for the DLQ. `Decoder.reference` runs the reference over whole batches in `mapInArrow` (the
+equivalence tests).
 """
 
 from __future__ import annotations
@@ -19,14 +18,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import TypeAdapter
 
-from compactd.codec.arrow_events import decode_json_block
-from compactd.codec.arrow_offsets import decode_offset_commits
 from compactd.codec.events import (
     MAX_INT,
     OFFSET_EVENTS,
-    OFFSET_TYPES,
     SEGMENT_EVENTS,
-    SEGMENT_TYPES,
     Compacted,
     GroupDelete,
     LogStart,
@@ -194,7 +189,10 @@ class Decoder:
     def rows(self, batch: pa.RecordBatch) -> list[dict]:
         """Kafka-shaped Arrow batch → one decoded row per record (the reference path; `n` = 1)."""
         cols = [batch.column(c).to_pylist() for c in ("topic", "partition", "offset", "key", "value")]
-        rows = [self.record_row(*rec) for rec in zip(*cols, strict=True)]
+        return self._kept([self.record_row(*rec) for rec in zip(*cols, strict=True)])
+
+    def _kept(self, rows: list[dict]) -> list[dict]:
+        """The rows a topic's reset did not supersede (`superseded`)."""
         if not self.superseded:
             return rows
         return [r for r in rows if r.get("src_offset", 0) >= self._cuts(r["src_topic"], r["src_partition"]).get(
@@ -205,86 +203,34 @@ class Decoder:
         p = str(src_partition)
         return {t: b[src_topic][p] for t, b in self.superseded.items() if p in b.get(src_topic, {})}
 
-    def table(
-        self, src_topic: str, src_partition: int, offsets: list[int] | pa.Array, keys: list[bytes | None] | pa.Array,
-        values: list[bytes | None] | pa.Array,
-    ) -> pa.Table:  # fmt: skip
-        """Records of one source partition → decoded rows (`n` = 1), on the fast path: JSON streams are decoded in
-        blocks (`arrow_events`), `__consumer_offsets` commits with numpy (`arrow_offsets`); config events and whatever
-        a block does not accept go to the reference (`record_row`)."""
-        if src_topic in (self.segments_topic, self.commits_topic):
-            types = SEGMENT_TYPES if src_topic == self.segments_topic else OFFSET_TYPES
-            cols, positions, rest = decode_json_block(values, types, self.max_event_bytes)
-            stream = "segments" if src_topic == self.segments_topic else "commits"
-        elif src_topic == self.offsets_topic:
-            cols, positions, rest = decode_offset_commits(keys, values)
-            stream = "consumer_offsets"
-        else:
-            cols, positions, rest = {}, pa.array([], pa.int64()), list(range(len(values)))
-        parts = []
-        if m := len(positions):
-            fixed = {
-                "stream": pa.repeat(stream, m),
-                "src_topic": pa.repeat(src_topic, m),
-                "src_partition": pa.repeat(pa.scalar(src_partition, pa.int32()), m),
-                "src_offset": pc.take(_int64s(offsets), positions),
-                "n": pa.repeat(pa.scalar(1, pa.int64()), m),
-            }
-            arrays = [cols.get(f.name, fixed.get(f.name)) for f in DECODED_SCHEMA]
-            parts.append(
-                pa.Table.from_arrays(
-                    [
-                        a.cast(f.type) if a is not None else pa.nulls(m, f.type)
-                        for a, f in zip(arrays, DECODED_SCHEMA, strict=True)
-                    ],
-                    schema=DECODED_SCHEMA,
-                )
-            )
-        if rest:
-            if isinstance(keys, pa.Array):  # the rest only, as Python objects
-                at = pa.array(rest, pa.int64())
-                offsets, keys, values = (pc.take(c, at).to_pylist() for c in (_int64s(offsets), keys, values))
-                rest = list(range(len(rest)))
-            rows = [self.record_row(src_topic, src_partition, offsets[i], keys[i], values[i]) for i in rest]
-            parts.append(pa.Table.from_pylist(rows, schema=DECODED_SCHEMA))
-        out = pa.concat_tables(parts) if parts else DECODED_SCHEMA.empty_table()
-        cuts = self._cuts(src_topic, src_partition) if self.superseded else {}
-        if not cuts or out.num_rows == 0:
-            return out
-        keep = pa.repeat(True, out.num_rows)
-        for topic, below in cuts.items():
-            old = pc.and_(pc.equal(out.column("topic"), topic), pc.less(out.column("src_offset"), below))
-            keep = pc.and_(keep, pc.invert(pc.fill_null(old, False)))
-        return out.filter(keep)
-
-    def kafka_table(self, batch: pa.RecordBatch) -> pa.Table:
-        """Rows of Spark's Kafka source (`KAFKA_COLUMNS`) → decoded rows on the fast path (`table`), one source
-        partition at a time (a Kafka task reads one: one call)."""
-        t = pa.Table.from_batches([batch])
-        if t.num_rows == 0:
-            return DECODED_SCHEMA.empty_table()
-        pairs = t.select(["topic", "partition"]).group_by(["topic", "partition"], use_threads=False).aggregate([])
-        out = []
-        for topic, part in zip(*(pairs.column(c).to_pylist() for c in ("topic", "partition")), strict=True):
-            one = t
-            if pairs.num_rows > 1:
-                one = t.filter(pc.and_(pc.equal(t.column("topic"), topic), pc.equal(t.column("partition"), part)))
-            if topic == self.offsets_topic:  # numpy reads the Arrow buffers as they came
-                cols = [one.column(c).combine_chunks() for c in ("offset", "key", "value")]
-            else:
-                cols = [one.column(c).to_pylist() for c in ("offset", "key", "value")]
-            out.append(self.table(topic, part, *cols))
-        return pa.concat_tables(out) if len(out) > 1 else out[0]
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """`mapInArrow` over Spark's Kafka rows: the fast path."""
-        for batch in batches:
-            yield from self.kafka_table(batch).to_batches()
+    def complete(self, table: pa.Table) -> pa.Table:
+        """What the fast path's tasks left (`streaming/columns.py` `reduced`) → decoded rows (`DECODED_SCHEMA`): the
+        rows its expressions refused (`slow`, with their bytes) decided here by the reference, record by record (it
+        names the DLQ reason), and dropped where a reset superseded them, as the fast path drops its own."""
+        slow = pc.fill_null(table.column("slow"), True)
+        refused = table.filter(slow)
+        names = ("src_topic", "src_partition", "src_offset", "raw_key", "raw_value")
+        rows = [self.record_row(*rec) for rec in zip(*(refused.column(c).to_pylist() for c in names), strict=True)]
+        fast = table.filter(pc.invert(slow))
+        arrays = [
+            fast.column(f.name).cast(f.type)
+            if f.name in _FAST_COLUMNS and f.name in fast.column_names
+            else pa.nulls(fast.num_rows, f.type)
+            for f in DECODED_SCHEMA
+        ]
+        decided = pa.Table.from_pylist(self._kept(rows), schema=DECODED_SCHEMA)
+        return pa.concat_tables([pa.Table.from_arrays(arrays, schema=DECODED_SCHEMA), decided])
 
     def reference(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """`mapInArrow` over Spark's Kafka rows, record by record: the reference path (equivalence tests)."""
+        """`mapInArrow` over Spark's Kafka rows, record by record: the reference path."""
         for batch in batches:
             yield to_arrow(self.rows(batch))
+
+
+# the columns the fast path fills (the others — error, message, raw bytes, assigned — come from the reference only)
+_FAST_COLUMNS = frozenset(("stream", "kind", "topic", "partition", "grp", "base_offset", "end_offset",
+                           "first_batch_max_ts", "size_bytes", "value_offset", "ts", "src_topic", "src_partition",
+                           "src_offset", "topic_id", "n"))  # fmt: skip
 
 
 # the columns of Spark's Kafka rows the decoders read, and their Arrow types as a decode task gets them
@@ -293,10 +239,6 @@ KAFKA_SCHEMA = pa.schema(
     [("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("key", pa.binary()),
      ("value", pa.binary())]
 )  # fmt: skip
-
-
-def _int64s(values: list[int] | pa.Array) -> pa.Array:
-    return values if isinstance(values, pa.Array) else pa.array(values, pa.int64())
 
 
 def to_arrow(rows: list[dict]) -> pa.RecordBatch:
@@ -322,10 +264,9 @@ def key_and_order(table: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array]:
 
 
 def reduce_table(table: pa.Table) -> pa.Table:
-    """One row per key (`key_and_order`): its last by order (ties: the last one read), with `n` summing the records
-    the key's rows stand for. The one reduction of a batch: the decode tasks run it over their records (Spark then
-    converts one row per key and task, not per record), and the driver, or the evaluation shares' tasks, over the
-    tasks' rows."""
+    """One row per key (`key_and_order`): its last by order (ties: the last by source position), with `n` summing the
+    records the key's rows stand for. The fast path's tasks run the same rule as a group-by (`columns.reduced`); this
+    one runs on the driver over the tasks' rows and the reference's, or in the evaluation shares' tasks."""
     if table.num_rows == 0:
         return table
     kind = table.column("kind")
@@ -335,8 +276,9 @@ def reduce_table(table: pa.Table) -> pa.Table:
         return kept
     k, a, b = key_and_order(rest)
     keyed = rest.append_column("_k", k).append_column("_a", a).append_column("_b", b)
-    # stable sort by order; the last row of each key wins (ties: the last one read)
-    keyed = keyed.take(pc.sort_indices(keyed, [("_a", "ascending"), ("_b", "ascending")]))
+    # sort by order, then source position; the last row of each key wins
+    order = ("_a", "_b", "src_partition", "src_offset")
+    keyed = keyed.take(pc.sort_indices(keyed, [(c, "ascending") for c in order]))
     keyed = keyed.append_column("_i", pa.array(range(keyed.num_rows), pa.int64()))
     winners = keyed.group_by(["_k", "topic", "partition", "grp", "base_offset"], use_threads=False).aggregate(
         [("_i", "last"), ("n", "sum")]

@@ -7,7 +7,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from compactd.streaming.decode import DECODED_SCHEMA, KAFKA_SCHEMA, Decoder
+from compactd.streaming.decode import DECODED_SCHEMA, Decoder
 
 D = Decoder("seg", "com", max_event_bytes=200)
 GOOD_SEG = {
@@ -64,16 +64,22 @@ def test_unknown_fields_are_ignored_and_values_mapped() -> None:
     assert (c["kind"], c["grp"], c["partition"], c["value_offset"]) == ("offset_commit", "g", 2, 7)
 
 
-def test_arrow_batches_keep_original_bytes_only_for_rejects() -> None:
-    cols = {
-        "key": [b"k1", b"k2"],
-        "value": [json.dumps(GOOD_SEG).encode(), b"oops"],
-        "topic": ["seg", "seg"],
-        "partition": [0, 0],
-        "offset": [10, 11],
-    }
-    out = list(D(iter([pa.RecordBatch.from_pydict(cols, schema=KAFKA_SCHEMA)])))
-    assert out[0].schema == DECODED_SCHEMA
-    rows = out[0].to_pylist()
-    assert rows[0]["error"] is None and rows[0]["raw_value"] is None and rows[0]["src_offset"] == 10
-    assert rows[1]["error"] == "malformed_json" and rows[1]["raw_value"] == b"oops" and rows[1]["raw_key"] == b"k2"
+def test_refused_records_are_decided_by_the_reference_with_their_bytes_kept_only_for_rejects() -> None:
+    """What the fast path's tasks leave (streaming/columns.py `reduced`): decoded rows pass as they are; refused ones
+    (`slow`) are decided here, record by record, and only a rejected one keeps its bytes for the DLQ."""
+    rows = [
+        {"stream": "segments", "kind": "segment_rolled", "topic": "orders", "partition": 0, "base_offset": 0,
+         "end_offset": 10, "first_batch_max_ts": 5, "size_bytes": 1, "ts": 6, "src_topic": "seg", "src_partition": 0,
+         "src_offset": 9, "n": 4, "slow": False},
+        {"src_topic": "seg", "src_partition": 0, "src_offset": 10, "raw_key": b"k1",
+         "raw_value": json.dumps(GOOD_SEG).encode(), "n": 1, "slow": True},
+        {"src_topic": "seg", "src_partition": 0, "src_offset": 11, "raw_key": b"k2", "raw_value": b"oops", "n": 1,
+         "slow": True},
+    ]  # fmt: skip
+    names = sorted({k for r in rows for k in r})
+    out = D.complete(pa.Table.from_pylist([{k: r.get(k) for k in names} for r in rows]))
+    assert out.schema == DECODED_SCHEMA
+    got = {r["src_offset"]: r for r in out.to_pylist()}
+    assert got[9]["n"] == 4 and got[9]["kind"] == "segment_rolled" and got[9]["raw_value"] is None
+    assert got[10]["error"] is None and got[10]["raw_value"] is None and got[10]["base_offset"] == 0
+    assert got[11]["error"] == "malformed_json" and got[11]["raw_value"] == b"oops" and got[11]["raw_key"] == b"k2"

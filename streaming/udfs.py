@@ -1,0 +1,77 @@
+"""compactd's own JVM decoders (the fast path's two Spark UDFs, `jvm/java/io/compactd/spark/`): built once with `javac`
+against pyspark's own jars (the exact classes they run with), cached beside the Maven jars, registered on each
+session.
+
+Why Java, not Column expressions: the same checks written as `hex()`/`conv()`/`substr()` expressions decoded 208k
+`__consumer_offsets` records/s on this machine's two cores (every field a string conversion, and a generated method
+too large for the JIT), where one pass over the bytes in Java runs at the speed of Spark's read (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from importlib import resources
+from pathlib import Path
+
+from compactd import maven
+from compactd.errors import CompactdError
+
+# SQL name -> (class, return type): both return the same row (Decoded.java)
+DECODED_DDL = (
+    "fast boolean, kind string, topic string, partition int, grp string, base_offset bigint, end_offset bigint, "
+    "first_batch_max_ts bigint, size_bytes bigint, value_offset bigint, ts bigint, tid_hi bigint, tid_lo bigint"
+)
+UDFS = {"compactd_offsets": "io.compactd.spark.OffsetsDecode", "compactd_json": "io.compactd.spark.JsonDecode"}
+
+
+def _sources() -> list[Path]:
+    root = Path(str(resources.files("compactd.streaming.jvm").joinpath("java")))
+    return sorted(root.rglob("*.java"))
+
+
+def decoders_jar(quiet: bool = False) -> Path:
+    """The decoders' jar, compiled once per source content and pyspark version (`make deps`; else the first session
+    builds it in about two seconds). Concurrent processes build under a lock; the jar appears whole or not at all."""
+    import pyspark
+
+    sources = _sources()
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources) + pyspark.__version__.encode()).hexdigest()[:16]
+    jar = maven.cache_root() / f"decoders-{digest}" / "compactd-decoders.jar"
+    if jar.exists():
+        return jar
+    javac = shutil.which("javac")
+    if javac is None:
+        raise CompactdError("javac not found: compactd's decoders are compiled once with a JDK (apt-get install "
+                            "openjdk-17-jdk-headless)")  # fmt: skip
+    jar.parent.mkdir(parents=True, exist_ok=True)
+    with open(jar.parent / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if jar.exists():
+            return jar
+        if not quiet:
+            print("compiling compactd's decoders (once) ...", file=sys.stderr, flush=True)
+        classpath = str(Path(pyspark.__file__).parent / "jars" / "*")
+        with tempfile.TemporaryDirectory() as out:
+            argv = [javac, "-nowarn", "--release", "17", "-d", out, "-cp", classpath, *map(str, sources)]
+            proc = subprocess.run(argv, capture_output=True, text=True)
+            if proc.returncode != 0:
+                first = next((ln for ln in proc.stderr.splitlines() if ln.strip()), "see javac's output")
+                raise CompactdError(f"compiling compactd's decoders failed: {first[:300]}")
+            partial = jar.with_suffix(".partial")
+            with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
+                for f in sorted(Path(out).rglob("*.class")):
+                    z.write(f, f.relative_to(out).as_posix())
+            partial.rename(jar)
+    return jar
+
+
+def register(spark: object) -> None:
+    """Make the decoders callable by name on this session (`F.call_udf`)."""
+    for name, cls in UDFS.items():
+        spark.udf.registerJavaFunction(name, cls, DECODED_DDL)  # type: ignore[attr-defined]
