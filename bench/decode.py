@@ -1,5 +1,6 @@
-"""Decode + reduce throughput of the fast path (compactd's Java decoders, then the reduction as a group-by), over
-cached rows in Spark local[2], no Kafka fetch: what the source's tasks do with a batch once it is read. Beside it, the
+"""Decode + reduce throughput of the fast path (compactd's Java decoders, then the reduction as a group-by, the refused
+records decided by the reference in the group-by's tasks), over cached rows in Spark local[2], no Kafka fetch: what a
+micro-batch does with its records once they are read. Beside it, the
 reference decoder (record by record, one core) over a slice of the same records.
 
 Mixes: `--format binary`: `__consumer_offsets` records, offset commits across value versions 0-4 (v4 with topic IDs),
@@ -29,7 +30,7 @@ from compactd.codec.offsets import (
 )
 from compactd.streaming import columns
 from compactd.streaming.aggregate import keyed
-from compactd.streaming.decode import KAFKA_SCHEMA, Decoder, reduce_table
+from compactd.streaming.decode import DECODED_DDL, KAFKA_SCHEMA, Decoder, reduce_table
 from compactd.streaming.session import spark_session
 
 
@@ -103,7 +104,8 @@ def main() -> None:
         return time.perf_counter() - t0
 
     decode_s = timed(lambda: decoded.write.format("noop").mode("overwrite").save())
-    reduce_s = timed(lambda: keyed(reduce_table(decoder.complete(columns.reduced(decoded, decoder).toArrow()))))
+    completed = columns.reduced(decoded, decoder).mapInArrow(decoder.completing, DECODED_DDL)
+    reduce_s = timed(lambda: keyed(reduce_table(completed.toArrow())))
     ref_n = min(n, 100_000)
     t0 = time.perf_counter()
     decoder.rows(table.slice(0, ref_n).to_batches()[0])

@@ -221,6 +221,12 @@ class Decoder:
         decided = pa.Table.from_pylist(self._kept(rows), schema=DECODED_SCHEMA)
         return pa.concat_tables([pa.Table.from_arrays(arrays, schema=DECODED_SCHEMA), decided])
 
+    def completing(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """`mapInArrow` (→ `DECODED_DDL`) over the fast path's reduced rows (`columns.reduced`): `complete` in the
+        group-by's tasks."""
+        for batch in batches:
+            yield from self.complete(pa.Table.from_batches([batch])).to_batches()
+
     def reference(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """`mapInArrow` over Spark's Kafka rows, record by record: the reference path."""
         for batch in batches:

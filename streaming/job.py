@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -26,30 +25,17 @@ from compactd.streaming.aggregate import (
     PER_TOPIC_RECORD_KINDS,
     Collected,
     collect_changes,
-    keyed,
     reduce_keyed,
     reduce_on_driver,
     reducing,
 )
 from compactd.streaming.checkpoint import batch_end_offsets
 from compactd.streaming.connector import GROUP_ID_PREFIX
-from compactd.streaming.decode import DECODED_DDL, DECODED_SCHEMA, KAFKA_COLUMNS, Decoder, reduce_table
+from compactd.streaming.decode import DECODED_DDL, KAFKA_COLUMNS, Decoder
 
 # Runs a mapInArrow function over the batch's per-topic rows, hash-partitioned by topic into the configured number of
 # tasks, and returns what the tasks yield: (function, its output DDL) -> Arrow table.
 PerTopic = Callable[[Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], str], pa.Table]
-
-
-DECODED_COLUMNS = tuple(DECODED_SCHEMA.names)
-# decoded columns only the reference fills
-_REFERENCE_ONLY = {
-    "error": "string",
-    "message": "string",
-    "raw_key": "binary",
-    "raw_value": "binary",
-    "assigned": "string",
-}
-_PER_TOPIC_RECORD = pa.array(PER_TOPIC_RECORD_KINDS)
 
 
 @dataclass
@@ -133,48 +119,42 @@ class StreamingJob:
         started = time.monotonic()
         if self.spec.before_read is not None:
             self.spec.before_read(batch_id)
-        if self.spec.reference:
-            rows = reduce_on_driver(df.mapInArrow(reducing(self.spec.decoder.reference), DECODED_DDL))
-        else:
-            rows = keyed(reduce_table(self.spec.decoder.complete(self._reduced(df).toArrow())))
-        collected = collect_changes(rows)
+        collected = collect_changes(reduce_on_driver(self._decoded(df)))
         try:
             self.handler(Batch(batch_id, collected, time.monotonic() - started, self.spec.checkpoint))
         except BaseException as exc:
             self.batch_error = exc  # reported as it is, not through Spark's wrapping of it
             raise
 
-    def _reduced(self, df: DataFrame) -> DataFrame:
-        """The batch's records decoded and reduced in the tasks that read them, on the fast path (`columns`): one row
-        per state key leaves the tasks, plus the records its expressions refused, with their bytes."""
-        return columns.reduced(columns.decoded(df, self.spec.decoder), self.spec.decoder)
+    def _decoded(self, df: DataFrame) -> DataFrame:
+        """The batch's decoded rows (`DECODED_DDL`), reduced in the tasks that read them: on the fast path
+        (`columns`) the Java decoders and a group-by leave one row per state key, plus the records they refused, with
+        their bytes, which the reference decides in the group-by's own tasks (`Decoder.completing`): the executors
+        share that work, not the driver. `reference`: record by record in the reading tasks, for the equivalence
+        tests."""
+        decoder = self.spec.decoder
+        if self.spec.reference:
+            return df.mapInArrow(reducing(decoder.reference), DECODED_DDL)
+        return columns.reduced(columns.decoded(df, decoder), decoder).mapInArrow(decoder.completing, DECODED_DDL)
 
     def _process_in_shares(self, df: DataFrame, batch_id: int) -> None:
         """Bring to the driver only the rows that are not per topic (rejected records, config events, group deletions
         and memberships), reduced there, and the per-topic rows' counts; the per-topic rows are reduced in the shares'
         tasks, hash-partitioned by topic, and stay there (persisted for the batch) for the handler's `per_topic`
-        tasks. The fast path's rows are persisted too: the source is read once. The records its expressions refused
-        are decided on the driver; those of them that belong to one topic join the shares' rows from there."""
+        tasks. The decoded rows are persisted too: the source is read once."""
         started = time.monotonic()
         if self.spec.before_read is not None:
             self.spec.before_read(batch_id)
-        rows = self._reduced(df).persist()
-        decided = self.spec.decoder.complete(rows.filter(F.col("slow")).toArrow())
-        on_topic = pc.fill_null(
-            pc.and_(pc.is_null(decided.column("error")), pc.is_in(decided.column("kind"), _PER_TOPIC_RECORD)), False
+        rows = self._decoded(df).persist()
+        per_topic = F.col("error").isNull() & F.col("kind").isin(*PER_TOPIC_RECORD_KINDS)
+        reduced = (
+            rows.filter(per_topic)
+            .repartition(self.spec.shares, self._share_key())
+            .mapInArrow(reduce_keyed, KEYED_DDL)
+            .persist()
         )
-        fast = rows.filter(~F.col("slow")).select(*(F.col(c) for c in DECODED_COLUMNS if c in rows.columns))
-        fast = fast.withColumns({c: F.lit(None).cast(t) for c, t in _REFERENCE_ONLY.items()}).select(*DECODED_COLUMNS)
-        per_topic = F.col("kind").isin(*PER_TOPIC_RECORD_KINDS)
-        mine = fast.filter(per_topic)
-        if pc.any(on_topic).as_py():
-            mine = mine.unionByName(self.spark.createDataFrame(decided.filter(on_topic), schema=DECODED_DDL))
-        reduced = mine.repartition(self.spec.shares, self._share_key()).mapInArrow(reduce_keyed, KEYED_DDL).persist()
         try:
-            rest = pa.concat_tables(
-                [fast.filter(~per_topic).toArrow().cast(decided.schema), decided.filter(pc.invert(on_topic))]
-            )
-            collected = collect_changes(keyed(reduce_table(rest)))
+            collected = collect_changes(reduce_on_driver(rows.filter(~per_topic)))
             counted = reduced.groupBy("stream", "kind").agg(F.sum("n").alias("n")).toArrow()
             for row in counted.to_pylist():
                 collected.counts[(row["stream"], row["kind"])] += row["n"]

@@ -25,7 +25,7 @@ from compactd.codec.offsets import (
 )
 from compactd.streaming import columns
 from compactd.streaming.aggregate import keyed
-from compactd.streaming.decode import DECODED_SCHEMA, KAFKA_SCHEMA, Decoder, reduce_table
+from compactd.streaming.decode import DECODED_DDL, DECODED_SCHEMA, KAFKA_SCHEMA, Decoder, reduce_table
 from tests.support.event_values import VALID, event, value
 from tests.support.examples import examples
 
@@ -125,9 +125,10 @@ def assert_same_rows(spark: Any, records: list[Record]) -> None:
 
 
 def reduced_both(spark: Any, records: list[Record]) -> tuple[list[dict], list[dict]]:
-    """The batch reduced on the fast path (the refused records decided by the reference on the driver), and by the
-    reference alone; both keyed as the driver keys them."""
-    fast = keyed(reduce_table(D.complete(columns.reduced(columns.decoded(frame(spark, records), D), D).toArrow())))
+    """The batch reduced on the fast path as the job runs it (the refused records decided by the reference in the
+    group-by's tasks), and by the reference alone; both keyed as the driver keys them."""
+    reduced = columns.reduced(columns.decoded(frame(spark, records), D), D)
+    fast = keyed(reduce_table(reduced.mapInArrow(D.completing, DECODED_DDL).toArrow()))
     ref = keyed(reduce_table(pa.Table.from_pylist([D.record_row(*r) for r in records], schema=DECODED_SCHEMA)))
 
     def rows(t: pa.Table) -> list[dict]:
