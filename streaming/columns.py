@@ -102,6 +102,19 @@ def _superseded(decoder: Decoder) -> Column | None:
     return old
 
 
+def unreduced(rows: DataFrame) -> DataFrame:
+    """`decoded` rows → the columns `reduced` returns, one row per record: a small batch's, reduced on the driver
+    instead (the group-by's shuffle costs a small batch more than the reduction saves)."""
+    fast = F.col("fast")
+    return rows.select(
+        "stream", "kind", "topic", "partition", "grp", "base_offset", "end_offset", "first_batch_max_ts",
+        "size_bytes", "value_offset", "ts", "src_topic", "src_partition", "src_offset",
+        F.when(~fast, F.col("key")).alias("raw_key"), F.when(~fast, F.col("value")).alias("raw_value"),
+        topic_id(F.col("tid_hi"), F.col("tid_lo")).alias("topic_id"), F.lit(1).cast("long").alias("n"),
+        (~fast).alias("slow"),
+    )  # fmt: skip
+
+
 _LAST = ("_kind", "end_offset", "first_batch_max_ts", "size_bytes", "value_offset", "ts", "_src", "tid_hi", "tid_lo")
 
 

@@ -126,14 +126,17 @@ def assert_same_rows(spark: Any, records: list[Record]) -> None:
 
 def reduced_both(spark: Any, records: list[Record]) -> tuple[list[dict], list[dict]]:
     """The batch reduced on the fast path as the job runs it (the refused records decided by the reference in the
-    group-by's tasks), and by the reference alone; both keyed as the driver keys them."""
-    reduced = columns.reduced(columns.decoded(frame(spark, records), D), D)
-    fast = keyed(reduce_table(reduced.mapInArrow(D.completing, DECODED_DDL).toArrow()))
+    group-by's tasks), and by the reference alone; both keyed as the driver keys them. A small batch's path (no
+    group-by) gives the same rows as the fast path's."""
+    decoded = columns.decoded(frame(spark, records), D)
+    fast = keyed(reduce_table(columns.reduced(decoded, D).mapInArrow(D.completing, DECODED_DDL).toArrow()))
+    small = keyed(reduce_table(columns.unreduced(decoded).mapInArrow(D.completing, DECODED_DDL).toArrow()))
     ref = keyed(reduce_table(pa.Table.from_pylist([D.record_row(*r) for r in records], schema=DECODED_SCHEMA)))
 
     def rows(t: pa.Table) -> list[dict]:
         return sorted(t.to_pylist(), key=lambda r: (r["k"], r["src_topic"], r["src_partition"], r["src_offset"]))
 
+    assert rows(small) == rows(fast)  # a small batch's path: no group-by, the driver's reduction alone
     return rows(fast), rows(ref)
 
 
