@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 from compactd.errors import CompactdError
@@ -41,14 +42,46 @@ def jars_dir(pom: Path, name: str, version: str, folder: str = "libs") -> Path:
     return cache_root() / f"{name}-{version}-{digest}" / folder
 
 
+def once(done: Path, build: Callable[[], None]) -> None:
+    """Run `build` once per cache entry, which is complete when `done` exists (`build` creates it last). Several
+    processes (pytest's workers) may ask at once: one builds under a file lock beside `done`, the others wait for it
+    and find the entry complete."""
+    if done.exists():
+        return
+    done.parent.mkdir(parents=True, exist_ok=True)
+    with open(done.parent / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            build()
+
+
 def ensure_jars(pom: Path, name: str, version: str, what: str, folder: str = "libs", quiet: bool = False) -> Path:
-    """The pom's runtime jars, fetched once with Maven when the cache lacks them. Several processes (pytest's workers)
-    may ask at once: one fetches under a file lock, the others wait for it and find the directory complete. `what`
-    names the artifacts in the progress and error lines."""
+    """The pom's runtime jars, fetched once with Maven when the cache lacks them (`once`). `what` names the artifacts
+    in the progress and error lines."""
     libs = jars_dir(pom, name, version, folder)
     done = libs.parent / "complete"
     if done.exists():
         return libs
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise CompactdError(f"mvn not found: {what} comes from Maven Central (apt-get install maven)")
+
+    def fetch() -> None:
+        if not quiet:
+            print(f"fetching {what} from Maven Central (once) ...", file=sys.stderr, flush=True)
+        shutil.rmtree(libs, ignore_errors=True)
+        started = time.monotonic()
+        argv = [mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies", "-DincludeScope=runtime"]
+        proc = subprocess.run([*argv, f"-DoutputDirectory={libs}"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            last = next((ln for ln in reversed(proc.stdout.splitlines()) if "ERROR" in ln), "see mvn's output")
+            raise CompactdError(f"fetching {what} with Maven failed: {last.strip()[:300]}")
+        done.write_text(f"{time.monotonic() - started:.1f} s\n")
+        if not quiet:
+            print(f"fetched {what} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+
+    once(done, fetch)
+    return libs
     mvn = shutil.which("mvn")
     if mvn is None:
         raise CompactdError(f"mvn not found: {what} comes from Maven Central (apt-get install maven)")

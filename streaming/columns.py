@@ -168,33 +168,3 @@ def reduced(rows: DataFrame, decoder: Decoder) -> DataFrame:
         "n",
         (~keyed_out & F.col("_k").isNull()).alias("slow"),
     )
-    pos = F.coalesce(F.col("_pos"), F.lit(0))
-    agg = rows.groupBy(*keys).agg(
-        *(F.max_by(c, pos).alias(c) for c in _LAST), F.max("_pos").alias("_pos"), F.count(F.lit(1)).alias("n")
-    )
-    kinds = F.array(*(F.lit(k) for k in KINDS))
-    names = F.array(*(F.lit(t) for t in topics))
-    keyed_out = F.col("_k").isNotNull()
-    return agg.select(
-        "stream",
-        F.coalesce(F.col("_skipped"), F.element_at(kinds, F.col("_kind") + 1)).alias("kind"),
-        "topic",
-        "partition",
-        "grp",
-        "base_offset",
-        "end_offset",
-        "first_batch_max_ts",
-        "size_bytes",
-        "value_offset",
-        "ts",
-        F.when(keyed_out, F.element_at(names, F.col("_src") + 1)).otherwise(F.col("_ut")).alias("src_topic"),
-        F.when(keyed_out, F.shiftright(F.col("_pos"), _POS_BITS).cast("int"))
-        .otherwise(F.col("_up"))
-        .alias("src_partition"),
-        F.when(keyed_out, F.col("_pos").bitwiseAND(2**_POS_BITS - 1)).otherwise(F.col("_uo")).alias("src_offset"),
-        "raw_key",
-        "raw_value",
-        topic_id(F.col("tid_hi"), F.col("tid_lo")).alias("topic_id"),
-        "n",
-        "slow",
-    )

@@ -9,7 +9,6 @@ too large for the JIT), where one pass over the bytes in Java runs at the speed 
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import shutil
 import subprocess
@@ -37,7 +36,7 @@ def _sources() -> list[Path]:
 
 def decoders_jar(quiet: bool = False) -> Path:
     """The decoders' jar, compiled once per source content and pyspark version (`make deps`; else the first session
-    builds it in about two seconds). Concurrent processes build under a lock; the jar appears whole or not at all."""
+    builds it in about two seconds), under `maven.once`'s lock."""
     import pyspark
 
     sources = _sources()
@@ -49,11 +48,8 @@ def decoders_jar(quiet: bool = False) -> Path:
     if javac is None:
         raise CompactdError("javac not found: compactd's decoders are compiled once with a JDK (apt-get install "
                             "openjdk-17-jdk-headless)")  # fmt: skip
-    jar.parent.mkdir(parents=True, exist_ok=True)
-    with open(jar.parent / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if jar.exists():
-            return jar
+
+    def build() -> None:
         if not quiet:
             print("compiling compactd's decoders (once) ...", file=sys.stderr, flush=True)
         classpath = str(Path(pyspark.__file__).parent / "jars" / "*")
@@ -67,7 +63,9 @@ def decoders_jar(quiet: bool = False) -> Path:
             with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
                 for f in sorted(Path(out).rglob("*.class")):
                     z.write(f, f.relative_to(out).as_posix())
-            partial.rename(jar)
+            partial.rename(jar)  # the jar appears whole or not at all: it is `once`'s mark
+
+    maven.once(jar, build)
     return jar
 
 
