@@ -82,24 +82,3 @@ def ensure_jars(pom: Path, name: str, version: str, what: str, folder: str = "li
 
     once(done, fetch)
     return libs
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise CompactdError(f"mvn not found: {what} comes from Maven Central (apt-get install maven)")
-    libs.parent.mkdir(parents=True, exist_ok=True)
-    with open(libs.parent / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.exists():
-            return libs
-        if not quiet:
-            print(f"fetching {what} from Maven Central (once) ...", file=sys.stderr, flush=True)
-        shutil.rmtree(libs, ignore_errors=True)
-        started = time.monotonic()
-        argv = [mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies", "-DincludeScope=runtime"]
-        proc = subprocess.run([*argv, f"-DoutputDirectory={libs}"], capture_output=True, text=True)
-        if proc.returncode != 0:
-            last = next((ln for ln in reversed(proc.stdout.splitlines()) if "ERROR" in ln), "see mvn's output")
-            raise CompactdError(f"fetching {what} with Maven failed: {last.strip()[:300]}")
-        done.write_text(f"{time.monotonic() - started:.1f} s\n")
-        if not quiet:
-            print(f"fetched {what} in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    return libs
