@@ -26,7 +26,7 @@ from compactd.codec.offsets import (
 from compactd.streaming import columns
 from compactd.streaming.aggregate import keyed
 from compactd.streaming.decode import DECODED_DDL, DECODED_SCHEMA, KAFKA_SCHEMA, Decoder, reduce_table
-from tests.support.event_values import VALID, event, value
+from tests.support.event_values import ODD, VALID, event, value
 from tests.support.examples import examples
 
 pytestmark = pytest.mark.spark
@@ -152,8 +152,13 @@ def test_offsets_records_decode_and_reduce_as_the_reference(spark: Any, pairs: l
 # mostly valid events, with some of every kind of damage, and valid ones with fields of no event
 EXTRA = ({}, {"unknown": {"x": [1, {"y": None}]}}, {"note": "a", "n": 1.5e3, "b": True})
 VALID_VALUES = [json.dumps({"type": k, **f, **extra}).encode() for k, f in VALID.items() for extra in EXTRA]
+# valid events with a field of no event of any JSON value (a lone surrogate's escape, nulls, nesting, text)
+with_extra = st.tuples(st.sampled_from(sorted(VALID.items())), ODD | st.text(max_size=4)).map(
+    lambda p: json.dumps({"type": p[0][0], **p[0][1], "extra": p[1]}).encode()
+)
 values = st.lists(
-    st.one_of(value(), event().map(lambda e: json.dumps(e).encode()), st.sampled_from(VALID_VALUES)), max_size=150
+    st.one_of(value(), event().map(lambda e: json.dumps(e).encode()), st.sampled_from(VALID_VALUES), with_extra),
+    max_size=150,
 )
 
 
@@ -164,6 +169,31 @@ def test_json_events_decode_and_reduce_as_the_reference(spark: Any, raw: list[by
     assert_same_rows(spark, records)
     fast, ref = reduced_both(spark, records)
     assert fast == ref
+
+
+# what Jackson and the reference read differently: a lone surrogate (the reference rejects it, Jackson skips it in a
+# field of no event), nesting past the reference's limit, a number longer than Jackson's, escapes, a field twice
+EDGES = [
+    ',"x":"\\ud800"',
+    ',"\\ud800":1',
+    ',"x":' + "[" * 40 + "]" * 40,
+    ',"x":' + "[" * 201 + "]" * 201,
+    ',"x":"a\\"b"',
+    ',"group":"a\\u0041"',
+    ',"x":' + "1" * 2000,
+    ',"group":"h"',
+    ',"t\\u0073":2',
+    "",
+]
+
+
+def test_what_jackson_and_the_reference_read_differently_is_refused(spark: Any) -> None:
+    base = '{"type":"offset_commit","group":"g","topic":"t","partition":1,"offset":1,"ts":1%s}'
+    records: list[Record] = [("com", 0, i, None, (base % edge).encode()) for i, edge in enumerate(EDGES)]
+    assert_same_rows(spark, records)
+    fast, ref = reduced_both(spark, records)
+    assert fast == ref
+    assert set(fast_rows(spark, records)) == {("com", EDGES.index(""))}  # only the plain event stays in the JVM
 
 
 def test_the_common_shapes_stay_in_the_jvm(spark: Any) -> None:

@@ -16,8 +16,9 @@ import org.apache.spark.sql.api.java.UDF3;
  * or exponent that fit a long, strings of printable ASCII), other fields anything up to 32 levels deep (ignored), the
  * models' constraints (ranges, the topic name's pattern, the group's length, which types belong on this topic, end
  * after base; an absent size_bytes is 0). Everything else is refused ({@code fast} false): the reference decides it
- * and names the DLQ reason. Bytes outside ASCII anywhere in the value are refused before parsing: which of them are
- * valid UTF-8 is the reference's call.
+ * and names the DLQ reason. Bytes outside ASCII anywhere in the value are refused before parsing (which of them are
+ * valid UTF-8 is the reference's call), and so is any escape: Jackson skips a lone surrogate (an unknown field's
+ * "\ud800") that the reference rejects as malformed JSON.
  */
 public final class JsonDecode implements UDF3<byte[], String, Integer, Row> {
   private static final long serialVersionUID = 1L;
@@ -34,7 +35,7 @@ public final class JsonDecode implements UDF3<byte[], String, Integer, Row> {
   public Row call(byte[] value, String types, Integer maxBytes) {
     if (value == null || value.length > maxBytes) return Decoded.REFUSED;
     for (byte b : value) {
-      if (b < 0) return Decoded.REFUSED;
+      if (b < 0 || b == '\\') return Decoded.REFUSED;
     }
     String[] text = new String[STRINGS];
     long[] num = new long[FIELDS.length];
