@@ -21,7 +21,7 @@ from pathlib import Path
 from compactd import maven
 from compactd.errors import CompactdError
 
-# SQL name -> (class, return type): both return the same row (Decoded.java)
+# the row both decoders return (Decoded.java, field for field), and each decoder's SQL name -> its class
 DECODED_DDL = (
     "fast boolean, kind string, topic string, partition int, grp string, base_offset bigint, end_offset bigint, "
     "first_batch_max_ts bigint, size_bytes bigint, value_offset bigint, ts bigint, tid_hi bigint, tid_lo bigint"

@@ -3,12 +3,8 @@ package io.compactd.spark;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 
-/** The row both fast-path decoders return: what streaming/columns.py reads from them (DDL below). */
+/** The row both fast-path decoders return, field for field streaming/udfs.py DECODED_DDL (its Spark type). */
 final class Decoded {
-  static final String DDL =
-      "fast boolean, kind string, topic string, partition int, grp string, base_offset bigint, end_offset bigint, "
-          + "first_batch_max_ts bigint, size_bytes bigint, value_offset bigint, ts bigint, tid_hi bigint, "
-          + "tid_lo bigint";
   /** Offsets and timestamps travel through Lua and zset scores (doubles): above 2^53 they are refused. */
   static final long MAX_INT = 1L << 53;
 

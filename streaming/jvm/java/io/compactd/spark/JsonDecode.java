@@ -9,7 +9,7 @@ import org.apache.spark.sql.Row;
 import org.apache.spark.sql.api.java.UDF3;
 
 /**
- * The fast path for JSON input events (value, the topic's types as "a,b,c", the size limit) → {@link Decoded#DDL}.
+ * The fast path for JSON input events (value, the topic's types as "a,b,c", the size limit) → the row of {@link Decoded}.
  * Jackson's streaming parser reads the value once, strictly (its defaults: no comments, no single quotes, no leading
  * zeros, no NaN, no trailing commas). It accepts only what the pydantic models of codec/events.py accept and reads
  * it as they do: a flat object whose contract fields each come once with their JSON type (integers without fraction

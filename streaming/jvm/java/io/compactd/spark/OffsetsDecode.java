@@ -6,7 +6,7 @@ import org.apache.spark.sql.Row;
 import org.apache.spark.sql.api.java.UDF2;
 
 /**
- * The fast path for {@code __consumer_offsets} records (key, value) → {@link Decoded#DDL}. It accepts exactly what
+ * The fast path for {@code __consumer_offsets} records (key, value) → the row of {@link Decoded}. It accepts exactly what
  * the numpy path it replaces accepted: an offset key (v0/v1) with ASCII group and topic and a partition in range;
  * a value of version 0 to 4 with ASCII metadata, exact lengths and the offset in [0, 2^53]; a v4 value with metadata
  * of at most 126 bytes and either no tagged field or exactly the topic ID (tag 0, 16 bytes). An offset key with no
