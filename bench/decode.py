@@ -95,7 +95,8 @@ def main() -> None:
     spark = spark_session()
     rows = spark.createDataFrame(table).repartition(16).persist()
     rows.count()
-    decoded = columns.decoded(rows, decoder)
+    fast = columns.FastPath(decoder)
+    decoded = fast.decoded(rows)
 
     def timed(run: Callable[[], object]) -> float:
         run()  # the JIT's warm-up
@@ -104,7 +105,7 @@ def main() -> None:
         return time.perf_counter() - t0
 
     decode_s = timed(lambda: decoded.write.format("noop").mode("overwrite").save())
-    completed = columns.reduced(decoded, decoder).mapInArrow(decoder.completing, DECODED_DDL)
+    completed = fast.reduced(decoded).mapInArrow(decoder.completing, DECODED_DDL)
     reduce_s = timed(lambda: keyed(reduce_table(completed.toArrow())))
     ref_n = min(n, 100_000)
     t0 = time.perf_counter()

@@ -164,7 +164,8 @@ def spark_stages(spark: SparkSession, bootstrap: str, topics: list[str], decoder
         reader = reader.option(f"kafka.{key}", value)
     rows = reader.load().select(*KAFKA_COLUMNS)
     records = rows.count()
-    decoded = columns.decoded(rows, decoder)
+    fast = columns.FastPath(decoder)
+    decoded = fast.decoded(rows)
 
     def timed(run: Callable[[], object]) -> float:
         run()
@@ -174,7 +175,7 @@ def spark_stages(spark: SparkSession, bootstrap: str, topics: list[str], decoder
 
     read_s = timed(lambda: rows.write.format("noop").mode("overwrite").save())
     decode_s = timed(lambda: decoded.write.format("noop").mode("overwrite").save())
-    reduce_s = timed(lambda: columns.reduced(decoded, decoder).toArrow())
+    reduce_s = timed(lambda: fast.reduced(decoded).toArrow())
     return {
         "records": records,
         "read_seconds": round(read_s, 2),

@@ -1,11 +1,11 @@
 """A micro-batch's rows, reduced to one row per distinct state key, and those rows turned into BatchChanges.
 
 The reduction's rule is written once (`decode.key_and_order`) and run wherever the rows are: in the tasks that read
-them, as a group-by (`columns.reduced`, the fast path), then on the driver (`decode.reduce_table`, over the tasks' rows
-and the reference's) or, with evaluation shares, in the shares' tasks (`reduce_keyed`). The reference decoder's own
-tasks (`reducing`, the equivalence tests) run `reduce_table` too. Redis work then grows with distinct keys
-(partitions, segments, (group, partition) pairs), not with events: a group committing 10,000 times in a batch costs
-one merge entry.
+them, as a group-by (`columns.FastPath.reduced`, the fast path), then on the driver (`decode.reduce_table`, over the
+tasks' rows and the reference's) or, with evaluation shares, in the shares' tasks (`reduce_keyed`). The reference
+decoder's own tasks (`reducing`, the equivalence tests) run `reduce_table` too. Redis work then grows with distinct keys
+(partitions, segments, (group, partition) pairs), not with events: a group committing 10,000 times in a batch costs one
+merge entry.
 """
 
 from __future__ import annotations

@@ -204,9 +204,10 @@ class Decoder:
         return {t: b[src_topic][p] for t, b in self.superseded.items() if p in b.get(src_topic, {})}
 
     def complete(self, table: pa.Table) -> pa.Table:
-        """What the fast path's tasks left (`streaming/columns.py` `reduced`) → decoded rows (`DECODED_SCHEMA`): the
-        rows its expressions refused (`slow`, with their bytes) decided here by the reference, record by record (it
-        names the DLQ reason), and dropped where a reset superseded them, as the fast path drops its own."""
+        """What the fast path's tasks left (`streaming/columns.py` `FastPath.reduced`) → decoded rows
+        (`DECODED_SCHEMA`): the rows its expressions refused (`slow`, with their bytes) decided here by the reference,
+        record by record (it names the DLQ reason), and dropped where a reset superseded them, as the fast path drops
+        its own."""
         slow = pc.fill_null(table.column("slow"), True)
         refused = table.filter(slow)
         names = ("src_topic", "src_partition", "src_offset", "raw_key", "raw_value")
@@ -222,8 +223,8 @@ class Decoder:
         return pa.concat_tables([pa.Table.from_arrays(arrays, schema=DECODED_SCHEMA), decided])
 
     def completing(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """`mapInArrow` (→ `DECODED_DDL`) over the fast path's reduced rows (`columns.reduced`): `complete` in the
-        group-by's tasks."""
+        """`mapInArrow` (→ `DECODED_DDL`) over the fast path's reduced rows (`columns.FastPath.reduced`): `complete`
+        in the tasks (the evaluation shares leave the decoded rows in the executors)."""
         for batch in batches:
             yield from self.complete(pa.Table.from_batches([batch])).to_batches()
 
@@ -271,8 +272,9 @@ def key_and_order(table: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array]:
 
 def reduce_table(table: pa.Table) -> pa.Table:
     """One row per key (`key_and_order`): its last by order (ties: the last by source position), with `n` summing the
-    records the key's rows stand for. The fast path's tasks run the same rule as a group-by (`columns.reduced`); this
-    one runs on the driver over the tasks' rows and the reference's, or in the evaluation shares' tasks."""
+    records the key's rows stand for. The fast path's tasks run the same rule as a group-by
+    (`columns.FastPath.reduced`); this one runs on the driver over the tasks' rows and the reference's, or in the
+    evaluation shares' tasks."""
     if table.num_rows == 0:
         return table
     kind = table.column("kind")

@@ -25,15 +25,16 @@ from compactd.streaming.aggregate import (
     PER_TOPIC_RECORD_KINDS,
     Collected,
     collect_changes,
+    keyed,
     reduce_keyed,
     reduce_on_driver,
     reducing,
 )
 from compactd.streaming.checkpoint import batch_end_offsets
 from compactd.streaming.connector import GROUP_ID_PREFIX
-from compactd.streaming.decode import DECODED_DDL, KAFKA_COLUMNS, Decoder
+from compactd.streaming.decode import DECODED_DDL, KAFKA_COLUMNS, Decoder, reduce_table
 
-# a micro-batch of at most this many records is reduced on the driver alone (`StreamingJob._decoded`)
+# a micro-batch of at most this many records is reduced on the driver alone (`StreamingJob._fast`)
 SMALL_BATCH = 50_000
 # Runs a mapInArrow function over the batch's per-topic rows, hash-partitioned by topic into the configured number of
 # tasks, and returns what the tasks yield: (function, its output DDL) -> Arrow table.
@@ -85,6 +86,7 @@ class StreamingJob:
         self.query: StreamingQuery | None = None
         self.batch_error: BaseException | None = None
         self._share_keys: list[int] | None = None
+        self._fast_path: columns.FastPath | None = None
 
     def _read(self) -> DataFrame:
         """Spark's Kafka connector over compactd's sources. `failOnDataLoss` is off for every source: records deleted
@@ -121,29 +123,45 @@ class StreamingJob:
         started = time.monotonic()
         if self.spec.before_read is not None:
             self.spec.before_read(batch_id)
-        collected = collect_changes(reduce_on_driver(self._decoded(df, batch_id)))
+        collected = collect_changes(self._collected(df, batch_id))
         try:
             self.handler(Batch(batch_id, collected, time.monotonic() - started, self.spec.checkpoint))
         except BaseException as exc:
             self.batch_error = exc  # reported as it is, not through Spark's wrapping of it
             raise
 
+    def _collected(self, df: DataFrame, batch_id: int) -> pa.Table:
+        """The batch's rows, reduced (`reduce_on_driver`'s keyed rows). On the fast path (`columns`) the Java decoders
+        and, past `SMALL_BATCH` records, a group-by in the reading tasks leave one row per state key, plus the records
+        the decoders refused, with their bytes; those come to the driver with the rest (Spark's own Arrow collect, no
+        Python stage in the tasks) and the reference decides them here (`Decoder.complete`), where their DLQ records
+        are written anyway. A Python stage in the tasks cost every batch its fixed price (0.4-0.7 s for a 16-record
+        batch, measured) and every fast row a round trip through Python, to decode rows a healthy source rarely has."""
+        if self.spec.reference:
+            return reduce_on_driver(self._decoded(df, batch_id))
+        return keyed(reduce_table(self.spec.decoder.complete(self._fast(df, batch_id).toArrow())))
+
     def _decoded(self, df: DataFrame, batch_id: int) -> DataFrame:
-        """The batch's decoded rows (`DECODED_DDL`), reduced in the tasks that read them: on the fast path
-        (`columns`) the Java decoders and a group-by leave one row per state key, plus the records they refused, with
-        their bytes, which the reference decides in the group-by's own tasks (`Decoder.completing`): the executors
-        share that work, not the driver. A batch of at most `SMALL_BATCH` records skips the group-by: its rows go to
-        the driver as they are decoded, and the driver's reduction is the only one (the group-by's shuffle cost a
-        10-record batch 0.24-0.43 s more, measured; the driver reduces 50,000 rows in well under that). `reference`:
-        record by record in the reading tasks, for the equivalence tests."""
+        """The batch's decoded rows (`DECODED_DDL`), left in the executors (evaluation shares reduce them there by
+        topic): the fast path's rows, the refused ones decided by the reference in the tasks (`Decoder.completing`).
+        `reference`: record by record in the reading tasks, for the equivalence tests."""
         decoder = self.spec.decoder
         if self.spec.reference:
             return df.mapInArrow(reducing(decoder.reference), DECODED_DDL)
-        rows = columns.decoded(df, decoder)
+        return self._fast(df, batch_id).mapInArrow(decoder.completing, DECODED_DDL)
+
+    def _fast(self, df: DataFrame, batch_id: int) -> DataFrame:
+        """The fast path's rows (`columns.FastPath.reduced`'s columns): reduced in the reading tasks, or, for a batch of
+        at most `SMALL_BATCH` records, one row per record (the group-by's shuffle cost a 10-record batch 0.24-0.43 s
+        more, measured; the driver reduces 50,000 rows in well under that)."""
+        decoder = self.spec.decoder
+        if self._fast_path is None or self._fast_path.decoder is not decoder:
+            self._fast_path = columns.FastPath(decoder)
+        rows = self._fast_path.decoded(df)
         count = self._records(batch_id)
         if count is not None and count <= SMALL_BATCH:
-            return columns.unreduced(rows).mapInArrow(decoder.completing, DECODED_DDL)
-        return columns.reduced(rows, decoder).mapInArrow(decoder.completing, DECODED_DDL)
+            return self._fast_path.unreduced(rows)
+        return self._fast_path.reduced(rows)
 
     def _records(self, batch_id: int) -> int | None:
         """How many records the batch covers, from Spark's offset log (this batch's ends, the previous one's); None

@@ -105,7 +105,7 @@ def frame(spark: Any, records: list[Record]) -> Any:
 
 def fast_rows(spark: Any, records: list[Record]) -> dict[tuple[str, int], dict]:
     """(source topic, offset) -> the fast path's row, for the records it accepts."""
-    d = columns.decoded(frame(spark, records), D)
+    d = columns.FastPath(D).decoded(frame(spark, records))
     out = d.filter("fast").select(*(c for c in FIELDS if c != "topic_id"), "src_topic", "src_offset",
                                   columns.topic_id(d["tid_hi"], d["tid_lo"]).alias("topic_id"))  # fmt: skip
     return {(r["src_topic"], r["src_offset"]): r for r in out.toArrow().to_pylist()}
@@ -125,18 +125,21 @@ def assert_same_rows(spark: Any, records: list[Record]) -> None:
 
 
 def reduced_both(spark: Any, records: list[Record]) -> tuple[list[dict], list[dict]]:
-    """The batch reduced on the fast path as the job runs it (the refused records decided by the reference in the
-    group-by's tasks), and by the reference alone; both keyed as the driver keys them. A small batch's path (no
-    group-by) gives the same rows as the fast path's."""
-    decoded = columns.decoded(frame(spark, records), D)
-    fast = keyed(reduce_table(columns.reduced(decoded, D).mapInArrow(D.completing, DECODED_DDL).toArrow()))
-    small = keyed(reduce_table(columns.unreduced(decoded).mapInArrow(D.completing, DECODED_DDL).toArrow()))
+    """The batch reduced on the fast path as the job runs it (the group-by in the tasks, the refused records decided
+    by the reference on the driver), and by the reference alone; both keyed as the driver keys them. A small batch's
+    path (no group-by) and the evaluation shares' (the refused records decided in the tasks) give the same rows."""
+    path = columns.FastPath(D)
+    decoded = path.decoded(frame(spark, records))
+    fast = keyed(reduce_table(D.complete(path.reduced(decoded).toArrow())))
+    small = keyed(reduce_table(D.complete(path.unreduced(decoded).toArrow())))
+    in_tasks = keyed(reduce_table(path.reduced(decoded).mapInArrow(D.completing, DECODED_DDL).toArrow()))
     ref = keyed(reduce_table(pa.Table.from_pylist([D.record_row(*r) for r in records], schema=DECODED_SCHEMA)))
 
     def rows(t: pa.Table) -> list[dict]:
         return sorted(t.to_pylist(), key=lambda r: (r["k"], r["src_topic"], r["src_partition"], r["src_offset"]))
 
     assert rows(small) == rows(fast)  # a small batch's path: no group-by, the driver's reduction alone
+    assert rows(in_tasks) == rows(fast)
     return rows(fast), rows(ref)
 
 
@@ -227,6 +230,7 @@ def test_events_a_reset_superseded_are_dropped_on_the_fast_path(spark: Any) -> N
     records: list[Record] = [("seg", 0, i, None, v) for i, v in enumerate(
         [seg("orders", 0), seg("clicks", 0), seg("orders", 100), seg("orders", 0), b"{bad"])]  # fmt: skip
     records.append(("seg", 1, 0, None, seg("orders", 200)))  # another source partition: kept
-    out = keyed(reduce_table(d.complete(columns.reduced(columns.decoded(frame(spark, records), d), d).toArrow())))
+    fast = columns.FastPath(d)
+    out = keyed(reduce_table(d.complete(fast.reduced(fast.decoded(frame(spark, records))).toArrow())))
     kept = sorted((r["topic"], r["src_partition"], r["src_offset"]) for r in out.to_pylist() if r["error"] is None)
     assert kept == [("clicks", 0, 1), ("orders", 0, 2), ("orders", 0, 3), ("orders", 1, 0)]

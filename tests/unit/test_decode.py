@@ -65,8 +65,8 @@ def test_unknown_fields_are_ignored_and_values_mapped() -> None:
 
 
 def test_refused_records_are_decided_by_the_reference_with_their_bytes_kept_only_for_rejects() -> None:
-    """What the fast path's tasks leave (streaming/columns.py `reduced`): decoded rows pass as they are; refused ones
-    (`slow`) are decided here, record by record, and only a rejected one keeps its bytes for the DLQ."""
+    """What the fast path's tasks leave (streaming/columns.py `FastPath.reduced`): decoded rows pass as they are;
+    refused ones (`slow`) are decided here, record by record, and only a rejected one keeps its bytes for the DLQ."""
     rows = [
         {"stream": "segments", "kind": "segment_rolled", "topic": "orders", "partition": 0, "base_offset": 0,
          "end_offset": 10, "first_batch_max_ts": 5, "size_bytes": 1, "ts": 6, "src_topic": "seg", "src_partition": 0,
