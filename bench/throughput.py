@@ -2,12 +2,15 @@
 
 Starts its own Redis and Apache Kafka broker, fills the source topics — JSON segment and commit events, or (`--format
 binary`) offset commits in `__consumer_offsets`' own binary format on a mirror topic — then times the job, round after
-round in one Spark session (the first pays the cold start). Beside it, in the same run and against the same broker:
-a bare Python consumer reading the same records with `consume()` and `json.loads` (or `struct` for binary), and the
-stages timed apart (Spark's reader over the same records: read only, + decode, + reduce and collect; the job: Spark's
-batch time, merge, decide+act).
-Prints one JSON object. Usage: python bench/throughput.py [--events N] [--format json|binary] [--segment-share S]
-[--nothing-due] [--shares N]
+round in one Spark session: each round fills `--events` more records and runs `run --once` over them. The first
+rounds pay the JVM's warm-up (its JIT compiles Spark's and Kafka's code for minutes, on the same two cores); the
+steady state is the median of the last three rounds, which is what a continuously running job's JVM does. Each
+round reports the JVM's CPU, and its JIT compiler's and garbage collector's share. Beside it, in the same run and
+against the same broker, over the last round's records: a bare Python consumer reading them with `consume()` and
+`json.loads` (or `struct` for binary), and the stages timed apart (Spark's reader: read only, + decode, + reduce and
+collect; the job: Spark's batch time, merge, decide+act).
+Prints one JSON object. Usage: python bench/throughput.py [--events N] [--format json|binary] [--rounds R]
+[--segment-share S] [--nothing-due] [--shares N]
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import random
 import re
+import statistics
 import struct
 import sys
 import tempfile
@@ -35,7 +40,7 @@ from compactd.app.settings import Settings
 from compactd.codec.offsets import OffsetValue, encode_offset_key, encode_offset_value
 from compactd.demo.broker import kafka_broker
 from compactd.demo.embedded import redis_server
-from compactd.kafka.admin import admin_client, list_end_offsets
+from compactd.kafka.admin import Offsets, admin_client, list_end_offsets
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.range_read import READER_DEFAULTS
 from compactd.keys import partition_key
@@ -117,17 +122,18 @@ _KEY = struct.Struct(">hh")
 _VALUE = struct.Struct(">hqi")
 
 
-def bare_consumer(bootstrap: str, topics: list[str], binary: bool) -> dict:
-    """What one plain Python consumer does with the same records: consume() and parse, nothing else."""
+def bare_consumer(bootstrap: str, topics: list[str], binary: bool, low: Offsets) -> dict:
+    """What one plain Python consumer does with the same records (from `low` to the end): consume() and parse,
+    nothing else."""
     from confluent_kafka import Consumer, TopicPartition
 
     conn = KafkaConnection(bootstrap)
-    admin = admin_client(conn)
-    low, ends = list_end_offsets(admin, topics, "low"), list_end_offsets(admin, topics, "high")
-    total = sum(ends[t][p] - low[t][p] for t in ends for p in ends[t])
+    ends = list_end_offsets(admin_client(conn), topics, "high")
+    start = {t: {p: low.get(t, {}).get(p, 0) for p in parts} for t, parts in ends.items()}
+    total = sum(ends[t][p] - start[t][p] for t in ends for p in ends[t])
     # tuned as the compaction service's reader is (short broker waits at a partition's end, deep prefetch)
     c = Consumer(conn.client("consumer", READER_DEFAULTS, {"group.id": "bench-bare"}))
-    c.assign([TopicPartition(t, int(p), low[t][p]) for t in ends for p in ends[t]])
+    c.assign([TopicPartition(t, int(p), start[t][p]) for t in ends for p in ends[t]])
     seen, parsed = 0, 0
     t0 = time.monotonic()
     while seen < total:
@@ -154,12 +160,18 @@ def bare_consumer(bootstrap: str, topics: list[str], binary: bool) -> dict:
     return {"records": parsed, "seconds": round(seconds, 2), "records_per_second": round(parsed / seconds)}
 
 
-def spark_stages(spark: SparkSession, bootstrap: str, topics: list[str], decoder: Decoder) -> dict:
-    """Where a batch's Spark time goes, over the same records read again as one batch (Spark's Kafka reader, the
-    job's options), each stage run twice and the second timed: the read alone (a `noop` write), the read + decode
-    (compactd's Java decoders), and the read + decode + reduce + collect to the driver (what a micro-batch does before
-    merging)."""
-    reader = spark.read.format("kafka").option("subscribe", ",".join(topics)).option("startingOffsets", "earliest")
+def spark_stages(spark: SparkSession, bootstrap: str, topics: list[str], decoder: Decoder, low: Offsets) -> dict:
+    """Where a batch's Spark time goes, over the same records (from `low` on) read again as one batch (Spark's Kafka
+    reader, the job's options), each stage run twice and the second timed: the read alone (a `noop` write), the read
+    + decode (compactd's Java decoders), and the read + decode + reduce + collect to the driver, the refused records
+    decided there (what a micro-batch does before merging)."""
+    starting = {t: {str(p): o for p, o in parts.items()} for t, parts in low.items()}
+    reader = (
+        spark.read.format("kafka")
+        .option("subscribe", ",".join(topics))
+        .option("startingOffsets", json.dumps(starting) if starting else "earliest")
+        .option("endingOffsets", "latest")
+    )
     for key, value in {"bootstrap.servers": bootstrap, "isolation.level": "read_committed", **READ_DEFAULTS}.items():
         reader = reader.option(f"kafka.{key}", value)
     rows = reader.load().select(*KAFKA_COLUMNS)
@@ -175,7 +187,7 @@ def spark_stages(spark: SparkSession, bootstrap: str, topics: list[str], decoder
 
     read_s = timed(lambda: rows.write.format("noop").mode("overwrite").save())
     decode_s = timed(lambda: decoded.write.format("noop").mode("overwrite").save())
-    reduce_s = timed(lambda: fast.reduced(decoded).toArrow())
+    reduce_s = timed(lambda: decoder.complete(fast.reduced(decoded).toArrow()))
     return {
         "records": records,
         "read_seconds": round(read_s, 2),
@@ -184,6 +196,26 @@ def spark_stages(spark: SparkSession, bootstrap: str, topics: list[str], decoder
         "read_per_second": round(records / read_s),
         "read_decode_reduce_collect_per_second": round(records / reduce_s),
     }
+
+
+def jvm_cpu(pid: int) -> dict[str, float]:
+    """CPU-seconds of Spark's JVM so far: all of it, its JIT compiler threads, its garbage collector's (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {"total": 0.0, "jit": 0.0, "gc": 0.0}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        used = (int(fields[11]) + int(fields[12])) / tick
+        out["total"] += used
+        if "CompilerThre" in name:
+            out["jit"] += used
+        elif name.startswith(("GC Thread", "G1 ", "VM Thread")):
+            out["gc"] += used
+    return out
 
 
 class ShareTasks(logging.Handler):
@@ -215,7 +247,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=50)
     ap.add_argument("--source-partitions", type=int, default=16)
     ap.add_argument("--max-rows-per-trigger", type=int, default=1_000_000)
-    ap.add_argument("--rounds", type=int, default=2, help="fill + run --once again in the same Spark session")
+    ap.add_argument("--rounds", type=int, default=8, help="fill + run --once again in the same Spark session (>= 3)")
     ap.add_argument("--segment-share", type=float, default=0.0, help="share of segment events; the rest are commits")
     ap.add_argument("--shares", type=int, default=0, help="evaluation_shares: merge and plan in N Spark tasks")
     ap.add_argument(
@@ -250,19 +282,25 @@ def main() -> None:
         tasks = ShareTasks()
         logging.getLogger("compactd").addHandler(tasks)
         source_topics = ["compactd.segments", MIRROR if binary else "compactd.commits"]
+        jvm = int(spark.sparkContext._jvm.ProcessHandle.current().pid())  # type: ignore[attr-defined]
         rounds = []
+        low: Offsets = {}
         for _ in range(args.rounds):
             tasks.warm_from = len(tasks.rows)
-            t0 = time.monotonic()
             shape = (args.topics, args.partitions, args.source_partitions, args.segment_share, binary)
+            if rounds:
+                low = list_end_offsets(admin_client(KafkaConnection(bootstrap)), source_topics, "high")
+            t0 = time.monotonic()
             fill(bootstrap, args.events, *shape)
             fill_s = time.monotonic() - t0
             with Application(settings, spark=spark) as app:
                 merge0 = histogram_sum(app.metrics.merge_seconds)
                 handled0 = histogram_sum(app.metrics.batch_seconds)
+                cpu0 = jvm_cpu(jvm)
                 t0 = time.monotonic()
                 app.run(once=True)
                 run_s = time.monotonic() - t0
+                cpu1 = jvm_cpu(jvm)
                 progress = app.job.query.recentProgress if app.job and app.job.query else []
                 merge_s = histogram_sum(app.metrics.merge_seconds) - merge0
                 handled_s = histogram_sum(app.metrics.batch_seconds) - handled0
@@ -278,6 +316,8 @@ def main() -> None:
                     "run_once_seconds": round(run_s, 2),
                     "events_per_second": round(args.events / run_s),
                     "micro_batches": app.summary.batches,
+                    # CPU-seconds Spark's JVM used during the run: all of it, its JIT compiler's, its collector's
+                    "jvm_cpu_seconds": {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1},
                     "spark_duration_ms": durations,
                     "stages_seconds": {
                         "spark_batches": round(add_batch_s - handled_s, 2),  # read, decode tasks, driver reduction
@@ -288,10 +328,10 @@ def main() -> None:
                 }
             )
         decoder = app.decoder
-        bare = bare_consumer(bootstrap, source_topics, binary)
-        stages = spark_stages(spark, bootstrap, source_topics, decoder)
+        bare = bare_consumer(bootstrap, source_topics, binary, low)
+        stages = spark_stages(spark, bootstrap, source_topics, decoder, low)
         tracked = len(settings.redis_state().all_partitions())
-        best = max(r["events_per_second"] for r in rounds[1:] or rounds)
+        steady = statistics.median(r["events_per_second"] for r in rounds[-3:])
         print(
             json.dumps(
                 {
@@ -305,9 +345,11 @@ def main() -> None:
                     # with --shares: each Spark task of the warm round's batches, its partitions and seconds
                     "share_tasks": tasks.rows[tasks.warm_from :],
                     "spark_start_seconds": round(spark_start_s, 2),
-                    "events_per_second": best,
+                    # the steady state: the median of the last three rounds (the JIT's warm-up is in the first ones)
+                    "events_per_second": round(steady),
+                    "events_per_second_by_round": [r["events_per_second"] for r in rounds],
                     "bare_consumer": bare,
-                    "ratio_to_bare_consumer": round(best / bare["records_per_second"], 2),
+                    "ratio_to_bare_consumer": round(steady / bare["records_per_second"], 2),
                     "spark_stages": stages,
                     "rounds": rounds,
                 }

@@ -3,10 +3,10 @@ into Python unless the fast path refuses it.
 
 Decoding is compactd's two Java UDFs (`udfs`, `jvm/java/io/compactd/spark/`): `__consumer_offsets` records
 (`OffsetsDecode`: offset keys v0/v1, values v0-v4 with v4's compact metadata and topic ID, deletions, skipped key
-versions) and JSON events (`JsonDecode`: Jackson's streaming parser and the models' constraints). Each accepts only
-what the reference accepts and decodes it as the reference does; everything it refuses (and config events, and any
-record whose position does not fit the reduction's order) reaches the driver with its bytes, where the reference
-(`decode.Decoder.complete`) decides it and names the DLQ reason.
+versions) and JSON events (`JsonDecode`: one pass over the bytes, strict JSON, and the models' constraints). Each
+accepts only what the reference accepts and decodes it as the reference does; everything it refuses (and config
+events, and any record whose position does not fit the reduction's order) reaches the driver with its bytes, where
+the reference (`decode.Decoder.complete`) decides it and names the DLQ reason.
 
 The reduction (`FastPath.reduced`) is the rule of `decode.key_and_order` as a group-by in the tasks (a partial aggregate
 per task, then a small shuffle): one row per key, the last by source position (`max_by` over a position packed into a
@@ -26,7 +26,7 @@ from compactd.streaming.decode import Decoder
 _POS_BITS = 44
 _MAX_SRC_PARTITION = 2**19
 # kinds as small ints inside the aggregation (its buffer holds fixed-width values only: a string would turn the hash
-# aggregate into a sort)
+# aggregate into a sort), and the JSON decoder's mask of a topic's types (JsonDecode.TYPES: the same order)
 KINDS = ("offset_commit", "offset_delete", "group_delete", "segment_rolled", "compacted", "log_start")
 DECODED_FAST = ("kind", "topic", "partition", "grp", "base_offset", "end_offset", "first_batch_max_ts", "size_bytes",
                 "value_offset", "ts", "tid_hi", "tid_lo")  # fmt: skip
@@ -64,8 +64,9 @@ class FastPath:
         self.decoder = decoder
         src, value = F.col("src_topic"), F.col("value")
 
-        def json(types: frozenset[str]) -> Column:
-            return F.call_udf("compactd_json", value, F.lit(",".join(sorted(types))), F.lit(decoder.max_event_bytes))
+        def json(types: frozenset[str]) -> Column:  # the topic's types as a mask over KINDS (JsonDecode.TYPES)
+            mask = sum(1 << KINDS.index(t) for t in types)
+            return F.call_udf("compactd_json", value, F.lit(mask), F.lit(decoder.max_event_bytes))
 
         udf = (
             F.when(src == decoder.offsets_topic, F.call_udf("compactd_offsets", F.col("key"), value))

@@ -40,7 +40,16 @@ log = logging.getLogger("compactd.spark")
 # reads Kafka since the connector replaced compactd's Python source, and C2 reads 2M records in 1.9 s where C1 alone
 # took 3.3 s (+14-16 % events/s through `run --once`), for 1.2-2.0 s more from start to first batch
 # (docs/benchmarks.md). COMPACTD_SPARK_JVM_OPTIONS adds options (the test suite's short-lived jobs: C1 only).
-DRIVER_JAVA_OPTIONS = tuple(os.environ.get("COMPACTD_SPARK_JVM_OPTIONS", "").split())
+_EXTRA_JAVA_OPTIONS = tuple(os.environ.get("COMPACTD_SPARK_JVM_OPTIONS", "").split())
+# The parallel collector, unless those options name one: a micro-batch allocates a row or more per record and keeps
+# almost nothing, and G1's concurrent threads took 0.3-0.5 of the 2.4-3.1 CPU-seconds a 1M-record batch cost on two
+# cores, where the parallel collector took 0.06-0.3: 8-13 % more events/s through repeated `run --once` rounds
+# (docs/benchmarks.md). Its pauses on the driver's 1 GiB heap stay far below the trigger.
+DRIVER_JAVA_OPTIONS = (
+    _EXTRA_JAVA_OPTIONS
+    if any(o.startswith("-XX:+Use") and o.endswith("GC") for o in _EXTRA_JAVA_OPTIONS)
+    else ("-XX:+UseParallelGC", *_EXTRA_JAVA_OPTIONS)
+)
 ARCHIVE_DUMP_S = 60.0  # how long the first run's JVM may take to write its class-data archive as it exits
 
 

@@ -174,8 +174,9 @@ def test_json_events_decode_and_reduce_as_the_reference(spark: Any, raw: list[by
     assert fast == ref
 
 
-# what Jackson and the reference read differently: a lone surrogate (the reference rejects it, Jackson skips it in a
-# field of no event), nesting past the reference's limit, a number longer than Jackson's, escapes, a field twice
+# what a parser that skips unknown fields and the reference can read differently: a lone surrogate (the reference
+# rejects it; Jackson, which the decoder used first, skipped it in a field of no event), nesting past the reference's
+# limit, a number past the decoder's 1,000 characters, escapes, a field twice
 EDGES = [
     ',"x":"\\ud800"',
     ',"\\ud800":1',
@@ -197,6 +198,49 @@ def test_what_jackson_and_the_reference_read_differently_is_refused(spark: Any) 
     fast, ref = reduced_both(spark, records)
     assert fast == ref
     assert set(fast_rows(spark, records)) == {("com", EDGES.index(""))}  # only the plain event stays in the JVM
+
+
+# the JSON scanner's corners (JsonDecode): each either decodes as the reference decodes it or is refused; the valid
+# ones (`True`) stay in the JVM
+SCANNER = [
+    (
+        ' \t\r\n{"type":"offset_commit" ,"group" :"g","topic":"t","partition":-0,"offset":9007199254740992,"ts":0}\n',
+        True,
+    ),
+    ('{"type":"offset_commit","group":"g","topic":"t","partition":1,"offset":9007199254740993,"ts":1}', False),
+    ('{"type":"offset_commit","group":"g","topic":"t","partition":1,"offset":1234567890123456789,"ts":1}', False),
+    ('{"type":"offset_commit","group":"g","topic":"t","partition":1,"offset":-1,"ts":1}', False),
+    ('{"type":"offset_commit","group":"g","topic":"t","partition":1,"offset":1.0,"ts":1}', False),
+    ('{"type":"offset_commit","group":"g","topic":"t","partition":1,"offset":1e2,"ts":1}', False),
+    ('{"type":"offset_commit","group":"g","topic":"t","partition":1,"offset":01,"ts":1}', False),
+    ('{"type":"offset_commit","group":"g","topic":"t","partition":1,"offset":"1","ts":1}', False),
+    ('{"type":"offset_commit","group":"g","topic":"t","partition":1,"offset":null,"ts":1}', False),
+    ('{"type":"offset_commit ","group":"g","topic":"t","partition":1,"offset":1,"ts":1}', False),
+    ('{"type":"offset_commit","group":"g\x7f","topic":"t","partition":1,"offset":1,"ts":1}', False),
+    ('{"type":"offset_commit","group":"","topic":"t","partition":1,"offset":1,"ts":1}', False),
+    ('{"type":"offset_commit","group":"g","topic":"t/u","partition":1,"offset":1,"ts":1}', False),
+    ('{"type":"offset_commit","group":"g","topic":"t","partition":2147483648,"offset":1,"ts":1}', False),
+]
+_BASE = '{"type":"offset_commit","group":"g","topic":"t","partition":1,"offset":1,"ts":1%s}'
+SCANNER += [(_BASE % extra, ok) for extra, ok in [
+    (',"x":1e400', True), (',"x":-0.0E-0', True), (',"x":1.5e+3', True), (',"x":' + "9" * 1000, True),
+    (',"x":"\x7f ~"', True), (',"x":[]', True), (',"x":{}', True), (',"x":[{},[],""]', True),
+    (',"x":{"a":1,"a":2}', True), (',"":true', True), (',"x":null,"y":false', True),
+    (',"x":' + "[" * 32 + "]" * 32, True), (',"x":' + "[" * 33 + "]" * 33, False),
+    (',"x":"\x1f"', False), (',"x":tru', False), (',"x":truex', False), (',"x":nul', False), (',"x":[1,]', False),
+    (',"x":{"a":1,}', False), (',"x":[,1]', False), (',"x":{"a" 1}', False), (',"x":{1:2}', False),
+    (',"x":-', False), (',"x":1.', False), (',"x":.5', False), (',"x":1e', False), (',"x":1e+', False),
+    (',"x":-01', False), (',"x":[}', False), (',"x":{]', False), (',"x":"open', False), (',"x":[1', False),
+    (',', False), ('}{', False), ('} x', False), ('\x0c', False), (',"x":1 2', False),
+]]  # fmt: skip
+
+
+def test_the_json_scanner_reads_as_the_reference_or_refuses(spark: Any) -> None:
+    records: list[Record] = [("com", 0, i, None, text.encode()) for i, (text, _) in enumerate(SCANNER)]
+    assert_same_rows(spark, records)
+    fast, ref = reduced_both(spark, records)
+    assert fast == ref
+    assert sorted(at[1] for at in fast_rows(spark, records)) == [i for i, (_, ok) in enumerate(SCANNER) if ok]
 
 
 def test_the_common_shapes_stay_in_the_jvm(spark: Any) -> None:

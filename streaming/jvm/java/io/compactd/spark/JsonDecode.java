@@ -1,96 +1,123 @@
 package io.compactd.spark;
 
-import java.io.IOException;
+import java.nio.charset.StandardCharsets;
 
-import com.fasterxml.jackson.core.JsonFactory;
-import com.fasterxml.jackson.core.JsonParser;
-import com.fasterxml.jackson.core.JsonToken;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.api.java.UDF3;
 
 /**
- * The fast path for JSON input events (value, the topic's types as "a,b,c", the size limit) → the row of {@link Decoded}.
- * Jackson's streaming parser reads the value once, strictly (its defaults: no comments, no single quotes, no leading
- * zeros, no NaN, no trailing commas). It accepts only what the pydantic models of codec/events.py accept and reads
- * it as they do: a flat object whose contract fields each come once with their JSON type (integers without fraction
- * or exponent that fit a long, strings of printable ASCII), other fields anything up to 32 levels deep (ignored), the
- * models' constraints (ranges, the topic name's pattern, the group's length, which types belong on this topic, end
- * after base; an absent size_bytes is 0). Everything else is refused ({@code fast} false): the reference decides it
- * and names the DLQ reason. Bytes outside ASCII anywhere in the value are refused before parsing (which of them are
- * valid UTF-8 is the reference's call), and so is any escape: Jackson skips a lone surrogate (an unknown field's
- * "\ud800") that the reference rejects as malformed JSON.
+ * The fast path for JSON input events (value, the topic's types as a bit mask over {@link #TYPES}, the size limit) →
+ * the row of {@link Decoded}. One pass over the bytes, strict JSON (RFC 8259: no comments, single quotes, leading
+ * zeros, NaN or trailing commas; whitespace is space, tab, CR, LF). It accepts only what the pydantic models of
+ * codec/events.py accept and reads it as they do: an object whose contract fields each come once with their JSON type
+ * (integers without fraction or exponent, strings of printable ASCII), other fields any JSON value up to 32 levels
+ * deep and numbers up to 1,000 characters (ignored), the models' constraints (ranges, the topic name's pattern, the
+ * group's length, which types belong on this topic, end after base; an absent size_bytes is 0). Everything else is
+ * refused ({@code fast} false): the reference decides it and names the DLQ reason. Bytes outside ASCII anywhere in
+ * the value are refused before parsing (which of them are valid UTF-8 is the reference's call), and so is any escape
+ * (the reference rejects a lone surrogate's, which a parser that skips unknown fields can miss).
+ *
+ * <p>Why not Jackson (which Spark ships, and which this class used first): a parser per record cost more than the
+ * rest of the decode; this scanner allocates nothing but the row and its two names (docs/benchmarks.md).
  */
-public final class JsonDecode implements UDF3<byte[], String, Integer, Row> {
-  private static final long serialVersionUID = 1L;
-  private static final JsonFactory JSON = new JsonFactory();
-  private static final String[] FIELDS = {
+public final class JsonDecode implements UDF3<byte[], Integer, Integer, Row> {
+  private static final long serialVersionUID = 2L;
+  /** The event types, in the order of the mask's bits (streaming/columns.py KINDS). */
+  static final String[] TYPES = {
+    "offset_commit", "offset_delete", "group_delete", "segment_rolled", "compacted", "log_start"
+  };
+  private static final byte[][] TYPE_BYTES = ascii(TYPES);
+  private static final byte[][] FIELDS = ascii(new String[] {
     "type", "group", "topic", "partition", "offset", "base_offset", "end_offset", "first_batch_max_ts",
     "size_bytes", "cleaned_up_to", "log_start_offset", "ts"
-  };
+  });
   private static final int TYPE = 0, GROUP = 1, TOPIC = 2, PARTITION = 3, OFFSET = 4, BASE = 5, END = 6,
       FIRST_TS = 7, SIZE = 8, CLEANED = 9, LOG_START = 10, TS = 11, STRINGS = 3;
   private static final int MAX_DEPTH = 32;
+  private static final int MAX_NUMBER_CHARS = 1000;
+  /** Digits past which an integer cannot pass the contract's ranges (2^53 has 16): refused before it overflows. */
+  private static final int MAX_INT_DIGITS = 18;
 
   @Override
-  public Row call(byte[] value, String types, Integer maxBytes) {
-    if (value == null || value.length > maxBytes) return Decoded.REFUSED;
-    for (byte b : value) {
-      if (b < 0 || b == '\\') return Decoded.REFUSED;
+  public Row call(byte[] b, Integer types, Integer maxBytes) {
+    if (b == null || b.length > maxBytes) return Decoded.REFUSED;
+    for (byte c : b) {
+      if (c < 0 || c == '\\') return Decoded.REFUSED;
     }
-    String[] text = new String[STRINGS];
+    int n = b.length;
+    int[] at = new int[STRINGS * 2]; // start, end of each string field's text
     long[] num = new long[FIELDS.length];
     int seen = 0;
-    try (JsonParser p = JSON.createParser(value)) {
-      if (p.nextToken() != JsonToken.START_OBJECT) return Decoded.REFUSED;
-      for (JsonToken t = p.nextToken(); t != JsonToken.END_OBJECT; t = p.nextToken()) {
-        if (t != JsonToken.FIELD_NAME) return Decoded.REFUSED;
-        int field = index(p.currentName());
-        t = p.nextToken();
+    int i = ws(b, 0);
+    if (i >= n || b[i] != '{') return Decoded.REFUSED;
+    i = ws(b, i + 1);
+    if (i < n && b[i] == '}') {
+      i++;
+    } else {
+      while (true) {
+        if (i >= n || b[i] != '"') return Decoded.REFUSED;
+        int end = string(b, i);
+        if (end < 0) return Decoded.REFUSED;
+        int field = field(b, i + 1, end - 1);
+        i = ws(b, end);
+        if (i >= n || b[i] != ':') return Decoded.REFUSED;
+        i = ws(b, i + 1);
         if (field < 0) { // a field of no event: ignored, as the reference ignores it
-          if ((t == JsonToken.START_OBJECT || t == JsonToken.START_ARRAY) && !skip(p)) return Decoded.REFUSED;
-          continue;
-        }
-        if ((seen & (1 << field)) != 0) return Decoded.REFUSED; // twice: which one counts is the reference's call
-        seen |= 1 << field;
-        if (field < STRINGS) {
-          if (t != JsonToken.VALUE_STRING) return Decoded.REFUSED;
-          String s = p.getText();
-          for (int i = 0; i < s.length(); i++) {
-            char c = s.charAt(i);
-            if (c < 0x20 || c > 0x7e) return Decoded.REFUSED;
-          }
-          text[field] = s;
+          i = value(b, i, 1);
         } else {
-          if (t != JsonToken.VALUE_NUMBER_INT) return Decoded.REFUSED;
-          JsonParser.NumberType nt = p.getNumberType();
-          if (nt != JsonParser.NumberType.INT && nt != JsonParser.NumberType.LONG) return Decoded.REFUSED;
-          num[field] = p.getLongValue();
+          if ((seen & (1 << field)) != 0) return Decoded.REFUSED; // twice: which one counts is the reference's call
+          seen |= 1 << field;
+          if (field < STRINGS) {
+            if (i >= n || b[i] != '"') return Decoded.REFUSED;
+            end = string(b, i);
+            if (end < 0) return Decoded.REFUSED;
+            for (int j = i + 1; j < end - 1; j++) {
+              if (b[j] > 0x7e) return Decoded.REFUSED; // printable ASCII (string() refused the controls)
+            }
+            at[2 * field] = i + 1;
+            at[2 * field + 1] = end - 1;
+            i = end;
+          } else {
+            end = integer(b, i);
+            if (end < 0) return Decoded.REFUSED;
+            num[field] = parse(b, i, end);
+            i = end;
+          }
         }
+        if (i < 0) return Decoded.REFUSED;
+        i = ws(b, i);
+        if (i >= n) return Decoded.REFUSED;
+        if (b[i] == '}') {
+          i++;
+          break;
+        }
+        if (b[i] != ',') return Decoded.REFUSED;
+        i = ws(b, i + 1);
       }
-      if (p.nextToken() != null) return Decoded.REFUSED; // anything after the object
-    } catch (IOException | RuntimeException e) {
-      return Decoded.REFUSED;
     }
-    String kind = text[TYPE];
-    if (kind == null || !hasType(types, kind) || !count(seen, num, TS)) return Decoded.REFUSED;
-    String group = text[GROUP];
-    String topic = text[TOPIC];
-    boolean groupOk = group != null && !group.isEmpty() && group.length() <= 1024;
-    boolean topicOk = topic != null && topicName(topic) && (seen & (1 << PARTITION)) != 0
+    if (ws(b, i) != n) return Decoded.REFUSED; // anything after the object
+    if ((seen & (1 << TYPE)) == 0) return Decoded.REFUSED;
+    int type = type(b, at[0], at[1]);
+    if (type < 0 || (types & (1 << type)) == 0 || !count(seen, num, TS)) return Decoded.REFUSED;
+    String kind = TYPES[type];
+    boolean groupOk = (seen & (1 << GROUP)) != 0 && at[3] > at[2] && at[3] - at[2] <= 1024;
+    boolean topicOk = (seen & (1 << TOPIC)) != 0 && topicName(b, at[4], at[5]) && (seen & (1 << PARTITION)) != 0
         && num[PARTITION] >= 0 && num[PARTITION] <= Integer.MAX_VALUE;
+    String group = groupOk ? text(b, at[2], at[3]) : null;
+    String topic = topicOk ? text(b, at[4], at[5]) : null;
     Integer partition = topicOk ? (int) num[PARTITION] : null;
     long ts = num[TS];
-    switch (kind) {
-      case "offset_commit":
+    switch (type) {
+      case 0: // offset_commit
         if (!groupOk || !topicOk || !count(seen, num, OFFSET)) return Decoded.REFUSED;
         return Decoded.row(true, kind, topic, partition, group, null, null, null, null, num[OFFSET], ts, null, null);
-      case "offset_delete":
+      case 1: // offset_delete
         if (!groupOk || !topicOk) return Decoded.REFUSED;
         return Decoded.row(true, kind, topic, partition, group, null, null, null, null, null, ts, null, null);
-      case "group_delete":
+      case 2: // group_delete
         if (!groupOk) return Decoded.REFUSED;
         return Decoded.row(true, kind, null, null, group, null, null, null, null, null, ts, null, null);
-      case "segment_rolled":
+      case 3: // segment_rolled
         long size = (seen & (1 << SIZE)) != 0 ? num[SIZE] : 0;
         if (!topicOk || !count(seen, num, BASE) || !count(seen, num, END) || !count(seen, num, FIRST_TS)
             || size < 0 || size > Decoded.MAX_INT || num[END] <= num[BASE]) {
@@ -98,10 +125,10 @@ public final class JsonDecode implements UDF3<byte[], String, Integer, Row> {
         }
         return Decoded.row(true, kind, topic, partition, null, num[BASE], num[END], num[FIRST_TS], size, null, ts,
             null, null);
-      case "compacted":
+      case 4: // compacted
         if (!topicOk || !count(seen, num, CLEANED)) return Decoded.REFUSED;
         return Decoded.row(true, kind, topic, partition, null, null, null, null, null, num[CLEANED], ts, null, null);
-      case "log_start":
+      case 5: // log_start
         if (!topicOk || !count(seen, num, LOG_START)) return Decoded.REFUSED;
         return Decoded.row(true, kind, topic, partition, null, null, null, null, null, num[LOG_START], ts, null,
             null);
@@ -110,48 +137,176 @@ public final class JsonDecode implements UDF3<byte[], String, Integer, Row> {
     }
   }
 
-  private static int index(String name) {
-    for (int i = 0; i < FIELDS.length; i++) {
-      if (FIELDS[i].equals(name)) return i;
+  /** The mask of `types` (names of {@link #TYPES}), as streaming/columns.py computes it. */
+  static int mask(String... types) {
+    int out = 0;
+    for (String t : types) {
+      for (int i = 0; i < TYPES.length; i++) {
+        if (TYPES[i].equals(t)) out |= 1 << i;
+      }
+    }
+    return out;
+  }
+
+  private static int ws(byte[] b, int i) {
+    while (i < b.length && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r')) i++;
+    return i;
+  }
+
+  /** The end (past the closing quote) of the string at i, or -1: unterminated, or a control character in it. */
+  private static int string(byte[] b, int i) {
+    for (int j = i + 1; j < b.length; j++) {
+      if (b[j] == '"') return j + 1;
+      if (b[j] < 0x20) return -1;
     }
     return -1;
   }
 
-  /** Skips a nested value; false when it nests deeper than MAX_DEPTH. */
-  private static boolean skip(JsonParser p) throws IOException {
-    int depth = 1;
-    while (depth > 0) {
-      JsonToken t = p.nextToken();
-      if (t == null) return false;
-      if (t == JsonToken.START_OBJECT || t == JsonToken.START_ARRAY) {
-        if (++depth > MAX_DEPTH) return false;
-      } else if (t == JsonToken.END_OBJECT || t == JsonToken.END_ARRAY) {
-        depth--;
-      }
+  /** The end of the JSON number at i (RFC 8259's grammar), or -1. */
+  private static int number(byte[] b, int i) {
+    int n = b.length, j = i;
+    if (j < n && b[j] == '-') j++;
+    if (j >= n) return -1;
+    if (b[j] == '0') {
+      j++;
+    } else if (b[j] >= '1' && b[j] <= '9') {
+      while (j < n && isDigit(b[j])) j++;
+    } else {
+      return -1;
+    }
+    if (j < n && b[j] == '.') {
+      int d = ++j;
+      while (j < n && isDigit(b[j])) j++;
+      if (j == d) return -1;
+    }
+    if (j < n && (b[j] == 'e' || b[j] == 'E')) {
+      j++;
+      if (j < n && (b[j] == '+' || b[j] == '-')) j++;
+      int d = j;
+      while (j < n && isDigit(b[j])) j++;
+      if (j == d) return -1;
+    }
+    return j - i > MAX_NUMBER_CHARS ? -1 : j;
+  }
+
+  /** The end of the integer at i (a number with neither fraction nor exponent, at most MAX_INT_DIGITS), or -1. */
+  private static int integer(byte[] b, int i) {
+    int end = number(b, i);
+    if (end < 0) return -1;
+    int digits = end - i - (b[i] == '-' ? 1 : 0);
+    for (int j = i; j < end; j++) {
+      if (b[j] == '.' || b[j] == 'e' || b[j] == 'E') return -1;
+    }
+    return digits > MAX_INT_DIGITS ? -1 : end;
+  }
+
+  private static long parse(byte[] b, int i, int end) {
+    boolean negative = b[i] == '-';
+    long v = 0;
+    for (int j = negative ? i + 1 : i; j < end; j++) v = v * 10 + (b[j] - '0');
+    return negative ? -v : v;
+  }
+
+  /** The end of the JSON value at i, a container at nesting `depth`; -1 if invalid or deeper than MAX_DEPTH. */
+  private static int value(byte[] b, int i, int depth) {
+    int n = b.length;
+    if (i >= n) return -1;
+    switch (b[i]) {
+      case '"':
+        return string(b, i);
+      case 't':
+        return literal(b, i, "true");
+      case 'f':
+        return literal(b, i, "false");
+      case 'n':
+        return literal(b, i, "null");
+      case '{':
+      case '[':
+        if (depth > MAX_DEPTH) return -1;
+        boolean object = b[i] == '{';
+        byte close = (byte) (object ? '}' : ']');
+        i = ws(b, i + 1);
+        if (i < n && b[i] == close) return i + 1;
+        while (true) {
+          if (object) {
+            if (i >= n || b[i] != '"') return -1;
+            i = string(b, i);
+            if (i < 0) return -1;
+            i = ws(b, i);
+            if (i >= n || b[i] != ':') return -1;
+            i = ws(b, i + 1);
+          }
+          i = value(b, i, depth + 1);
+          if (i < 0) return -1;
+          i = ws(b, i);
+          if (i >= n) return -1;
+          if (b[i] == close) return i + 1;
+          if (b[i] != ',') return -1;
+          i = ws(b, i + 1);
+        }
+      default:
+        return number(b, i);
+    }
+  }
+
+  private static int literal(byte[] b, int i, String word) {
+    if (i + word.length() > b.length) return -1;
+    for (int j = 0; j < word.length(); j++) {
+      if (b[i + j] != word.charAt(j)) return -1;
+    }
+    return i + word.length();
+  }
+
+  /** Which contract field the name in b[from, to) is, or -1. */
+  private static int field(byte[] b, int from, int to) {
+    for (int f = 0; f < FIELDS.length; f++) {
+      if (same(b, from, to, FIELDS[f])) return f;
+    }
+    return -1;
+  }
+
+  private static int type(byte[] b, int from, int to) {
+    for (int t = 0; t < TYPE_BYTES.length; t++) {
+      if (same(b, from, to, TYPE_BYTES[t])) return t;
+    }
+    return -1;
+  }
+
+  private static boolean same(byte[] b, int from, int to, byte[] name) {
+    if (to - from != name.length) return false;
+    for (int j = 0; j < name.length; j++) {
+      if (b[from + j] != name[j]) return false;
     }
     return true;
+  }
+
+  private static boolean isDigit(byte c) {
+    return c >= '0' && c <= '9';
   }
 
   private static boolean count(int seen, long[] num, int field) {
     return (seen & (1 << field)) != 0 && num[field] >= 0 && num[field] <= Decoded.MAX_INT;
   }
 
-  private static boolean hasType(String types, String kind) {
-    for (String t : types.split(",")) {
-      if (t.equals(kind)) return true;
-    }
-    return false;
-  }
-
   /** The contract's topic names: 1 to 249 of [a-zA-Z0-9._-]. */
-  private static boolean topicName(String s) {
-    if (s.isEmpty() || s.length() > 249) return false;
-    for (int i = 0; i < s.length(); i++) {
-      char c = s.charAt(i);
+  private static boolean topicName(byte[] b, int from, int to) {
+    if (to <= from || to - from > 249) return false;
+    for (int j = from; j < to; j++) {
+      byte c = b[j];
       boolean ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.'
           || c == '_' || c == '-';
       if (!ok) return false;
     }
     return true;
+  }
+
+  private static String text(byte[] b, int from, int to) {
+    return new String(b, from, to - from, StandardCharsets.ISO_8859_1); // ASCII: checked above
+  }
+
+  private static byte[][] ascii(String[] names) {
+    byte[][] out = new byte[names.length][];
+    for (int i = 0; i < names.length; i++) out[i] = names[i].getBytes(StandardCharsets.US_ASCII);
+    return out;
   }
 }
