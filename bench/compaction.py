@@ -1,7 +1,10 @@
 """The compaction service (`compactd.compaction`): full and incremental runs, and a large key space in 1 GiB.
 
 Starts its own Redis and Apache Kafka broker. Part 1: fills a topic with RECORDS records over KEYS keys in PARTITIONS
-partitions (values of VALUE_BYTES, timestamps = now: the broker's 7-day retention keeps them), times a full run
+partitions (values of VALUE_BYTES, timestamps = now: the broker's 7-day retention keeps them); first the yardstick,
+Kafka's own LogCleaner on the same broker and the same records (`kafka_cleaner`, one and two cleaner threads: from
+the topic turning cleanable to every partition's cleaner checkpoint at its active segment, with the broker's CPU and
+the cleaner's own log); then, in Spark, times a full run
 (generation 1), a bare reader over the same records in this process (`range_read.read_messages`, the reader the
 run's tasks use, partitions in turn on one core), then appends APPEND_SHARE more records over the same keys and
 times the incremental run (generation 2: previous generation + delta). Part 2: fills another topic with BIG_KEYS
@@ -21,6 +24,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -114,6 +118,107 @@ def bare_read(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[str, Any
         "records": seen,
         "seconds": round(seconds, 2),
         "records_per_second": round(seen / seconds),
+    }
+
+
+# Kafka's own cleaner on the same records (the issue's yardstick). The topic is filled under the delete policy (so the
+# cleaner does not start while it fills), in 1 MiB segments (the topic minimum: most of the log leaves the active
+# segment, which the cleaner never touches); then the policy turns to compact with a dirty ratio that makes it
+# cleanable at once, and the clock runs until every partition's cleaner checkpoint reaches its active segment.
+CLEANER_BACKOFF_MS = 100  # the broker's cleaner threads look for work this often (Kafka's default: 15 s)
+_CLEANED = re.compile(r"cleaned log (\S+)-(\d+) \(dirty section = \[(\d+), (\d+)\]\)")
+_PROCESSED = re.compile(r"([\d.]+) MB of log processed in ([\d.]+) seconds")
+
+
+def active_bases(log_dir: Path, topic: str, partitions: int) -> dict[int, int]:
+    """Each partition's active segment base offset: the name of its newest `.log` file."""
+    return {p: max(int(f.stem) for f in (log_dir / f"{topic}-{p}").glob("*.log")) for p in range(partitions)}
+
+
+def cleaner_checkpoints(log_dir: Path, topic: str) -> dict[int, int]:
+    """`<log.dir>/cleaner-offset-checkpoint` (version, count, then `topic partition offset` lines: each partition's
+    first dirty offset), this topic's partitions."""
+    path = log_dir / "cleaner-offset-checkpoint"
+    if not path.exists():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines()[2:]:
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == topic:
+            out[int(parts[1])] = int(parts[2])
+    return out
+
+
+def broker_cpu(pid: int) -> tuple[float, float]:
+    """CPU-seconds of the broker process so far: all of it, its cleaner threads' (`kafka-log-cleaner-thread-N`)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = cleaner = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        used = (int(fields[11]) + int(fields[12])) / tick
+        total += used
+        if stat[stat.index("(") + 1 : stat.rindex(")")].startswith("kafka-log-clean"):
+            cleaner += used
+    return total, cleaner
+
+
+def kafka_cleaner(
+    broker: Any, bootstrap: str, keys: list[int], partitions: int, value_bytes: int, threads: int
+) -> dict[str, Any]:
+    """Kafka's LogCleaner with `threads` cleaner threads over the records `keys` describe (as `produce` sends them):
+    seconds from the topic becoming cleanable to every partition's checkpoint at its active segment, the records
+    that covers, the broker's CPU, and the cleaner's own account from its log (MB and seconds per cleaned log)."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    admin = AdminClient(KafkaConnection(bootstrap).client("admin"))
+
+    def alter(kind: ResourceType, name: str, configs: dict[str, str]) -> None:
+        entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()]
+        for fut in admin.incremental_alter_configs([ConfigResource(kind, name, incremental_configs=entries)]).values():
+            fut.result(30)
+
+    alter(ResourceType.BROKER, "1", {"log.cleaner.threads": str(threads)})  # dynamic: the cleaner restarts
+    topic = f"bench.cleaner-{threads}"
+    config = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1", "segment.bytes": str(MB)}
+    admin.create_topics([NewTopic(topic, partitions, 1, config=config)])[topic].result(30)
+    produce(bootstrap, topic, keys, partitions, value_bytes)
+    bases = active_bases(broker.log_dir, topic, partitions)
+    log_mark = broker.log.stat().st_size
+    pid = broker.proc.pid
+    cpu0, t0 = broker_cpu(pid), time.monotonic()
+    alter(ResourceType.TOPIC, topic, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
+                                      "min.compaction.lag.ms": "0"})  # fmt: skip
+    while True:
+        done = cleaner_checkpoints(broker.log_dir, topic)
+        if all(done.get(p, -1) >= bases[p] for p in range(partitions)):
+            break
+        if time.monotonic() - t0 > 900:
+            raise RuntimeError(f"{topic}: the cleaner did not reach the active segments in 900 s: {done} vs {bases}")
+        time.sleep(0.02)
+    seconds = time.monotonic() - t0
+    cpu1 = broker_cpu(pid)
+    with broker.log.open() as f:
+        f.seek(log_mark)
+        text = f.read()
+    cleaned = [m for m in _CLEANED.finditer(text) if m.group(1) == topic]
+    processed = [(float(a), float(b)) for a, b in _PROCESSED.findall(text)]
+    records = sum(bases.values())
+    return {
+        "cleaner_threads": threads,
+        "records_cleaned": records,  # every offset below the active segments
+        "seconds": round(seconds, 2),
+        "records_per_second": round(records / seconds),
+        "broker_cpu_seconds": round(cpu1[0] - cpu0[0], 2),
+        "cleaner_threads_cpu_seconds": round(cpu1[1] - cpu0[1], 2),
+        "cleaner_log": {
+            "logs_cleaned": len(cleaned),
+            "mb_processed": round(sum(mb for mb, _ in processed), 1),
+            "seconds_summed_over_logs": round(sum(sec for _, sec in processed), 2),
+        },
     }
 
 
@@ -253,7 +358,7 @@ def big_run(bootstrap: str, redis_url: str, topic: str) -> None:
     print(json.dumps(out), flush=True)
 
 
-def part_one(bootstrap: str, redis_url: str) -> dict[str, Any]:
+def part_one(broker: Any, bootstrap: str, redis_url: str) -> dict[str, Any]:
     from compactd.streaming.session import spark_session, stop_spark
 
     records, keys, partitions = env_int("RECORDS", 2_000_000), env_int("KEYS", 200_000), env_int("PARTITIONS", 16)
@@ -265,8 +370,13 @@ def part_one(bootstrap: str, redis_url: str) -> dict[str, Any]:
     first = [i if i < keys else rnd.randrange(keys) for i in range(records)]  # every key at least once
     log.warning("part 1: producing %d records over %d keys, %d partitions", records, keys, partitions)
     produce_s = produce(bootstrap, topic, first, partitions, value_bytes)
-    del first
     ends = high_watermarks(bootstrap, topic, partitions)
+    cleaner = {}
+    for threads in (1, 2):  # before Spark starts: each system has the machine to itself
+        log.warning("part 1: Kafka's cleaner, %d thread(s), on the same records", threads)
+        cleaner[f"threads_{threads}"] = kafka_cleaner(broker, bootstrap, first, partitions, value_bytes, threads)
+        log.warning("part 1: %s", cleaner[f"threads_{threads}"])
+    del first
 
     t0 = time.monotonic()
     spark = spark_session("local[2]")
@@ -300,6 +410,10 @@ def part_one(bootstrap: str, redis_url: str) -> dict[str, Any]:
         "spark_start_seconds": round(spark_start_s, 2),
         "warmup_run_20k_records": warmup,
         "full_run": full,
+        "kafka_cleaner": cleaner,
+        "full_to_cleaner_rate": {
+            k: round(full["records_per_second"] / c["records_per_second"], 3) for k, c in cleaner.items()
+        },
         "bare_reader": bare,
         "appended": append,
         "append_produce_seconds": round(append_s, 2),
@@ -346,10 +460,12 @@ def main() -> None:
     os.environ["SPARK_DRIVER_MEMORY"] = memory  # Spark's default too; part 1 runs with the same heap, said aloud
     t_start = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="compactd-compaction-bench-"))
-    redis_svc, broker = redis_server(work / "redis"), kafka_broker(work / "broker")
+    # the cleaner looks for work every CLEANER_BACKOFF_MS, so its measured time starts when the topic turns cleanable
+    redis_svc = redis_server(work / "redis")
+    broker = kafka_broker(work / "broker", extra={"log.cleaner.backoff.ms": str(CLEANER_BACKOFF_MS)})
     try:
         bootstrap, redis_url = f"127.0.0.1:{broker.port}", f"redis://127.0.0.1:{redis_svc.port}/0"
-        one = part_one(bootstrap, redis_url)
+        one = part_one(broker, bootstrap, redis_url)
         two = part_two(bootstrap, redis_url, memory)
     finally:
         broker.stop()
@@ -363,11 +479,13 @@ def main() -> None:
                 "full_and_incremental": one,
                 "big_key_space": two,
                 "figures": {
+                    "full_to_cleaner_rate": one["full_to_cleaner_rate"],
                     "full_to_bare_read_rate": one["full_to_bare_read_rate"],
                     "incremental_to_full_seconds": one["incremental_to_full_seconds"],
                     "big_completed": two.get("completed", False),
                 },
                 "targets": {
+                    "full_to_cleaner_rate": {"threads_1": ">= 1.0", "threads_2": ">= 1.0 (the moonshot)"},
                     "full_to_bare_read_rate": ">= 0.5",
                     "incremental_to_full_seconds": "<= 0.333",
                     "big_completed": f"true, {two['keys']} keys in driver memory {memory}",
