@@ -52,6 +52,7 @@ def test_full_then_incremental_run_equals_the_model(cluster, job_settings, redis
     out = comp.run(topic)
     assert out["status"] == "SUCCESS" and out["generation"] == 1
     assert out["records_in"] == 400
+    assert out["bytes_in"] == sum(len(r.key or b"") + len(r.value or b"") for p in (0, 1) for r in sent[p])
     manifest = comp.log.read(topic)
     assert manifest is not None and manifest.generation == 1
     for p in (0, 1):
