@@ -232,12 +232,15 @@ def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, in
         c.close()
 
 
-def timed_run(comp: Compactor, topic: str) -> dict[str, Any]:
-    """One run's summary figures, with the time split at the service's phase boundaries (where it goes)."""
+def timed_run(comp: Compactor, topic: str, broker_pid: int | None = None) -> dict[str, Any]:
+    """One run's summary figures, with the time split at the service's phase boundaries (where it goes), and the
+    broker's CPU meanwhile when its pid is given (it shares the machine's cores with Spark)."""
     marks: dict[str, float] = {}
+    cpu0 = broker_cpu(broker_pid)[0] if broker_pid else 0.0
     t0 = time.monotonic()
     out = comp.run(topic, on_phase=lambda phase: marks.setdefault(phase, time.monotonic() - t0))
     total = time.monotonic() - t0
+    broker = {"broker_cpu_seconds": round(broker_cpu(broker_pid)[0] - cpu0, 2)} if broker_pid else {}
     keep = ("generation", "records_in", "records_out", "keys", "bytes_in", "bytes_out", "seconds")
     phases = {
         "plan": marks["planned"],  # manifest read, view claim, offsets
@@ -249,6 +252,7 @@ def timed_run(comp: Compactor, topic: str) -> dict[str, Any]:
         {k: out[k] for k in keep}
         | {"records_per_second": round(out["records_in"] / out["seconds"])}
         | {"phase_seconds": {k: round(v, 2) for k, v in phases.items()}}
+        | broker
     )
 
 
@@ -391,13 +395,13 @@ def part_one(broker: Any, bootstrap: str, redis_url: str) -> dict[str, Any]:
         produce(bootstrap, warm_topic, [rnd.randrange(1000) for _ in range(20_000)], partitions, value_bytes)
         warmup = timed_run(comp, warm_topic)
         log.warning("part 1: warm-up run %s; full run", warmup)
-        full = timed_run(comp, topic)
+        full = timed_run(comp, topic, broker.proc.pid)
         log.warning("part 1: full run %s; bare read", full)
         bare = bare_read(bootstrap, topic, ends)
         log.warning("part 1: bare read %s; appending %d records", bare, append)
         more = [rnd.randrange(keys) for _ in range(append)]  # keys drawn from the same key space
         append_s = produce(bootstrap, topic, more, partitions, value_bytes, records)
-        incremental = timed_run(comp, topic)
+        incremental = timed_run(comp, topic, broker.proc.pid)
         log.warning("part 1: incremental run %s", incremental)
     finally:
         stop_spark(spark)
