@@ -166,11 +166,14 @@ class Compactor:
             if isinstance(exc, CompactdError):
                 raise
             raise RunFailed(f"compaction of {topic} failed: {line}") from None
+        else:
+            # SUCCESS is written while the lease is still held: `status` reads RUNNING with no lease holder as a run
+            # that died, so releasing first left a window where a published run read as ERROR
+            summary["seconds"] = round(time.monotonic() - t0, 3)
+            fields = {k: v for k, v in summary.items() if k not in ("status", "topic")}
+            self.state.set_status(topic, "SUCCESS", error=None, **fields)
         finally:
             lease.release()
-        summary["seconds"] = round(time.monotonic() - t0, 3)
-        fields = {k: v for k, v in summary.items() if k not in ("status", "topic")}
-        self.state.set_status(topic, "SUCCESS", error=None, **fields)
         return summary
 
     def _run(

@@ -89,7 +89,7 @@ def test_the_job_compacts_a_topic_turned_on_by_a_config_event(
         finally:
             stop.set()
             runner.join(120)
-    assert status["status"] == "SUCCESS" and status["error"] is None
+    assert (status["status"], status["error"]) == ("SUCCESS", None)
     whole = {p: first[p] + more[p] for p in (0, 1)}
     got: dict[int, list] = {0: [], 1: []}
     for p, rec in reader.partition_records(topic, table_mode=True):

@@ -13,7 +13,7 @@ import redis
 
 from compactd.compaction.reduce import Record, reduce_partition
 from compactd.compaction.service import Compactor, Overrides, RunFailed
-from compactd.compaction.store import RunInProgress
+from compactd.compaction.store import Lease, RunInProgress
 from compactd.compaction.strategy import Strategy
 from compactd.compaction.view import CompactedReader, table
 from tests.support.compaction import STATUS_KEYS, history, produce
@@ -107,14 +107,26 @@ def test_a_view_topic_compactd_did_not_create_fails_the_run(cluster, job_setting
     assert comp.status(topic)["status"] == "ERROR"
 
 
-def test_status_line_speaks_the_contract(cluster, job_settings, redis_url, spark) -> None:
+def test_status_line_speaks_the_contract(cluster, job_settings, redis_url, spark, monkeypatch) -> None:
     topic = cluster.name("status")
     cluster.create(topic, 1)
     comp = make(job_settings, redis_url, spark)
     assert comp.status(topic)["status"] == "NOT_RUN"
     produce(cluster, topic, history(seed=3, n=50, keys=10), partitions=1)
+    # what a `compact status` from another process reads the instant the run lets go of the topic: a published run
+    # must never read as one that died (the job's test saw ERROR there once)
+    at_release: list[tuple] = []
+    release = Lease.release
+
+    def watched(lease: Lease) -> None:
+        release(lease)
+        st = comp.status(topic)
+        at_release.append((st["status"], st["error"]))
+
+    monkeypatch.setattr(Lease, "release", watched)
     t0 = time.time()
     comp.run(topic, Overrides(strategy="timestamp"))
+    assert at_release == [("SUCCESS", None)]
     st = comp.status(topic)
     assert set(st) == STATUS_KEYS
     assert st["status"] == "SUCCESS" and st["generation"] == 1 and st["horizon"] == {"0": 50}
