@@ -33,6 +33,7 @@ from compactd.compaction.store import MANIFEST_TOPIC_CONFIG, CompactionState, Ho
 from compactd.compaction.strategy import Strategy
 from compactd.errors import CompactdError, ConfigError
 from compactd.policy.thresholds import Thresholds, resolve
+from compactd.streaming.connector import java_options
 
 log = logging.getLogger("compactd.compaction")
 
@@ -233,6 +234,7 @@ class Compactor:
             view=manifest.view,
             now=started,
             delete_retention_ms=th.delete_retention_ms,
+            java_conf=java_options(self.conn, self.settings.spark_kafka),
         )
         strategy_opts = {
             "kind": strategy.kind,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -343,6 +343,7 @@ class WriteSpec:
     view: str
     now: int
     delete_retention_ms: int
+    java_conf: dict[str, str] = field(default_factory=dict)  # the connection as Java client settings (the JVM task)
 
 
 def write_view(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -462,23 +463,24 @@ def run_phases(
 ) -> list[dict[str, int]]:
     """Both phases as one Spark job; one report per source partition that had any input.
 
-    When no partition has more than `held_max` records to read, each is read whole by one task whose combine already
-    holds one row per key (its winner): the job is then one stage, read → sort by offset in the task → write, with
-    no shuffle. Otherwise Spark reduces what the tasks hand over (a group-by with `max_by` over the order key, a
+    When no partition has more than `held_max` records to read, each is read whole by one JVM task that keeps each
+    key's winner and writes it (`run_in_jvm`): one stage, no shuffle, no record in Python. Otherwise Python tasks
+    combine what they read and Spark reduces what they hand over (a group-by with `max_by` over the order key, a
     shuffle that spills), then repartitions by partition for the writers.
     """
     from pyspark.sql import functions as F
 
     if not ranges:
         return []
-    spark.dataSource.register(CompactionInput)
     parallelism = max(1, int(spark.sparkContext.defaultParallelism))
     per_partition: dict[int, int] = {}
     for r in ranges:
         per_partition[r.partition] = per_partition.get(r.partition, 0) + r.end - r.start
     # a partition larger than CHUNK is read by several tasks (`pack`): its winners must then meet in the shuffle,
     # or two writers would each write part of the same view partition
-    combined = max(per_partition.values()) <= min(held_max, CHUNK)
+    if max(per_partition.values()) <= min(held_max, CHUNK):
+        return run_in_jvm(spark, ranges, strategy, retain_null_key, spec, parallelism, spark_options)
+    spark.dataSource.register(CompactionInput)
     df = (
         spark.read.format(CompactionInput.name())
         .options(**spark_options)
@@ -488,33 +490,86 @@ def run_phases(
         .option("held_max", str(held_max))
         .load()
     )
-    columns = ("partition", "key", "nk", "value", "headers", "timestamp", "offset", "n", "size")
-    if combined:
-        ordered = df.select(*columns).sortWithinPartitions("partition", "offset")
-    else:
-        rank = F.struct("k1", "k2", "k3")
-        n, size = F.sum("n"), F.sum("size")
-        if strategy.get("tombstone") == "latest":
-            # each task's row of a key is its winner after the last tombstone it read (`t_off`): the key's records
-            # before its last tombstone anywhere are out, and of the rest any record beats that tombstone
-            from pyspark.sql import Window
+    rank = F.struct("k1", "k2", "k3")
+    n, size = F.sum("n"), F.sum("size")
+    if strategy.get("tombstone") == "latest":
+        # each task's row of a key is its winner after the last tombstone it read (`t_off`): the key's records
+        # before its last tombstone anywhere are out, and of the rest any record beats that tombstone
+        from pyspark.sql import Window
 
-            key = Window.partitionBy("partition", "key", "nk")
-            df = (
-                df.withColumn("t_last", F.max("t_off").over(key))
-                .withColumn("n_all", F.sum("n").over(key))  # the rows dropped still count as records read
-                .withColumn("size_all", F.sum("size").over(key))
-                .where(F.col("offset") >= F.col("t_last"))
-            )
-            rank = F.struct(F.col("value").isNotNull().cast("int"), "k1", "k2", "k3")
-            n, size = F.max("n_all"), F.max("size_all")
-        winners = df.groupBy("partition", "key", "nk").agg(
-            F.max_by(F.struct("value", "headers", "timestamp", "offset"), rank).alias("w"),
-            n.alias("n"),
-            size.alias("size"),
+        key = Window.partitionBy("partition", "key", "nk")
+        df = (
+            df.withColumn("t_last", F.max("t_off").over(key))
+            .withColumn("n_all", F.sum("n").over(key))  # the rows dropped still count as records read
+            .withColumn("size_all", F.sum("size").over(key))
+            .where(F.col("offset") >= F.col("t_last"))
         )
-        flat = winners.select("partition", "key", "nk", "w.value", "w.headers", "w.timestamp", "w.offset", "n", "size")
-        writers = max(1, min(partitions, 2 * parallelism))  # a writing task writes its partitions one after another
-        ordered = flat.repartition(writers, "partition").sortWithinPartitions("partition", "offset")
+        rank = F.struct(F.col("value").isNotNull().cast("int"), "k1", "k2", "k3")
+        n, size = F.max("n_all"), F.max("size_all")
+    winners = df.groupBy("partition", "key", "nk").agg(
+        F.max_by(F.struct("value", "headers", "timestamp", "offset"), rank).alias("w"),
+        n.alias("n"),
+        size.alias("size"),
+    )
+    flat = winners.select("partition", "key", "nk", "w.value", "w.headers", "w.timestamp", "w.offset", "n", "size")
+    writers = max(1, min(partitions, 2 * parallelism))  # a writing task writes its partitions one after another
+    ordered = flat.repartition(writers, "partition").sortWithinPartitions("partition", "offset")
     rows = ordered.mapInArrow(lambda it: write_view(spec, it), WRITTEN_DDL).collect()
     return [r.asDict() for r in rows]
+
+
+# the Java producer's settings for the view's writes, over the connection's (as `WriteSpec.producer_conf` for the
+# Python writer): in order, one batch in flight, not idempotent
+JAVA_PRODUCER = {
+    "acks": "all",
+    "max.in.flight.requests.per.connection": "1",
+    "enable.idempotence": "false",
+    "linger.ms": "20",
+    "batch.size": "1000000",
+    "max.request.size": str(16 << 20),
+}
+CONSUMER_ONLY = ("fetch.max.wait.ms", "max.partition.fetch.bytes", "isolation.level", "group.id")
+
+
+def jvm_task(
+    task: ReadTask, strategy: Mapping[str, Any], retain_null_key: bool, spec: WriteSpec, timeout_ms: int
+) -> str:
+    """One task's JSON for `ViewRun.java` (compaction/jvm)."""
+    producer = {k: v for k, v in spec.java_conf.items() if k not in CONSUMER_ONLY} | JAVA_PRODUCER
+    return json.dumps(
+        {
+            "ranges": [r.__dict__ for r in task.ranges],
+            "strategy": dict(strategy),
+            "retain_null_key": retain_null_key,
+            "view": spec.view,
+            "now": spec.now,
+            "delete_retention_ms": spec.delete_retention_ms,
+            "timeout_ms": timeout_ms,
+            "consumer": spec.java_conf,
+            "producer": producer,
+        }
+    )
+
+
+def run_in_jvm(
+    spark: Any,
+    ranges: list[ReadRange],
+    strategy: Mapping[str, Any],
+    retain_null_key: bool,
+    spec: WriteSpec,
+    parallelism: int,
+    spark_options: Mapping[str, str],
+) -> list[dict[str, int]]:
+    """Both phases in one JVM task per group of whole partitions (`ViewRun.java`): read, keep each key's winner, write
+    it, report the range. Spark only schedules the tasks (one row each, a round-robin repartition of them); no record
+    crosses into Python. The tasks' reports are `WRITTEN_SCHEMA`'s rows."""
+    from pyspark.sql import functions as F
+
+    from compactd.streaming import udfs
+
+    timeout_ms = int(spark_options.get("readtimeoutms", "120000"))
+    tasks = [jvm_task(t, strategy, retain_null_key, spec, timeout_ms) for t in pack(ranges, 2 * parallelism)]
+    spark.udf.registerJavaFunction(*udfs.VIEW_RUN, "string")
+    df = spark.createDataFrame([(t,) for t in tasks], "task string").repartition(len(tasks))
+    reports = df.select(F.call_udf(udfs.VIEW_RUN[0], F.col("task")).alias("report")).collect()
+    return [row for r in reports for row in json.loads(r["report"])]

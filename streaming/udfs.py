@@ -10,6 +10,7 @@ too large for the JIT), where one pass over the bytes in Java runs at the speed 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -27,21 +28,26 @@ DECODED_DDL = (
     "first_batch_max_ts bigint, size_bytes bigint, value_offset bigint, ts bigint, tid_hi bigint, tid_lo bigint"
 )
 UDFS = {"compactd_offsets": "io.compactd.spark.OffsetsDecode", "compactd_json": "io.compactd.spark.JsonDecode"}
+# the compaction's task in the JVM (compaction/spark_run.py): a task's JSON in, its report's JSON out
+VIEW_RUN = ("compactd_view_run", "io.compactd.compaction.ViewRun")
 
 
 def _sources() -> list[Path]:
-    root = Path(str(resources.files("compactd.streaming.jvm").joinpath("java")))
-    return sorted(root.rglob("*.java"))
+    """The stream's decoders and the compaction's task (compaction/jvm): one jar, one compile."""
+    roots = ("compactd.streaming.jvm", "compactd.compaction.jvm")
+    return sorted(p for root in roots for p in Path(str(resources.files(root).joinpath("java"))).rglob("*.java"))
 
 
-def decoders_jar(quiet: bool = False) -> Path:
+def decoders_jar(quiet: bool = False, libs: list[Path] | None = None) -> Path:
     """The decoders' jar, compiled once per source content and pyspark version (`make deps`; else the first session
-    builds it in about two seconds), under `maven.once`'s lock."""
+    builds it in about two seconds), under `maven.once`'s lock. `libs`: the connector's jars (the compaction task
+    uses its Kafka client), on the compile's classpath."""
     import pyspark
 
     sources = _sources()
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources) + pyspark.__version__.encode()).hexdigest()[:16]
-    jar = maven.cache_root() / f"decoders-{digest}" / "compactd-decoders.jar"
+    extra = [p.name.encode() for p in libs or []]
+    digest = hashlib.sha256(b"".join([*(p.read_bytes() for p in sources), *extra, pyspark.__version__.encode()]))
+    jar = maven.cache_root() / f"decoders-{digest.hexdigest()[:16]}" / "compactd-decoders.jar"
     if jar.exists():
         return jar
     javac = shutil.which("javac")
@@ -52,7 +58,7 @@ def decoders_jar(quiet: bool = False) -> Path:
     def build() -> None:
         if not quiet:
             print("compiling compactd's decoders (once) ...", file=sys.stderr, flush=True)
-        classpath = str(Path(pyspark.__file__).parent / "jars" / "*")
+        classpath = os.pathsep.join([str(Path(pyspark.__file__).parent / "jars" / "*"), *map(str, libs or [])])
         with tempfile.TemporaryDirectory() as out:
             argv = [javac, "-nowarn", "--release", "17", "-d", out, "-cp", classpath, *map(str, sources)]
             proc = subprocess.run(argv, capture_output=True, text=True)
@@ -73,3 +79,4 @@ def register(spark: object) -> None:
     """Make the decoders callable by name on this session (`F.call_udf`)."""
     for name, cls in UDFS.items():
         spark.udf.registerJavaFunction(name, cls, DECODED_DDL)  # type: ignore[attr-defined]
+    spark.udf.registerJavaFunction(*VIEW_RUN, "string")  # type: ignore[attr-defined]

@@ -1,0 +1,440 @@
+package io.compactd.compaction;
+
+import java.math.BigInteger;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.atomic.AtomicReference;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.record.TimestampType;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.spark.sql.api.java.UDF1;
+
+/**
+ * One compaction task in the JVM: read each of its source partitions' ranges (the previous generation's view ranges,
+ * then the source delta, read_committed), keep each key's winner under KIP-280's order key, write the winners into
+ * the view's partition of the same number in source-offset order, and report the view range written. The task's
+ * JSON comes from compaction/spark_run.py ({@code jvm_task}); the report is a JSON list, one object per partition
+ * that had a record to read, with the columns of {@code WRITTEN_SCHEMA}.
+ *
+ * <p>It is the fast path of the Python rules ({@code strategy.order_key}, {@code strategy.replaces},
+ * {@code reduce.settle}, {@code spark_run.message_fields}), which stay the reference: the compaction property test
+ * runs both. Used only when every partition of the run fits one task's memory bound; a larger partition goes through
+ * Spark's shuffle. Why Java: the Python task spent about 2 µs a record inside confluent-kafka's message objects and
+ * the combine's loop, more than Kafka's own cleaner spends on the whole record.
+ *
+ * <p>A read never skips: offsets deleted before they are read fail the task ({@code auto.offset.reset=none}), as
+ * does a read that stalls. The range of view partition p is its high watermark before the first write and after
+ * the last acknowledgement: only this task writes p in this run, and the driver checks the range holds exactly the
+ * records written before it publishes.
+ */
+public final class ViewRun implements UDF1<String, String> {
+  private static final long serialVersionUID = 1L;
+  static final String OFFSET_HEADER = "compactd.offset";
+  static final String DELETED_AT = "compactd.deleted_at";
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  /** A failure the run reports as its one line (the driver finds {@code ...Exception: message}). */
+  public static final class ViewRunException extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+
+    ViewRunException(String message) {
+      super(message);
+    }
+  }
+
+  /** The topic's KIP-280 strategy, as {@code compaction/strategy.py} names it. */
+  static final class Strategy {
+    final String kind;
+    final String header;
+    final boolean decimal;
+    final boolean latest;
+
+    Strategy(JsonNode s) {
+      String k = s.path("kind").asText("offset");
+      String h = s.path("header").isTextual() ? s.path("header").asText() : null;
+      boolean headerKind = k.equals("header") && h != null && !h.isEmpty();
+      this.kind = k.equals("header") && !headerKind ? "offset" : k;
+      this.header = headerKind ? h : null;
+      this.decimal = s.path("header_format").asText("long").equals("decimal");
+      this.latest = s.path("tombstone").asText("version").equals("latest");
+    }
+  }
+
+  /** A key's record as the view keeps it: its source offset, timestamp (-1: none), and headers without the view's
+   * own offset header. */
+  static final class Rec {
+    final long offset;
+    final long ts;
+    final byte[] key;
+    final byte[] value;
+    final List<Header> headers;
+    long k1;
+    long k2;
+    long k3;
+
+    Rec(long offset, long ts, byte[] key, byte[] value, List<Header> headers) {
+      this.offset = offset;
+      this.ts = ts;
+      this.key = key;
+      this.value = value;
+      this.headers = headers;
+    }
+  }
+
+  /** A partition's counts, named as {@code WRITTEN_SCHEMA}'s columns. */
+  static final class Counts {
+    long viewStart;
+    long viewEnd;
+    long written;
+    long keys;
+    long tombstones;
+    long expired;
+    long nullKeys;
+    long recordsIn;
+    long bytesIn;
+    long bytesOut;
+  }
+
+  @Override
+  public String call(String task) throws Exception {
+    JsonNode t = JSON.readTree(task);
+    Strategy strategy = new Strategy(t.path("strategy"));
+    boolean retain = t.path("retain_null_key").asBoolean(false);
+    long timeoutMs = t.path("timeout_ms").asLong(120_000);
+    String view = t.path("view").asText();
+    long now = t.path("now").asLong();
+    long retentionMs = t.path("delete_retention_ms").asLong();
+    // one partition's ranges in read order, partitions in the order the task lists them
+    Map<Integer, List<JsonNode>> byPartition = new LinkedHashMap<>();
+    for (JsonNode r : t.path("ranges")) {
+      byPartition.computeIfAbsent(r.path("partition").asInt(), p -> new ArrayList<>()).add(r);
+    }
+    Properties consumerProps = props(t.path("consumer"));
+    consumerProps.put("isolation.level", "read_committed");
+    consumerProps.put("auto.offset.reset", "none");
+    consumerProps.put("enable.auto.commit", "false");
+    consumerProps.remove("group.id");
+    Properties meterProps = props(t.path("consumer"));
+    meterProps.put("isolation.level", "read_uncommitted"); // the view's high watermark, not its stable offset
+    meterProps.remove("group.id");
+    Properties producerProps = props(t.path("producer"));
+    AtomicReference<Exception> failed = new AtomicReference<>();
+    ArrayNode out = JSON.createArrayNode();
+    ByteArrayDeserializer bytes = new ByteArrayDeserializer();
+    try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(consumerProps, bytes, bytes);
+        KafkaConsumer<byte[], byte[]> meter = new KafkaConsumer<>(meterProps, bytes, bytes);
+        KafkaProducer<byte[], byte[]> producer =
+            new KafkaProducer<>(producerProps, new ByteArraySerializer(), new ByteArraySerializer())) {
+      for (Map.Entry<Integer, List<JsonNode>> e : byPartition.entrySet()) {
+        int p = e.getKey();
+        Counts c = new Counts();
+        List<Rec> winners = read(consumer, e.getValue(), strategy, retain, timeoutMs, c);
+        if (c.recordsIn == 0) {
+          continue; // nothing read: no report, as no row reached the Python writer
+        }
+        TopicPartition vtp = new TopicPartition(view, p);
+        c.viewStart = high(meter, vtp, timeoutMs);
+        for (Rec r : winners) {
+          List<Header> headers = new ArrayList<>(r.headers);
+          if (r.value == null) { // a tombstone: stamped on its first run, dropped after delete.retention.ms
+            BigInteger since = deletedAt(r.headers);
+            if (since == null) {
+              headers.add(new RecordHeader(DELETED_AT, Long.toString(now).getBytes(StandardCharsets.US_ASCII)));
+            } else if (BigInteger.valueOf(now).subtract(since).compareTo(BigInteger.valueOf(retentionMs)) >= 0) {
+              c.expired++;
+              continue;
+            }
+            c.tombstones++;
+          } else {
+            c.keys++;
+          }
+          headers.add(new RecordHeader(OFFSET_HEADER, Long.toString(r.offset).getBytes(StandardCharsets.US_ASCII)));
+          Long ts = r.ts > 0 ? r.ts : null; // as librdkafka: no timestamp (or 0) is the time of writing
+          producer.send(
+              new ProducerRecord<>(view, p, ts, r.key, r.value, headers),
+              (meta, err) -> {
+                if (err != null) {
+                  failed.compareAndSet(null, err);
+                }
+              });
+          c.written++;
+          c.bytesOut += len(r.key) + len(r.value);
+        }
+        producer.flush();
+        Exception err = failed.get();
+        if (err != null) {
+          throw new ViewRunException("view " + view + "/" + p + ": a write was refused: " + err);
+        }
+        c.viewEnd = high(meter, vtp, timeoutMs);
+        out.add(report(p, c));
+      }
+    }
+    return JSON.writeValueAsString(out);
+  }
+
+  /** One partition's ranges read in order, reduced to each key's winner; kept null keys too; sorted by offset. */
+  static List<Rec> read(
+      KafkaConsumer<byte[], byte[]> consumer,
+      List<JsonNode> ranges,
+      Strategy strategy,
+      boolean retain,
+      long timeoutMs,
+      Counts c) {
+    HashMap<ByteBuffer, Rec> best = new HashMap<>();
+    List<Rec> keptNull = new ArrayList<>();
+    boolean offsetKind = strategy.kind.equals("offset");
+    for (JsonNode range : ranges) {
+      String topic = range.path("topic").asText();
+      int partition = range.path("partition").asInt();
+      long start = range.path("start").asLong();
+      long end = range.path("end").asLong();
+      boolean fromView = range.path("from_view").asBoolean();
+      if (start >= end) {
+        continue;
+      }
+      TopicPartition tp = new TopicPartition(topic, partition);
+      consumer.assign(List.of(tp));
+      consumer.seek(tp, start);
+      long deadline = System.nanoTime() + timeoutMs * 1_000_000L;
+      long position = start;
+      while (position < end) {
+        if (System.nanoTime() > deadline) {
+          throw new ViewRunException(
+              topic + "/" + partition + ": read stalled at " + position + " of [" + start + "," + end + ")");
+        }
+        ConsumerRecords<byte[], byte[]> records;
+        try {
+          records = consumer.poll(Duration.ofMillis(500));
+        } catch (OffsetOutOfRangeException ex) {
+          throw new ViewRunException(
+              topic + "/" + partition + ": offsets from " + position + " were deleted before they were read "
+                  + "(the topic's retention, or a deleteRecords)");
+        }
+        for (ConsumerRecord<byte[], byte[]> m : records.records(tp)) {
+          if (m.offset() >= end) {
+            break;
+          }
+          byte[] key = m.key();
+          byte[] value = m.value();
+          c.recordsIn++;
+          c.bytesIn += len(key) + len(value);
+          if (key == null) {
+            if (retain) {
+              keptNull.add(fields(m, fromView, topic));
+            } else {
+              c.nullKeys++;
+            }
+            continue;
+          }
+          Rec rec = fields(m, fromView, topic);
+          ByteBuffer k = ByteBuffer.wrap(key);
+          if (offsetKind) {
+            best.put(k, rec); // a later record always wins (both tombstone rules): the view is older than the delta
+            continue;
+          }
+          rank(strategy, rec);
+          Rec held = best.get(k);
+          if (held == null || replaces(strategy, held, rec)) {
+            best.put(k, rec);
+          }
+        }
+        position = Math.max(position, consumer.position(tp));
+      }
+    }
+    List<Rec> out = new ArrayList<>(best.size() + keptNull.size());
+    out.addAll(best.values());
+    out.addAll(keptNull);
+    out.sort(Comparator.comparingLong(r -> r.offset));
+    return out;
+  }
+
+  /** `spark_run.message_fields`: a view record's source offset is its last {@code compactd.offset} header, which
+   * must be there and decimal (else the view was not written by compactd); a source record keeps its headers as
+   * they are. */
+  static Rec fields(ConsumerRecord<byte[], byte[]> m, boolean fromView, String topic) {
+    long ts = m.timestampType() == TimestampType.NO_TIMESTAMP_TYPE ? -1 : m.timestamp();
+    long offset = m.offset();
+    if (!fromView) {
+      Header[] all = m.headers().toArray();
+      return new Rec(offset, ts, m.key(), m.value(), all.length == 0 ? List.of() : Arrays.asList(all));
+    }
+    List<Header> headers = new ArrayList<>();
+    byte[] source = null;
+    boolean found = false;
+    for (Header h : m.headers()) {
+      if (h.key().equals(OFFSET_HEADER)) {
+        source = h.value();
+        found = true;
+      } else {
+        headers.add(h);
+      }
+    }
+    BigInteger number = found && source != null && digits(source) ? new BigInteger(ascii(source)) : null;
+    if (number == null || number.bitLength() > 63) {
+      throw new ViewRunException(topic + "/" + m.partition() + "@" + offset + " has no " + OFFSET_HEADER);
+    }
+    return new Rec(number.longValue(), ts, m.key(), m.value(), headers);
+  }
+
+  /** `strategy.order_key`: the record of a key with the largest (k1, k2, k3) wins. */
+  static void rank(Strategy s, Rec r) {
+    if (s.kind.equals("timestamp")) {
+      r.k1 = r.ts;
+      r.k2 = r.offset;
+      r.k3 = 0;
+    } else if (s.kind.equals("header")) {
+      Long version = headerVersion(r.headers, s.header, s.decimal);
+      r.k1 = version == null ? 0 : 1;
+      r.k2 = version == null ? 0 : version;
+      r.k3 = r.offset;
+    } else {
+      r.k1 = r.offset;
+      r.k2 = 0;
+      r.k3 = 0;
+    }
+  }
+
+  /** `strategy.replaces`, for a record later in the log than the one held. */
+  static boolean replaces(Strategy s, Rec held, Rec rec) {
+    if (s.latest && (rec.value == null || held.value == null)) {
+      return true;
+    }
+    if (rec.k1 != held.k1) {
+      return rec.k1 > held.k1;
+    }
+    if (rec.k2 != held.k2) {
+      return rec.k2 > held.k2;
+    }
+    return rec.k3 > held.k3;
+  }
+
+  /** `strategy.header_version`: the last header of the name; `long` is 8 bytes big-endian signed, `decimal` an ASCII
+   * integer within a long's range after Python's whitespace strip (non-ASCII bytes are never digits or space). */
+  public static Long headerVersion(List<Header> headers, String name, boolean decimal) {
+    byte[] value = null;
+    boolean found = false;
+    for (Header h : headers) {
+      if (h.key().equals(name)) {
+        value = h.value();
+        found = true;
+      }
+    }
+    if (!found || value == null) {
+      return null;
+    }
+    if (!decimal) {
+      return value.length == 8 ? ByteBuffer.wrap(value).getLong() : null;
+    }
+    int from = 0;
+    int to = value.length;
+    while (from < to && space(value[from])) {
+      from++;
+    }
+    while (to > from && space(value[to - 1])) {
+      to--;
+    }
+    if (from == to) {
+      return null;
+    }
+    int digitsFrom = value[from] == '+' || value[from] == '-' ? from + 1 : from;
+    if (digitsFrom == to) {
+      return null;
+    }
+    for (int i = digitsFrom; i < to; i++) {
+      if (value[i] < '0' || value[i] > '9') {
+        return null;
+      }
+    }
+    BigInteger number = new BigInteger(new String(value, from, to - from, StandardCharsets.US_ASCII));
+    return number.bitLength() <= 63 ? number.longValue() : null;
+  }
+
+  /** `reduce.deleted_at`: the first {@code compactd.deleted_at} header that is a decimal number. */
+  static BigInteger deletedAt(List<Header> headers) {
+    for (Header h : headers) {
+      if (h.key().equals(DELETED_AT) && h.value() != null && digits(h.value())) {
+        return new BigInteger(ascii(h.value()));
+      }
+    }
+    return null;
+  }
+
+  /** Python's {@code str.strip()} whitespace among ASCII bytes. */
+  static boolean space(byte b) {
+    return b == ' ' || (b >= 9 && b <= 13) || (b >= 28 && b <= 31);
+  }
+
+  /** Python's {@code bytes.isdigit()}: not empty, ASCII digits only. */
+  static boolean digits(byte[] b) {
+    if (b.length == 0) {
+      return false;
+    }
+    for (byte x : b) {
+      if (x < '0' || x > '9') {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  static String ascii(byte[] b) {
+    return new String(b, StandardCharsets.US_ASCII);
+  }
+
+  static long len(byte[] b) {
+    return b == null ? 0 : b.length;
+  }
+
+  static long high(KafkaConsumer<byte[], byte[]> meter, TopicPartition tp, long timeoutMs) {
+    Long end = meter.endOffsets(List.of(tp), Duration.ofMillis(timeoutMs)).get(tp);
+    if (end == null) {
+      throw new ViewRunException("view " + tp + ": no high watermark");
+    }
+    return end;
+  }
+
+  static Properties props(JsonNode conf) {
+    Properties p = new Properties();
+    conf.fields().forEachRemaining(e -> p.put(e.getKey(), e.getValue().asText()));
+    return p;
+  }
+
+  static ObjectNode report(int p, Counts c) {
+    ObjectNode o = JSON.createObjectNode();
+    o.put("partition", p);
+    o.put("view_start", c.viewStart);
+    o.put("view_end", c.viewEnd);
+    o.put("written", c.written);
+    o.put("keys", c.keys);
+    o.put("tombstones", c.tombstones);
+    o.put("expired", c.expired);
+    o.put("null_keys", c.nullKeys);
+    o.put("records_in", c.recordsIn);
+    o.put("bytes_in", c.bytesIn);
+    o.put("bytes_out", c.bytesOut);
+    return o;
+  }
+}
