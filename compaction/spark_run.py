@@ -16,6 +16,7 @@ the partition layout and the task-side IO, and a change to one phase is a change
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from compactd.errors import CompactdError
 from compactd.kafka.watermarks import watermarks
 
+log = logging.getLogger("compactd.compaction")
 OFFSET_HEADER = "compactd.offset"  # a view record's source offset (decimal ASCII)
 DROP_NULL = -2  # nk of the one group per partition that collects null keys to drop (their count is kept)
 CHUNK = 1_000_000  # offsets per read task: large partitions are read in parallel
@@ -545,7 +547,7 @@ def jvm_task(
             "now": spec.now,
             "delete_retention_ms": spec.delete_retention_ms,
             "timeout_ms": timeout_ms,
-            "consumer": spec.java_conf,
+            "consumer": {"max.poll.records": "10000", **spec.java_conf},  # one poll per fetch, not per 500 records
             "producer": producer,
         }
     )
@@ -561,7 +563,7 @@ def run_in_jvm(
     spark_options: Mapping[str, str],
 ) -> list[dict[str, int]]:
     """Both phases in one JVM task per group of whole partitions (`ViewRun.java`): read, keep each key's winner, write
-    it, report the range. Spark only schedules the tasks (one row each, a round-robin repartition of them); no record
+    it, report the range. Spark only schedules the tasks (one row each); no record
     crosses into Python. The tasks' reports are `WRITTEN_SCHEMA`'s rows."""
     from pyspark.sql import functions as F
 
@@ -570,6 +572,16 @@ def run_in_jvm(
     timeout_ms = int(spark_options.get("readtimeoutms", "120000"))
     tasks = [jvm_task(t, strategy, retain_null_key, spec, timeout_ms) for t in pack(ranges, 2 * parallelism)]
     spark.udf.registerJavaFunction(*udfs.VIEW_RUN, "string")
-    df = spark.createDataFrame([(t,) for t in tasks], "task string").repartition(len(tasks))
-    reports = df.select(F.call_udf(udfs.VIEW_RUN[0], F.col("task")).alias("report")).collect()
-    return [row for r in reports for row in json.loads(r["report"])]
+    # one Spark partition per task, each of one row (its number): a local table would be one partition per core, and
+    # Spark evaluates a projection over a local table while planning it, on the driver
+    task = F.element_at(F.array(*map(F.lit, tasks)), (F.col("id") + 1).cast("int"))
+    df = spark.range(0, len(tasks), 1, len(tasks))
+    rows = df.select(F.call_udf(udfs.VIEW_RUN[0], task).alias("r")).collect()
+    reports = [report for row in rows for report in json.loads(row.r)]
+    log.debug(
+        "compaction tasks in the JVM: %d, reading %.2f s, writing %.2f s (summed over partitions)",
+        len(tasks),
+        sum(r.pop("read_seconds", 0.0) for r in reports),
+        sum(r.pop("write_seconds", 0.0) for r in reports),
+    )
+    return reports
