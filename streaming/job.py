@@ -278,7 +278,7 @@ def root_cause(message: str) -> str:
     """The innermost Python error line of a Spark failure (tasks report Python tracebacks inside JVM errors)."""
     found = None
     for line in message.splitlines():
-        m = _PY_ERROR.match(line.strip())
+        m = _PY_ERROR.match(line.strip().removeprefix("Caused by: "))  # a JVM task's own exception: its cause line
         if m and not m.group(1).startswith(("org.apache", "py4j", "java.")):
             found = f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2)}"
     if found:

@@ -164,3 +164,28 @@ def test_header_versions_parse_as_the_pure_rule_parses(spark: Any) -> None:
                 headers.add(jvm.org.apache.kafka.common.header.internals.RecordHeader(name, value))
             got = jvm.io.compactd.compaction.ViewRun.headerVersion(headers, "v", fmt == "decimal")
             assert got == header_version(case, "v", fmt), (fmt, case)  # type: ignore[arg-type]
+
+
+def test_records_deleted_under_a_task_fail_it_with_one_line(cluster: Any, spark: Any) -> None:
+    """A range whose start the source's retention (or a deleteRecords) took after the run planned it: the task fails,
+    never skips (what the deleted records replaced would come back), and the run's error is one line naming it."""
+    from confluent_kafka import TopicPartition
+
+    from compactd.compaction.spark_run import run_in_jvm
+    from compactd.streaming.job import root_cause
+
+    topic = cluster.name("jvmgone")
+    cluster.create(topic, 1)
+    cluster.create(f"{topic}.compacted", 1)
+    send(cluster.conn, topic, [[(b"k", b"v", 0, [])] * 10], int(time.time() * 1000))
+    for fut in cluster.admin.delete_records([TopicPartition(topic, 0, 4)]).values():
+        fut.result(30)
+    spec = WriteSpec({}, {}, f"{topic}.compacted", NOW, 0, java_options(cluster.conn))
+    with pytest.raises(Exception) as failed:
+        run_in_jvm(spark, [ReadRange(topic, 0, 0, 10, False)], strategy_options(Strategy()), False, spec, 1, {})
+    line = root_cause(f"{type(failed.value).__name__}: {failed.value}")
+    assert line == (
+        f"ViewRunException: {topic}/0: offsets from 0 were deleted before they were read (the topic's retention, "
+        "or a deleteRecords)"
+    )
+    assert cluster.watermarks(f"{topic}.compacted", 0) == (0, 0)  # nothing written

@@ -56,15 +56,6 @@ public final class ViewRun implements UDF1<String, String> {
   static final String DELETED_AT = "compactd.deleted_at";
   private static final ObjectMapper JSON = new ObjectMapper();
 
-  /** A failure the run reports as its one line (the driver finds {@code ...Exception: message}). */
-  public static final class ViewRunException extends RuntimeException {
-    private static final long serialVersionUID = 1L;
-
-    ViewRunException(String message) {
-      super(message);
-    }
-  }
-
   /** The topic's KIP-280 strategy, as {@code compaction/strategy.py} names it. */
   static final class Strategy {
     final String kind;
