@@ -245,8 +245,16 @@ class Settings(BaseSettings):
     compaction_task_records: int = Field(
         250_000,
         ge=1,
-        description="Winners a compaction's reading task holds at most before Spark's shuffle takes them (its "
-        "memory bound); a run whose partitions all hold fewer records skips the shuffle.",
+        description="A compaction task reads a partition with at most this many records once, holding each key's "
+        "winner whole; a larger one twice, as Kafka's cleaner does (only its keys held, in a map of at most "
+        "`compaction_task_map_mb`). Also what a Python task of the shuffle path holds before handing it to Spark.",
+    )
+    compaction_task_map_mb: int = Field(
+        256,
+        ge=1,
+        description="Memory of one compaction task's map of a large partition's keys (about 45 bytes for a 10-byte "
+        "key under `offset`, 70 under the other strategies). A partition with more keys goes through Spark's "
+        "shuffle, which spills, instead. In local mode the tasks share the driver's heap, one per core at once.",
     )
     stop_timeout_ms: int = Field(
         120_000,

@@ -253,6 +253,7 @@ class Compactor:
                 spec,
                 count,
                 self.settings.compaction_task_records,
+                self.settings.compaction_task_map_mb << 20,
             )
         }
         on_phase("written")

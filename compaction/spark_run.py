@@ -33,6 +33,7 @@ OFFSET_HEADER = "compactd.offset"  # a view record's source offset (decimal ASCI
 DROP_NULL = -2  # nk of the one group per partition that collects null keys to drop (their count is kept)
 CHUNK = 1_000_000  # offsets per read task: large partitions are read in parallel
 HELD_MAX = 250_000  # winners a reading task holds before it hands them to Spark (its memory bound)
+MAP_BYTES = 256 << 20  # a JVM task's map of a large partition's keys, at most (`compaction_task_map_mb`)
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 INPUT_SCHEMA = pa.schema(
@@ -110,15 +111,16 @@ class ReadTask(InputPartition):
     ranges: tuple[ReadRange, ...]
 
 
-def pack(ranges: list[ReadRange], tasks: int) -> list[ReadTask]:
+def pack(ranges: list[ReadRange], tasks: int, chunk: int | None = CHUNK) -> list[ReadTask]:
     """At most `tasks` reading tasks of about equal offsets (largest partitions first onto the least loaded task).
     A partition's ranges stay together and in order (view before source: a key's view record is older than any of
-    its source records beyond the horizon), unless it is larger than CHUNK: then its chunks are spread too. Fewer,
-    larger tasks: each Python task costs a worker round trip and a consumer of its own."""
+    its source records beyond the horizon), unless it is larger than `chunk`: then its chunks are spread too (None:
+    never, as the JVM task needs). Fewer, larger tasks: each costs a consumer of its own."""
     groups: dict[tuple[int, int], list[ReadRange]] = {}
     for r in ranges:
         size = sum(x.end - x.start for x in groups.get((r.partition, 0), []))
-        part = 0 if size + (r.end - r.start) <= CHUNK else len(groups)  # a chunk of a large partition: a group
+        whole = chunk is None or size + (r.end - r.start) <= chunk
+        part = 0 if whole else len(groups)  # a chunk of a large partition: a group
         groups.setdefault((r.partition, part), []).append(r)
     loads = [0] * max(1, tasks)
     out: list[list[ReadRange]] = [[] for _ in loads]
@@ -462,26 +464,48 @@ def run_phases(
     spec: WriteSpec,
     partitions: int,
     held_max: int = HELD_MAX,
+    map_bytes: int = MAP_BYTES,
 ) -> list[dict[str, int]]:
-    """Both phases as one Spark job; one report per source partition that had any input.
+    """Both phases as Spark jobs; one report per source partition that had any input.
 
-    When no partition has more than `held_max` records to read, each is read whole by one JVM task that keeps each
-    key's winner and writes it (`run_in_jvm`): one stage, no shuffle, no record in Python. Otherwise Python tasks
-    combine what they read and Spark reduces what they hand over (a group-by with `max_by` over the order key, a
-    shuffle that spills), then repartitions by partition for the writers.
+    Each partition is read whole by one JVM task (`run_in_jvm`): one that has at most `held_max` records to read
+    keeps each key's winner and writes them sorted; a larger one is read twice, as Kafka's cleaner does (each key's
+    winning offset in a map of at most `map_bytes`, then the winners copied in log order). A partition whose keys
+    outgrow that map goes through the Python path instead (`shuffle_phases`): tasks combine what they read and Spark
+    reduces what they hand over (a group-by with `max_by` over the order key, a shuffle that spills), then
+    repartitions by partition for the writers.
     """
-    from pyspark.sql import functions as F
-
     if not ranges:
         return []
     parallelism = max(1, int(spark.sparkContext.defaultParallelism))
-    per_partition: dict[int, int] = {}
-    for r in ranges:
-        per_partition[r.partition] = per_partition.get(r.partition, 0) + r.end - r.start
-    # a partition larger than CHUNK is read by several tasks (`pack`): its winners must then meet in the shuffle,
-    # or two writers would each write part of the same view partition
-    if max(per_partition.values()) <= min(held_max, CHUNK):
-        return run_in_jvm(spark, ranges, strategy, retain_null_key, spec, parallelism, spark_options)
+    reports = run_in_jvm(
+        spark, ranges, strategy, retain_null_key, spec, parallelism, spark_options, held_max, map_bytes
+    )
+    over = {int(r["partition"]) for r in reports if r.get("overflow")}
+    done = [r for r in reports if not r.get("overflow")]
+    if over:
+        log.info(
+            "compaction: partitions %s hold more keys than a task's map: Spark's shuffle reduces them", sorted(over)
+        )
+        rest = [r for r in ranges if r.partition in over]
+        done += shuffle_phases(spark, spark_options, rest, strategy, retain_null_key, spec, partitions, held_max)
+    return done
+
+
+def shuffle_phases(
+    spark: Any,
+    spark_options: Mapping[str, str],
+    ranges: list[ReadRange],
+    strategy: Mapping[str, Any],
+    retain_null_key: bool,
+    spec: WriteSpec,
+    partitions: int,
+    held_max: int,
+) -> list[dict[str, int]]:
+    """The Python path: combine in the reading tasks, reduce in Spark's shuffle, write in Python tasks."""
+    from pyspark.sql import functions as F
+
+    parallelism = max(1, int(spark.sparkContext.defaultParallelism))
     spark.dataSource.register(CompactionInput)
     df = (
         spark.read.format(CompactionInput.name())
@@ -534,7 +558,13 @@ CONSUMER_ONLY = ("fetch.max.wait.ms", "max.partition.fetch.bytes", "isolation.le
 
 
 def jvm_task(
-    task: ReadTask, strategy: Mapping[str, Any], retain_null_key: bool, spec: WriteSpec, timeout_ms: int
+    task: ReadTask,
+    strategy: Mapping[str, Any],
+    retain_null_key: bool,
+    spec: WriteSpec,
+    timeout_ms: int,
+    held_max: int = HELD_MAX,
+    map_bytes: int = MAP_BYTES,
 ) -> str:
     """One task's JSON for `ViewRun.java` (compaction/jvm)."""
     producer = {k: v for k, v in spec.java_conf.items() if k not in CONSUMER_ONLY} | JAVA_PRODUCER
@@ -547,6 +577,8 @@ def jvm_task(
             "now": spec.now,
             "delete_retention_ms": spec.delete_retention_ms,
             "timeout_ms": timeout_ms,
+            "hold_max": held_max,
+            "map_bytes": map_bytes,
             "consumer": {"max.poll.records": "10000", **spec.java_conf},  # one poll per fetch, not per 500 records
             "producer": producer,
         }
@@ -561,6 +593,8 @@ def run_in_jvm(
     spec: WriteSpec,
     parallelism: int,
     spark_options: Mapping[str, str],
+    held_max: int = HELD_MAX,
+    map_bytes: int = MAP_BYTES,
 ) -> list[dict[str, int]]:
     """Both phases in one JVM task per group of whole partitions (`ViewRun.java`): read, keep each key's winner, write
     it, report the range. Spark only schedules the tasks (one row each); no record
@@ -570,7 +604,10 @@ def run_in_jvm(
     from compactd.streaming import udfs
 
     timeout_ms = int(spark_options.get("readtimeoutms", "120000"))
-    tasks = [jvm_task(t, strategy, retain_null_key, spec, timeout_ms) for t in pack(ranges, 2 * parallelism)]
+    tasks = [
+        jvm_task(t, strategy, retain_null_key, spec, timeout_ms, held_max, map_bytes)
+        for t in pack(ranges, 2 * parallelism, chunk=None)
+    ]
     spark.udf.registerJavaFunction(*udfs.VIEW_RUN, "string")
     # one Spark partition per task, each of one row (its number): a local table would be one partition per core, and
     # Spark evaluates a projection over a local table while planning it, on the driver

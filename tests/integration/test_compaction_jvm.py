@@ -100,8 +100,14 @@ def strategy_options(s: Strategy) -> dict[str, Any]:
 
 @settings(max_examples=examples(40), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
-@given(history=st.lists(st.lists(record, max_size=30), min_size=1, max_size=3), split=st.integers(0, 30))
-def test_the_jvm_task_writes_what_the_pure_rules_keep(cluster: Any, spark: Any, history: list, split: int) -> None:
+@given(
+    history=st.lists(st.lists(record, max_size=30), min_size=1, max_size=3),
+    split=st.integers(0, 30),
+    hold=st.sampled_from([250_000, 0]),  # 0: every partition read twice, its keys in the task's map
+)
+def test_the_jvm_task_writes_what_the_pure_rules_keep(
+    cluster: Any, spark: Any, history: list, split: int, hold: int
+) -> None:
     topic = cluster.name(f"jvm{uuid.uuid4().hex[:6]}")
     parts = len(history)
     views = {s: f"{topic}.v{i}" for i, s in enumerate(STRATEGIES)}
@@ -119,7 +125,7 @@ def test_the_jvm_task_writes_what_the_pure_rules_keep(cluster: Any, spark: Any, 
     for gen, (now, retention) in enumerate(gens, 1):
         tasks = {
             views[s]: jvm_task(ReadTask(tuple(ranges[s])), strategy_options(s), False,
-                               WriteSpec({}, {}, views[s], now, retention, java), 30_000)
+                               WriteSpec({}, {}, views[s], now, retention, java), 30_000, hold)
             for s in STRATEGIES
         }  # fmt: skip
         reports = run_tasks(spark, tasks)

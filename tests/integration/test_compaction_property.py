@@ -118,19 +118,21 @@ def winners(records: list[Record], strategy: Strategy) -> list[tuple]:
     derandomize=False,
 )
 @given(
-    held=st.sampled_from([250_000, 7]),  # 7: tasks hand partial combines to Spark's reduce (the shuffle path)
+    # (records a task reads in one pass, map MiB): one pass in the JVM; two passes in the JVM; no map fits, so the
+    # Python tasks hand partial combines to Spark's reduce (the shuffle path)
+    held=st.sampled_from([(250_000, 256), (7, 256), (7, 1)]),
     kind=st.sampled_from(["offset", "timestamp", "header"]),
     tombstone=st.sampled_from(["version", "latest"]),
     steps=st.lists(step, min_size=3, max_size=6),
     seed=st.integers(0, 10_000),
 )
-@example(held=7, kind="header", tombstone="latest", steps=LIFECYCLE, seed=1)
+@example(held=(7, 1), kind="header", tombstone="latest", steps=LIFECYCLE, seed=1)
 def test_view_is_kip280_over_what_the_source_held_across_its_lifecycle(
-    cluster, job_settings, redis_url, spark, held: int, kind: str, tombstone: str, steps: list, seed: int
+    cluster, job_settings, redis_url, spark, held: tuple, kind: str, tombstone: str, steps: list, seed: int
 ) -> None:
     topic = cluster.name(f"prop{uuid.uuid4().hex[:8]}")  # hypothesis may run an example again (shrinking)
     cluster.create(topic, PARTITIONS)
-    s = job_settings(compaction_task_records=held)
+    s = job_settings(compaction_task_records=held[0], compaction_task_map_mb=held[1])
     layers = {"global": {"compaction.view.grace.ms": 0, "compaction.strategy.tombstone": tombstone}}
     r = redis.Redis.from_url(redis_url)
     comp = Compactor(s, r, lambda: layers, lambda: spark)

@@ -40,12 +40,20 @@ def strip(recs: list[Record]) -> list[tuple]:
     return [(r.offset, r.key, r.value) for r in recs]
 
 
-@pytest.mark.parametrize("task_records", [250_000, 9], ids=["combined-in-tasks", "reduced-by-shuffle"])
-def test_full_then_incremental_run_equals_the_model(cluster, job_settings, redis_url, spark, task_records) -> None:
+@pytest.mark.parametrize(
+    ("task_records", "map_mb"),
+    [(250_000, 256), (9, 256), (9, 1)],
+    ids=["one-pass-jvm", "two-pass-jvm", "reduced-by-shuffle"],  # 1 MiB: no map fits, the Python path takes it
+)
+def test_full_then_incremental_run_equals_the_model(
+    cluster, job_settings, redis_url, spark, task_records, map_mb
+) -> None:
     topic = cluster.name("orders")
     cluster.create(topic, 2)
     layers = {"global": {"compaction.view.grace.ms": 0}}
-    comp = make(job_settings, redis_url, spark, layers, compaction_task_records=task_records)
+    comp = make(
+        job_settings, redis_url, spark, layers, compaction_task_records=task_records, compaction_task_map_mb=map_mb
+    )
     first = history(seed=1, n=400, keys=60)
     sent = produce(cluster, topic, first, partitions=2)
 

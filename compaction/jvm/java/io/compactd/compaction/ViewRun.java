@@ -120,6 +120,8 @@ public final class ViewRun implements UDF1<String, String> {
     String view = t.path("view").asText();
     long now = t.path("now").asLong();
     long retentionMs = t.path("delete_retention_ms").asLong();
+    long holdMax = t.path("hold_max").asLong(250_000); // a larger partition is read twice, its keys in a KeyMap
+    long mapBytes = t.path("map_bytes").asLong(256L << 20);
     // one partition's ranges in read order, partitions in the order the task lists them
     Map<Integer, List<JsonNode>> byPartition = new LinkedHashMap<>();
     for (JsonNode r : t.path("ranges")) {
@@ -141,43 +143,55 @@ public final class ViewRun implements UDF1<String, String> {
         KafkaConsumer<byte[], byte[]> meter = new KafkaConsumer<>(meterProps, bytes, bytes);
         KafkaProducer<byte[], byte[]> producer =
             new KafkaProducer<>(producerProps, new ByteArraySerializer(), new ByteArraySerializer())) {
+      Writer writer = new Writer(producer, view, now, retentionMs, failed);
       for (Map.Entry<Integer, List<JsonNode>> e : byPartition.entrySet()) {
         int p = e.getKey();
-        Counts c = new Counts();
-        long t0 = System.nanoTime();
-        List<Rec> winners = read(consumer, e.getValue(), strategy, retain, timeoutMs, c);
-        long t1 = System.nanoTime();
-        c.readNanos = t1 - t0;
-        if (c.recordsIn == 0) {
-          continue; // nothing read: no report, as no row reached the Python writer
+        List<JsonNode> ranges = e.getValue();
+        long records = 0;
+        for (JsonNode r : ranges) {
+          records += Math.max(0, r.path("end").asLong() - r.path("start").asLong());
         }
+        Counts c = new Counts();
         TopicPartition vtp = new TopicPartition(view, p);
-        c.viewStart = high(meter, vtp, timeoutMs);
-        for (Rec r : winners) {
-          List<Header> headers = new ArrayList<>(r.headers);
-          if (r.value == null) { // a tombstone: stamped on its first run, dropped after delete.retention.ms
-            BigInteger since = deletedAt(r.headers);
-            if (since == null) {
-              headers.add(new RecordHeader(DELETED_AT, Long.toString(now).getBytes(StandardCharsets.US_ASCII)));
-            } else if (BigInteger.valueOf(now).subtract(since).compareTo(BigInteger.valueOf(retentionMs)) >= 0) {
-              c.expired++;
-              continue;
-            }
-            c.tombstones++;
-          } else {
-            c.keys++;
+        long t0 = System.nanoTime();
+        long t1;
+        if (records <= holdMax) { // one pass: each key's winner held whole, then written sorted by offset
+          List<Rec> winners = read(consumer, ranges, strategy, retain, timeoutMs, c);
+          t1 = System.nanoTime();
+          if (c.recordsIn == 0) {
+            continue; // nothing read: no report, as no row reached the Python writer
           }
-          headers.add(new RecordHeader(OFFSET_HEADER, Long.toString(r.offset).getBytes(StandardCharsets.US_ASCII)));
-          Long ts = r.ts > 0 ? r.ts : null; // as librdkafka: no timestamp (or 0) is the time of writing
-          producer.send(
-              new ProducerRecord<>(view, p, ts, r.key, r.value, headers),
-              (meta, err) -> {
-                if (err != null) {
-                  failed.compareAndSet(null, err);
-                }
-              });
-          c.written++;
-          c.bytesOut += len(r.key) + len(r.value);
+          c.viewStart = high(meter, vtp, timeoutMs);
+          for (Rec r : winners) {
+            writer.write(p, r, c);
+          }
+        } else { // two passes, as Kafka's cleaner: the winners' offsets by key, then the winners copied in log order
+          KeyMap winners = map(consumer, ranges, strategy, retain, timeoutMs, c, mapBytes);
+          t1 = System.nanoTime();
+          if (winners == null) {
+            ObjectNode o = JSON.createObjectNode();
+            o.put("partition", p);
+            o.put("overflow", true); // more keys than the task's map holds: Spark's shuffle path takes it
+            out.add(o);
+            continue;
+          }
+          if (c.recordsIn == 0) {
+            continue;
+          }
+          c.viewStart = high(meter, vtp, timeoutMs);
+          scan(consumer, ranges, timeoutMs, (m, fromView, topic) -> {
+            byte[] key = m.key();
+            if (key == null) {
+              if (retain) {
+                writer.write(p, fields(m, fromView, topic), c);
+              }
+              return;
+            }
+            long offset = fromView ? sourceOffset(m, topic) : m.offset();
+            if (winners.offsetOf(key) == offset) {
+              writer.write(p, fields(m, fromView, topic), c);
+            }
+          });
         }
         producer.flush();
         Exception err = failed.get();
@@ -185,6 +199,7 @@ public final class ViewRun implements UDF1<String, String> {
           throw new ViewRunException("view " + view + "/" + p + ": a write was refused: " + err);
         }
         c.viewEnd = high(meter, vtp, timeoutMs);
+        c.readNanos = t1 - t0;
         c.writeNanos = System.nanoTime() - t1;
         out.add(report(p, c));
       }
@@ -203,6 +218,81 @@ public final class ViewRun implements UDF1<String, String> {
     HashMap<ByteBuffer, Rec> best = new HashMap<>();
     List<Rec> keptNull = new ArrayList<>();
     boolean offsetKind = strategy.kind.equals("offset");
+    scan(consumer, ranges, timeoutMs, (m, fromView, topic) -> {
+      byte[] key = m.key();
+      c.recordsIn++;
+      c.bytesIn += len(key) + len(m.value());
+      if (key == null) {
+        if (retain) {
+          keptNull.add(fields(m, fromView, topic));
+        } else {
+          c.nullKeys++;
+        }
+        return;
+      }
+      Rec rec = fields(m, fromView, topic);
+      ByteBuffer k = ByteBuffer.wrap(key);
+      if (offsetKind) {
+        best.put(k, rec); // a later record always wins (both tombstone rules): the view is older than the delta
+        return;
+      }
+      rank(strategy, rec);
+      Rec held = best.get(k);
+      if (held == null || replaces(strategy, held, rec)) {
+        best.put(k, rec);
+      }
+    });
+    List<Rec> out = new ArrayList<>(best.size() + keptNull.size());
+    out.addAll(best.values());
+    out.addAll(keptNull);
+    out.sort(Comparator.comparingLong(r -> r.offset));
+    return out;
+  }
+
+  /** Pass one of a large partition: each key's winning source offset (and what `replaces` needs of it), counting
+   * what is read; null when the keys outgrow `maxBytes`. */
+  static KeyMap map(
+      KafkaConsumer<byte[], byte[]> consumer,
+      List<JsonNode> ranges,
+      Strategy strategy,
+      boolean retain,
+      long timeoutMs,
+      Counts c,
+      long maxBytes) {
+    boolean offsetKind = strategy.kind.equals("offset");
+    KeyMap winners = new KeyMap(!offsetKind, maxBytes);
+    boolean[] full = {false};
+    scan(consumer, ranges, timeoutMs, (m, fromView, topic) -> {
+      if (full[0]) {
+        return;
+      }
+      byte[] key = m.key();
+      c.recordsIn++;
+      c.bytesIn += len(key) + len(m.value());
+      if (key == null) {
+        if (!retain) {
+          c.nullKeys++; // dropped; a kept one is counted when pass two writes it
+        }
+        return;
+      }
+      if (offsetKind) {
+        full[0] = !winners.put(key, fromView ? sourceOffset(m, topic) : m.offset());
+        return;
+      }
+      Rec rec = fields(m, fromView, topic);
+      rank(strategy, rec);
+      full[0] = !winners.offer(key, rec, strategy);
+    });
+    return full[0] ? null : winners;
+  }
+
+  /** What a scan does with each record of a partition's ranges, in log order. */
+  interface Sink {
+    void accept(ConsumerRecord<byte[], byte[]> m, boolean fromView, String topic);
+  }
+
+  /** Every record of a partition's ranges, in order: a deleted offset or a stalled read fails the task. */
+  static void scan(KafkaConsumer<byte[], byte[]> consumer, List<JsonNode> ranges, long timeoutMs, Sink sink) {
     for (JsonNode range : ranges) {
       String topic = range.path("topic").asText();
       int partition = range.path("partition").asInt();
@@ -234,38 +324,57 @@ public final class ViewRun implements UDF1<String, String> {
           if (m.offset() >= end) {
             break;
           }
-          byte[] key = m.key();
-          byte[] value = m.value();
-          c.recordsIn++;
-          c.bytesIn += len(key) + len(value);
-          if (key == null) {
-            if (retain) {
-              keptNull.add(fields(m, fromView, topic));
-            } else {
-              c.nullKeys++;
-            }
-            continue;
-          }
-          Rec rec = fields(m, fromView, topic);
-          ByteBuffer k = ByteBuffer.wrap(key);
-          if (offsetKind) {
-            best.put(k, rec); // a later record always wins (both tombstone rules): the view is older than the delta
-            continue;
-          }
-          rank(strategy, rec);
-          Rec held = best.get(k);
-          if (held == null || replaces(strategy, held, rec)) {
-            best.put(k, rec);
-          }
+          sink.accept(m, fromView, topic);
         }
         position = Math.max(position, consumer.position(tp));
       }
     }
-    List<Rec> out = new ArrayList<>(best.size() + keptNull.size());
-    out.addAll(best.values());
-    out.addAll(keptNull);
-    out.sort(Comparator.comparingLong(r -> r.offset));
-    return out;
+  }
+
+  /** Writes a partition's records into the view: tombstones settled as `reduce.settle` does, the source offset
+   * header added, counted. */
+  static final class Writer {
+    final KafkaProducer<byte[], byte[]> producer;
+    final String view;
+    final long now;
+    final long retentionMs;
+    final AtomicReference<Exception> failed;
+
+    Writer(KafkaProducer<byte[], byte[]> producer, String view, long now, long retentionMs,
+        AtomicReference<Exception> failed) {
+      this.producer = producer;
+      this.view = view;
+      this.now = now;
+      this.retentionMs = retentionMs;
+      this.failed = failed;
+    }
+
+    void write(int p, Rec r, Counts c) {
+      List<Header> headers = new ArrayList<>(r.headers);
+      if (r.value == null) { // a tombstone: stamped on its first run, dropped after delete.retention.ms
+        BigInteger since = deletedAt(r.headers);
+        if (since == null) {
+          headers.add(new RecordHeader(DELETED_AT, Long.toString(now).getBytes(StandardCharsets.US_ASCII)));
+        } else if (BigInteger.valueOf(now).subtract(since).compareTo(BigInteger.valueOf(retentionMs)) >= 0) {
+          c.expired++;
+          return;
+        }
+        c.tombstones++;
+      } else {
+        c.keys++;
+      }
+      headers.add(new RecordHeader(OFFSET_HEADER, Long.toString(r.offset).getBytes(StandardCharsets.US_ASCII)));
+      Long ts = r.ts > 0 ? r.ts : null; // as librdkafka: no timestamp (or 0) is the time of writing
+      producer.send(
+          new ProducerRecord<>(view, p, ts, r.key, r.value, headers),
+          (meta, err) -> {
+            if (err != null) {
+              failed.compareAndSet(null, err);
+            }
+          });
+      c.written++;
+      c.bytesOut += len(r.key) + len(r.value);
+    }
   }
 
   /** `spark_run.message_fields`: a view record's source offset is its last {@code compactd.offset} header, which
@@ -279,21 +388,29 @@ public final class ViewRun implements UDF1<String, String> {
       return new Rec(offset, ts, m.key(), m.value(), all.length == 0 ? List.of() : Arrays.asList(all));
     }
     List<Header> headers = new ArrayList<>();
+    for (Header h : m.headers()) {
+      if (!h.key().equals(OFFSET_HEADER)) {
+        headers.add(h);
+      }
+    }
+    return new Rec(sourceOffset(m, topic), ts, m.key(), m.value(), headers);
+  }
+
+  /** A view record's source offset: its last {@code compactd.offset} header, decimal, within a long. */
+  static long sourceOffset(ConsumerRecord<byte[], byte[]> m, String topic) {
     byte[] source = null;
     boolean found = false;
     for (Header h : m.headers()) {
       if (h.key().equals(OFFSET_HEADER)) {
         source = h.value();
         found = true;
-      } else {
-        headers.add(h);
       }
     }
     BigInteger number = found && source != null && digits(source) ? new BigInteger(ascii(source)) : null;
     if (number == null || number.bitLength() > 63) {
-      throw new ViewRunException(topic + "/" + m.partition() + "@" + offset + " has no " + OFFSET_HEADER);
+      throw new ViewRunException(topic + "/" + m.partition() + "@" + m.offset() + " has no " + OFFSET_HEADER);
     }
-    return new Rec(number.longValue(), ts, m.key(), m.value(), headers);
+    return number.longValue();
   }
 
   /** `strategy.order_key`: the record of a key with the largest (k1, k2, k3) wins. */
@@ -316,16 +433,181 @@ public final class ViewRun implements UDF1<String, String> {
 
   /** `strategy.replaces`, for a record later in the log than the one held. */
   static boolean replaces(Strategy s, Rec held, Rec rec) {
-    if (s.latest && (rec.value == null || held.value == null)) {
+    return replaces(s, held.k1, held.k2, held.k3, held.value == null, rec);
+  }
+
+  static boolean replaces(Strategy s, long k1, long k2, long k3, boolean heldTombstone, Rec rec) {
+    if (s.latest && (rec.value == null || heldTombstone)) {
       return true;
     }
-    if (rec.k1 != held.k1) {
-      return rec.k1 > held.k1;
+    if (rec.k1 != k1) {
+      return rec.k1 > k1;
     }
-    if (rec.k2 != held.k2) {
-      return rec.k2 > held.k2;
+    if (rec.k2 != k2) {
+      return rec.k2 > k2;
     }
-    return rec.k3 > held.k3;
+    return rec.k3 > k3;
+  }
+
+  /**
+   * Each key's winner by its exact bytes (never a hash of them: two keys that collide would lose a live key), in
+   * flat arrays rather than objects: about 45 bytes for a 10-byte key under `offset` (the order key adds 25). The
+   * keys live in 1 MiB chunks. It refuses a key once it would hold more than `maxBytes`: the partition then goes
+   * through Spark's shuffle, which spills.
+   */
+  static final class KeyMap {
+    static final int CHUNK = 1 << 20;
+    private final boolean ranked;
+    private final long maxBytes;
+    private int[] slots = new int[1 << 17]; // entry + 1; 0 is empty
+    private int size;
+    private int[] hashes = new int[1 << 16];
+    private long[] refs = new long[1 << 16]; // chunk << 32 | position
+    private int[] lens = new int[1 << 16];
+    private long[] offsets = new long[1 << 16];
+    private long[] k1s;
+    private long[] k2s;
+    private long[] k3s;
+    private boolean[] tombs;
+    private final List<byte[]> chunks = new ArrayList<>();
+    private int pos = CHUNK;
+    private long arena;
+
+    KeyMap(boolean ranked, long maxBytes) {
+      this.ranked = ranked;
+      this.maxBytes = maxBytes;
+      if (ranked) {
+        k1s = new long[hashes.length];
+        k2s = new long[hashes.length];
+        k3s = new long[hashes.length];
+        tombs = new boolean[hashes.length];
+      }
+    }
+
+    long bytes(int entries, int slotCount) {
+      return 4L * slotCount + (long) entries * (ranked ? 49 : 24) + arena;
+    }
+
+    static int hash(byte[] key) {
+      int h = Arrays.hashCode(key);
+      h ^= h >>> 16;
+      h *= 0x85ebca6b;
+      h ^= h >>> 13;
+      h *= 0xc2b2ae35;
+      return h ^ (h >>> 16);
+    }
+
+    /** The key's entry, or -(slot + 1) of the empty slot where it would go. */
+    private int find(byte[] key, int h) {
+      int mask = slots.length - 1;
+      int i = h & mask;
+      while (true) {
+        int e = slots[i] - 1;
+        if (e < 0) {
+          return -(i + 1);
+        }
+        if (hashes[e] == h && lens[e] == key.length && same(e, key)) {
+          return e;
+        }
+        i = (i + 1) & mask;
+      }
+    }
+
+    private boolean same(int e, byte[] key) {
+      byte[] chunk = chunks.get((int) (refs[e] >>> 32));
+      int at = (int) refs[e];
+      return Arrays.equals(chunk, at, at + key.length, key, 0, key.length);
+    }
+
+    /** A new entry for `key` (not held), or -1 when the map would outgrow its bytes. */
+    private int add(byte[] key, int h, int slot) {
+      if (size == hashes.length) {
+        int grown = hashes.length + (hashes.length >> 1);
+        if (bytes(grown, slots.length) > maxBytes) {
+          return -1;
+        }
+        hashes = Arrays.copyOf(hashes, grown);
+        refs = Arrays.copyOf(refs, grown);
+        lens = Arrays.copyOf(lens, grown);
+        offsets = Arrays.copyOf(offsets, grown);
+        if (ranked) {
+          k1s = Arrays.copyOf(k1s, grown);
+          k2s = Arrays.copyOf(k2s, grown);
+          k3s = Arrays.copyOf(k3s, grown);
+          tombs = Arrays.copyOf(tombs, grown);
+        }
+      }
+      if (2L * (size + 1) > slots.length) {
+        if (bytes(hashes.length, slots.length * 2) > maxBytes) {
+          return -1;
+        }
+        int[] old = slots;
+        slots = new int[old.length * 2];
+        int mask = slots.length - 1;
+        for (int e : old) {
+          if (e != 0) {
+            int i = hashes[e - 1] & mask;
+            while (slots[i] != 0) {
+              i = (i + 1) & mask;
+            }
+            slots[i] = e;
+          }
+        }
+        slot = -find(key, h) - 1;
+      }
+      if (pos + key.length > CHUNK || chunks.isEmpty()) {
+        if (bytes(hashes.length, slots.length) + Math.max(CHUNK, key.length) > maxBytes) {
+          return -1;
+        }
+        chunks.add(new byte[Math.max(CHUNK, key.length)]);
+        arena += Math.max(CHUNK, key.length);
+        pos = 0;
+      }
+      byte[] chunk = chunks.get(chunks.size() - 1);
+      System.arraycopy(key, 0, chunk, pos, key.length);
+      int e = size++;
+      hashes[e] = h;
+      refs[e] = ((long) (chunks.size() - 1) << 32) | pos;
+      lens[e] = key.length;
+      pos += key.length;
+      slots[slot] = e + 1;
+      return e;
+    }
+
+    /** `offset`: the later record of a key wins. False when the map is full. */
+    boolean put(byte[] key, long offset) {
+      int h = hash(key);
+      int e = find(key, h);
+      if (e < 0 && (e = add(key, h, -e - 1)) < 0) {
+        return false;
+      }
+      offsets[e] = offset;
+      return true;
+    }
+
+    /** Another strategy: the record takes the key's place when `replaces` says so. False when the map is full. */
+    boolean offer(byte[] key, Rec rec, Strategy s) {
+      int h = hash(key);
+      int e = find(key, h);
+      if (e >= 0 && !replaces(s, k1s[e], k2s[e], k3s[e], tombs[e], rec)) {
+        return true;
+      }
+      if (e < 0 && (e = add(key, h, -e - 1)) < 0) {
+        return false;
+      }
+      offsets[e] = rec.offset;
+      k1s[e] = rec.k1;
+      k2s[e] = rec.k2;
+      k3s[e] = rec.k3;
+      tombs[e] = rec.value == null;
+      return true;
+    }
+
+    /** The source offset of the key's winner; -1 for a key never seen. */
+    long offsetOf(byte[] key) {
+      int e = find(key, hash(key));
+      return e < 0 ? -1 : offsets[e];
+    }
   }
 
   /** `strategy.header_version`: the last header of the name; `long` is 8 bytes big-endian signed, `decimal` an ASCII
