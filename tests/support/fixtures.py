@@ -6,7 +6,7 @@ import gc
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -156,7 +156,7 @@ class Cluster:
         )
         md = c.list_topics(topic, timeout=10).topics[topic]
         parts = [TopicPartition(topic, p, 0) for p in md.partitions]
-        ends = {p.partition: c.get_watermark_offsets(p, timeout=10)[1] for p in parts}
+        ends = {p.partition: _led(lambda p=p: c.get_watermark_offsets(p, timeout=10))[1] for p in parts}
         c.assign(parts)
         out: list[dict] = []
         seen = {p: 0 for p in ends}
@@ -172,15 +172,8 @@ class Cluster:
     def watermarks(self, topic: str, partition: int = 0) -> tuple[int, int]:
         """(log start, log end): the high watermark, not the last stable offset a read_committed client gets."""
         c = Consumer(self.conn.client("consumer", forced={"group.id": "wm", "isolation.level": "read_uncommitted"}))
-        deadline = time.monotonic() + 10
         try:
-            while True:
-                try:
-                    return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
-                except KafkaException as exc:  # a restarted broker leads its partitions a moment after it answers
-                    if exc.args[0].code() not in _LEADING or time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
+            return _led(lambda: c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False))
         finally:
             c.close()
 
@@ -192,6 +185,19 @@ _LEADING = {
     KafkaError._TRANSPORT,
     KafkaError._TIMED_OUT,
 }
+
+
+def _led(ask: Callable[[], tuple[int, int]], within_s: float = 10.0) -> tuple[int, int]:
+    """Watermarks, asked again while the partition has no leader yet: a restarted broker, or a topic just created
+    (by the job under test), leads its partitions a moment after it first answers."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return ask()
+        except KafkaException as exc:
+            if exc.args[0].code() not in _LEADING or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def event_key(ev: dict) -> str:
