@@ -28,7 +28,7 @@ from compactd.compaction.manifest import (
     plan_ranges,
     source_changed,
 )
-from compactd.compaction.spark_run import ReadRange, WriteSpec, run_phases, split
+from compactd.compaction.spark_run import ReadRange, RunInput, WriteSpec, run_phases, split
 from compactd.compaction.store import MANIFEST_TOPIC_CONFIG, CompactionState, Holder, Lease, ManifestLog, now_ms
 from compactd.compaction.strategy import Strategy
 from compactd.errors import CompactdError, ConfigError
@@ -247,13 +247,15 @@ class Compactor:
             for r in run_phases(
                 self.spark(),
                 self.conn.spark_options(),
-                ranges,
-                strategy_opts,
-                th.compaction_retain_null_key,
+                RunInput(
+                    ranges,
+                    strategy_opts,
+                    th.compaction_retain_null_key,
+                    count,
+                    self.settings.compaction_task_records,
+                    self.settings.compaction_task_map_mb << 20,
+                ),
                 spec,
-                count,
-                self.settings.compaction_task_records,
-                self.settings.compaction_task_map_mb << 20,
             )
         }
         on_phase("written")

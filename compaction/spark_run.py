@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -350,6 +350,19 @@ class WriteSpec:
     java_conf: dict[str, str] = field(default_factory=dict)  # the connection as Java client settings (the JVM task)
 
 
+@dataclass(frozen=True)
+class RunInput:
+    """What both phases of a run read and by which rules, besides the write: the ranges, the strategy's options, the
+    null-key rule, the source's partition count (the shuffle path's writers) and a task's bounds."""
+
+    ranges: list[ReadRange]
+    strategy: Mapping[str, Any]
+    retain_null_key: bool
+    partitions: int
+    held_max: int = HELD_MAX
+    map_bytes: int = MAP_BYTES
+
+
 def write_view(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Phase 2 in one task: write the winners (sorted by partition, source offset) into the view, one report row per
     source partition with the view range written and what was counted.
@@ -455,17 +468,7 @@ def write_view(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[p
     yield pa.RecordBatch.from_pydict(out, schema=WRITTEN_SCHEMA)
 
 
-def run_phases(
-    spark: Any,
-    spark_options: Mapping[str, str],
-    ranges: list[ReadRange],
-    strategy: Mapping[str, Any],
-    retain_null_key: bool,
-    spec: WriteSpec,
-    partitions: int,
-    held_max: int = HELD_MAX,
-    map_bytes: int = MAP_BYTES,
-) -> list[dict[str, int]]:
+def run_phases(spark: Any, spark_options: Mapping[str, str], job: RunInput, spec: WriteSpec) -> list[dict[str, int]]:
     """Both phases as Spark jobs; one report per source partition that had any input.
 
     Each partition is read whole by one JVM task (`run_in_jvm`): one that has at most `held_max` records to read
@@ -475,45 +478,36 @@ def run_phases(
     reduces what they hand over (a group-by with `max_by` over the order key, a shuffle that spills), then
     repartitions by partition for the writers.
     """
-    if not ranges:
+    if not job.ranges:
         return []
-    parallelism = max(1, int(spark.sparkContext.defaultParallelism))
-    reports = run_in_jvm(
-        spark, ranges, strategy, retain_null_key, spec, parallelism, spark_options, held_max, map_bytes
-    )
+    reports = run_in_jvm(spark, spark_options, job, spec)
     over = {int(r["partition"]) for r in reports if r.get("overflow")}
     done = [r for r in reports if not r.get("overflow")]
     if over:
         log.info(
             "compaction: partitions %s hold more keys than a task's map: Spark's shuffle reduces them", sorted(over)
         )
-        rest = [r for r in ranges if r.partition in over]
-        done += shuffle_phases(spark, spark_options, rest, strategy, retain_null_key, spec, partitions, held_max)
+        rest = replace(job, ranges=[r for r in job.ranges if r.partition in over])
+        done += shuffle_phases(spark, spark_options, rest, spec)
     return done
 
 
 def shuffle_phases(
-    spark: Any,
-    spark_options: Mapping[str, str],
-    ranges: list[ReadRange],
-    strategy: Mapping[str, Any],
-    retain_null_key: bool,
-    spec: WriteSpec,
-    partitions: int,
-    held_max: int,
+    spark: Any, spark_options: Mapping[str, str], job: RunInput, spec: WriteSpec
 ) -> list[dict[str, int]]:
     """The Python path: combine in the reading tasks, reduce in Spark's shuffle, write in Python tasks."""
     from pyspark.sql import functions as F
 
     parallelism = max(1, int(spark.sparkContext.defaultParallelism))
     spark.dataSource.register(CompactionInput)
+    strategy = job.strategy
     df = (
         spark.read.format(CompactionInput.name())
         .options(**spark_options)
-        .option("tasks", json.dumps([[r.__dict__ for r in t.ranges] for t in pack(ranges, 2 * parallelism)]))
+        .option("tasks", json.dumps([[r.__dict__ for r in t.ranges] for t in pack(job.ranges, 2 * parallelism)]))
         .option("strategy", json.dumps(dict(strategy)))
-        .option("retain_null_key", "true" if retain_null_key else "false")
-        .option("held_max", str(held_max))
+        .option("retain_null_key", "true" if job.retain_null_key else "false")
+        .option("held_max", str(job.held_max))
         .load()
     )
     rank = F.struct("k1", "k2", "k3")
@@ -538,7 +532,7 @@ def shuffle_phases(
         size.alias("size"),
     )
     flat = winners.select("partition", "key", "nk", "w.value", "w.headers", "w.timestamp", "w.offset", "n", "size")
-    writers = max(1, min(partitions, 2 * parallelism))  # a writing task writes its partitions one after another
+    writers = max(1, min(job.partitions, 2 * parallelism))  # a writing task writes its partitions one after another
     ordered = flat.repartition(writers, "partition").sortWithinPartitions("partition", "offset")
     rows = ordered.mapInArrow(lambda it: write_view(spec, it), WRITTEN_DDL).collect()
     return [r.asDict() for r in rows]
@@ -557,57 +551,37 @@ JAVA_PRODUCER = {
 CONSUMER_ONLY = ("fetch.max.wait.ms", "max.partition.fetch.bytes", "isolation.level", "group.id")
 
 
-def jvm_task(
-    task: ReadTask,
-    strategy: Mapping[str, Any],
-    retain_null_key: bool,
-    spec: WriteSpec,
-    timeout_ms: int,
-    held_max: int = HELD_MAX,
-    map_bytes: int = MAP_BYTES,
-) -> str:
+def jvm_task(task: ReadTask, job: RunInput, spec: WriteSpec, timeout_ms: int) -> str:
     """One task's JSON for `ViewRun.java` (compaction/jvm)."""
     producer = {k: v for k, v in spec.java_conf.items() if k not in CONSUMER_ONLY} | JAVA_PRODUCER
     return json.dumps(
         {
             "ranges": [r.__dict__ for r in task.ranges],
-            "strategy": dict(strategy),
-            "retain_null_key": retain_null_key,
+            "strategy": dict(job.strategy),
+            "retain_null_key": job.retain_null_key,
             "view": spec.view,
             "now": spec.now,
             "delete_retention_ms": spec.delete_retention_ms,
             "timeout_ms": timeout_ms,
-            "hold_max": held_max,
-            "map_bytes": map_bytes,
+            "hold_max": job.held_max,
+            "map_bytes": job.map_bytes,
             "consumer": {"max.poll.records": "10000", **spec.java_conf},  # one poll per fetch, not per 500 records
             "producer": producer,
         }
     )
 
 
-def run_in_jvm(
-    spark: Any,
-    ranges: list[ReadRange],
-    strategy: Mapping[str, Any],
-    retain_null_key: bool,
-    spec: WriteSpec,
-    parallelism: int,
-    spark_options: Mapping[str, str],
-    held_max: int = HELD_MAX,
-    map_bytes: int = MAP_BYTES,
-) -> list[dict[str, int]]:
+def run_in_jvm(spark: Any, spark_options: Mapping[str, str], job: RunInput, spec: WriteSpec) -> list[dict[str, int]]:
     """Both phases in one JVM task per group of whole partitions (`ViewRun.java`): read, keep each key's winner, write
-    it, report the range. Spark only schedules the tasks (one row each); no record
-    crosses into Python. The tasks' reports are `WRITTEN_SCHEMA`'s rows."""
+    it, report the range. Spark only schedules the tasks (one row each); no record crosses into Python. The tasks'
+    reports are `WRITTEN_SCHEMA`'s rows, or `overflow` for a partition whose keys outgrew the task's map."""
     from pyspark.sql import functions as F
 
     from compactd.streaming import udfs
 
     timeout_ms = int(spark_options.get("readtimeoutms", "120000"))
-    tasks = [
-        jvm_task(t, strategy, retain_null_key, spec, timeout_ms, held_max, map_bytes)
-        for t in pack(ranges, 2 * parallelism, chunk=None)
-    ]
+    parallelism = max(1, int(spark.sparkContext.defaultParallelism))
+    tasks = [jvm_task(t, job, spec, timeout_ms) for t in pack(job.ranges, 2 * parallelism, chunk=None)]
     spark.udf.registerJavaFunction(*udfs.VIEW_RUN, "string")
     # one Spark partition per task, each of one row (its number): a local table would be one partition per core, and
     # Spark evaluates a projection over a local table while planning it, on the driver

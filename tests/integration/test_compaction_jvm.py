@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compactd.compaction.reduce import Record, reduce_partition
-from compactd.compaction.spark_run import OFFSET_HEADER, ReadRange, ReadTask, WriteSpec, jvm_task
+from compactd.compaction.spark_run import OFFSET_HEADER, ReadRange, ReadTask, RunInput, WriteSpec, jvm_task
 from compactd.compaction.strategy import LONG_MAX, LONG_MIN, Strategy, header_version
 from compactd.streaming.connector import java_options
 from tests.support.examples import examples
@@ -124,8 +124,8 @@ def test_the_jvm_task_writes_what_the_pure_rules_keep(
     written: dict[tuple[Strategy, int], list[tuple]] = {}
     for gen, (now, retention) in enumerate(gens, 1):
         tasks = {
-            views[s]: jvm_task(ReadTask(tuple(ranges[s])), strategy_options(s), False,
-                               WriteSpec({}, {}, views[s], now, retention, java), 30_000, hold)
+            views[s]: jvm_task(ReadTask(tuple(ranges[s])), RunInput([], strategy_options(s), False, parts, hold),
+                               WriteSpec({}, {}, views[s], now, retention, java), 30_000)
             for s in STRATEGIES
         }  # fmt: skip
         reports = run_tasks(spark, tasks)
@@ -188,7 +188,9 @@ def test_records_deleted_under_a_task_fail_it_with_one_line(cluster: Any, spark:
         fut.result(30)
     spec = WriteSpec({}, {}, f"{topic}.compacted", NOW, 0, java_options(cluster.conn))
     with pytest.raises(Exception) as failed:
-        run_in_jvm(spark, [ReadRange(topic, 0, 0, 10, False)], strategy_options(Strategy()), False, spec, 1, {})
+        run_in_jvm(
+            spark, {}, RunInput([ReadRange(topic, 0, 0, 10, False)], strategy_options(Strategy()), False, 1), spec
+        )
     line = root_cause(f"{type(failed.value).__name__}: {failed.value}")
     assert line == (
         f"ViewRunException: {topic}/0: offsets from 0 were deleted before they were read (the topic's retention, "
