@@ -252,9 +252,10 @@ class Settings(BaseSettings):
     compaction_task_map_mb: int = Field(
         256,
         ge=1,
-        description="Memory of one compaction task's map of a large partition's keys (about 45 bytes for a 10-byte "
-        "key under `offset`, 70 under the other strategies). A partition with more keys goes through Spark's "
-        "shuffle, which spills, instead. In local mode the tasks share the driver's heap, one per core at once.",
+        description="Memory of one compaction task's map of a large partition's keys (about 40 bytes for a 10-byte "
+        "key under `offset`, 65 under the other strategies), and never more than a quarter of the JVM's heap. A "
+        "partition with more keys goes through Spark's shuffle, which spills, instead. In local mode the tasks share "
+        "the driver's heap, one per core at once.",
     )
     stop_timeout_ms: int = Field(
         120_000,

@@ -120,8 +120,10 @@ public final class ViewRun implements UDF1<String, String> {
     String view = t.path("view").asText();
     long now = t.path("now").asLong();
     long retentionMs = t.path("delete_retention_ms").asLong();
+    boolean ranked = !strategy.kind.equals("offset");
     long holdMax = t.path("hold_max").asLong(250_000); // a larger partition is read twice, its keys in a KeyMap
-    long mapBytes = t.path("map_bytes").asLong(256L << 20);
+    // at most a quarter of the heap per task, whatever the setting: a local session's tasks share the driver's heap
+    long mapBytes = Math.min(t.path("map_bytes").asLong(256L << 20), Runtime.getRuntime().maxMemory() / 4);
     // one partition's ranges in read order, partitions in the order the task lists them
     Map<Integer, List<JsonNode>> byPartition = new LinkedHashMap<>();
     for (JsonNode r : t.path("ranges")) {
@@ -166,7 +168,7 @@ public final class ViewRun implements UDF1<String, String> {
             writer.write(p, r, c);
           }
         } else { // two passes, as Kafka's cleaner: the winners' offsets by key, then the winners copied in log order
-          KeyMap winners = map(consumer, ranges, strategy, retain, timeoutMs, c, mapBytes);
+          KeyMap winners = map(consumer, ranges, strategy, retain, timeoutMs, c, new KeyMap(ranked, mapBytes, records));
           t1 = System.nanoTime();
           if (winners == null) {
             ObjectNode o = JSON.createObjectNode();
@@ -258,9 +260,8 @@ public final class ViewRun implements UDF1<String, String> {
       boolean retain,
       long timeoutMs,
       Counts c,
-      long maxBytes) {
+      KeyMap winners) {
     boolean offsetKind = strategy.kind.equals("offset");
-    KeyMap winners = new KeyMap(!offsetKind, maxBytes);
     boolean[] full = {false};
     scan(consumer, ranges, timeoutMs, (m, fromView, topic) -> {
       if (full[0]) {
@@ -451,14 +452,15 @@ public final class ViewRun implements UDF1<String, String> {
 
   /**
    * Each key's winner by its exact bytes (never a hash of them: two keys that collide would lose a live key), in
-   * flat arrays rather than objects: about 45 bytes for a 10-byte key under `offset` (the order key adds 25). The
-   * keys live in 1 MiB chunks. It refuses a key once it would hold more than `maxBytes`: the partition then goes
+   * flat arrays rather than objects: about 40 bytes for a 10-byte key under `offset` (the order key adds 25). The
+   * keys live in 1 MiB chunks; the arrays never grow past the partition's record count. It refuses a key once it would hold more than `maxBytes`: the partition then goes
    * through Spark's shuffle, which spills.
    */
   static final class KeyMap {
     static final int CHUNK = 1 << 20;
     private final boolean ranked;
     private final long maxBytes;
+    private final long maxEntries; // never more keys than records
     private int[] slots = new int[1 << 17]; // entry + 1; 0 is empty
     private int size;
     private int[] hashes = new int[1 << 16];
@@ -473,9 +475,10 @@ public final class ViewRun implements UDF1<String, String> {
     private int pos = CHUNK;
     private long arena;
 
-    KeyMap(boolean ranked, long maxBytes) {
+    KeyMap(boolean ranked, long maxBytes, long records) {
       this.ranked = ranked;
       this.maxBytes = maxBytes;
+      this.maxEntries = Math.max(1, records);
       if (ranked) {
         k1s = new long[hashes.length];
         k2s = new long[hashes.length];
@@ -522,7 +525,10 @@ public final class ViewRun implements UDF1<String, String> {
     /** A new entry for `key` (not held), or -1 when the map would outgrow its bytes. */
     private int add(byte[] key, int h, int slot) {
       if (size == hashes.length) {
-        int grown = hashes.length + (hashes.length >> 1);
+        int grown = (int) Math.min(Integer.MAX_VALUE - 8, Math.min(maxEntries, hashes.length + (hashes.length >> 1)));
+        if (grown <= size) {
+          grown = size + 1; // more keys than the records counted: cannot happen, but never an index out of bounds
+        }
         if (bytes(grown, slots.length) > maxBytes) {
           return -1;
         }
@@ -537,7 +543,7 @@ public final class ViewRun implements UDF1<String, String> {
           tombs = Arrays.copyOf(tombs, grown);
         }
       }
-      if (2L * (size + 1) > slots.length) {
+      if (10L * (size + 1) > 7L * slots.length) { // linear probing up to 70 % full
         if (bytes(hashes.length, slots.length * 2) > maxBytes) {
           return -1;
         }
