@@ -552,8 +552,7 @@ CONSUMER_ONLY = ("fetch.max.wait.ms", "max.partition.fetch.bytes", "isolation.le
 
 
 def jvm_task(task: ReadTask, job: RunInput, spec: WriteSpec, timeout_ms: int) -> str:
-    """One task's JSON for `ViewRun.java` (compaction/jvm)."""
-    producer = {k: v for k, v in spec.java_conf.items() if k not in CONSUMER_ONLY} | JAVA_PRODUCER
+    """One task's JSON for `ViewRun.java` (compaction/jvm): what to read and write, by which rules; no credentials."""
     return json.dumps(
         {
             "ranges": [r.__dict__ for r in task.ranges],
@@ -565,10 +564,24 @@ def jvm_task(task: ReadTask, job: RunInput, spec: WriteSpec, timeout_ms: int) ->
             "timeout_ms": timeout_ms,
             "hold_max": job.held_max,
             "map_bytes": job.map_bytes,
-            "consumer": {"max.poll.records": "10000", **spec.java_conf},  # one poll per fetch, not per 500 records
-            "producer": producer,
         }
     )
+
+
+def view_run(spark: Any, spec: WriteSpec) -> str:
+    """The name of the compaction task's function for this connection, registered on the session: an instance of
+    `ViewRun.java` holding the Kafka clients' settings (credentials stay out of the query's literals). Named by a
+    digest of them, so runs of one connection share it and two connections never swap theirs."""
+    import hashlib
+
+    producer = {k: v for k, v in spec.java_conf.items() if k not in CONSUMER_ONLY} | JAVA_PRODUCER
+    # one poll per fetch, not per 500 records
+    clients = json.dumps({"consumer": {"max.poll.records": "10000", **spec.java_conf}, "producer": producer})
+    name = f"compactd_view_run_{hashlib.sha256(clients.encode()).hexdigest()[:16]}"
+    jvm = spark.sparkContext._jvm
+    function = jvm.io.compactd.compaction.ViewRun(clients)
+    spark._jsparkSession.udf().register(name, function, jvm.org.apache.spark.sql.types.DataTypes.StringType)
+    return name
 
 
 def run_in_jvm(spark: Any, spark_options: Mapping[str, str], job: RunInput, spec: WriteSpec) -> list[dict[str, int]]:
@@ -577,17 +590,15 @@ def run_in_jvm(spark: Any, spark_options: Mapping[str, str], job: RunInput, spec
     reports are `WRITTEN_SCHEMA`'s rows, or `overflow` for a partition whose keys outgrew the task's map."""
     from pyspark.sql import functions as F
 
-    from compactd.streaming import udfs
-
     timeout_ms = int(spark_options.get("readtimeoutms", "120000"))
     parallelism = max(1, int(spark.sparkContext.defaultParallelism))
     tasks = [jvm_task(t, job, spec, timeout_ms) for t in pack(job.ranges, 2 * parallelism, chunk=None)]
-    spark.udf.registerJavaFunction(*udfs.VIEW_RUN, "string")
+    name = view_run(spark, spec)
     # one Spark partition per task, each of one row (its number): a local table would be one partition per core, and
     # Spark evaluates a projection over a local table while planning it, on the driver
     task = F.element_at(F.array(*map(F.lit, tasks)), (F.col("id") + 1).cast("int"))
     df = spark.range(0, len(tasks), 1, len(tasks))
-    rows = df.select(F.call_udf(udfs.VIEW_RUN[0], task).alias("r")).collect()
+    rows = df.select(F.call_udf(name, task).alias("r")).collect()
     reports = [report for row in rows for report in json.loads(row.r)]
     log.debug(
         "compaction tasks in the JVM: %d, reading %.2f s, writing %.2f s (summed over partitions)",

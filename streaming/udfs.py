@@ -28,8 +28,6 @@ DECODED_DDL = (
     "first_batch_max_ts bigint, size_bytes bigint, value_offset bigint, ts bigint, tid_hi bigint, tid_lo bigint"
 )
 UDFS = {"compactd_offsets": "io.compactd.spark.OffsetsDecode", "compactd_json": "io.compactd.spark.JsonDecode"}
-# the compaction's task in the JVM (compaction/spark_run.py): a task's JSON in, its report's JSON out
-VIEW_RUN = ("compactd_view_run", "io.compactd.compaction.ViewRun")
 
 
 def _sources() -> list[Path]:
@@ -79,4 +77,3 @@ def register(spark: object) -> None:
     """Make the decoders callable by name on this session (`F.call_udf`)."""
     for name, cls in UDFS.items():
         spark.udf.registerJavaFunction(name, cls, DECODED_DDL)  # type: ignore[attr-defined]
-    spark.udf.registerJavaFunction(*VIEW_RUN, "string")  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compactd.compaction.reduce import Record, reduce_partition
-from compactd.compaction.spark_run import OFFSET_HEADER, ReadRange, ReadTask, RunInput, WriteSpec, jvm_task
+from compactd.compaction.spark_run import OFFSET_HEADER, ReadRange, ReadTask, RunInput, WriteSpec, jvm_task, view_run
 from compactd.compaction.strategy import LONG_MAX, LONG_MIN, Strategy, header_version
 from compactd.streaming.connector import java_options
 from tests.support.examples import examples
@@ -82,15 +82,13 @@ def read_views(cluster: Any, ends: dict[tuple[str, int], int]) -> dict[tuple[str
     return out
 
 
-def run_tasks(spark: Any, tasks: dict[str, str]) -> dict[str, dict[int, dict]]:
+def run_tasks(spark: Any, spec: WriteSpec, tasks: dict[str, str]) -> dict[str, dict[int, dict]]:
     """Several `ViewRun` tasks (one per view) as one Spark job, the way `run_in_jvm` runs them; reports by view."""
     from pyspark.sql import functions as F
 
-    from compactd.streaming import udfs
-
-    spark.udf.registerJavaFunction(*udfs.VIEW_RUN, "string")
+    name = view_run(spark, spec)
     df = spark.createDataFrame(list(tasks.items()), "view string, task string").repartition(len(tasks))
-    rows = df.select("view", F.call_udf(udfs.VIEW_RUN[0], F.col("task")).alias("report")).collect()
+    rows = df.select("view", F.call_udf(name, F.col("task")).alias("report")).collect()
     return {r["view"]: {rep["partition"]: rep for rep in json.loads(r["report"])} for r in rows}
 
 
@@ -128,7 +126,7 @@ def test_the_jvm_task_writes_what_the_pure_rules_keep(
                                WriteSpec({}, {}, views[s], now, retention, java), 30_000)
             for s in STRATEGIES
         }  # fmt: skip
-        reports = run_tasks(spark, tasks)
+        reports = run_tasks(spark, WriteSpec({}, {}, "", now, retention, java), tasks)
         for s in STRATEGIES:
             nxt: list[ReadRange] = []
             for p in range(parts):
@@ -197,3 +195,13 @@ def test_records_deleted_under_a_task_fail_it_with_one_line(cluster: Any, spark:
         "or a deleteRecords)"
     )
     assert cluster.watermarks(f"{topic}.compacted", 0) == (0, 0)  # nothing written
+
+
+def test_the_clients_credentials_stay_out_of_the_query() -> None:
+    """A task's JSON is a literal of the Spark query, and Spark shows plans with their literals (UI, event logs,
+    `explain`): the Kafka clients' settings, a SASL password among them, travel inside the function instead."""
+    secret = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="s3cret";'
+    spec = WriteSpec({}, {}, "t.compacted", NOW, 0, {"bootstrap.servers": "b:9092", "sasl.jaas.config": secret})
+    task = jvm_task(ReadTask((ReadRange("t", 0, 0, 10, False),)), RunInput([], {"kind": "offset"}, False, 1), spec, 1)
+    assert "s3cret" not in task and "b:9092" not in task
+    assert json.loads(task)["ranges"] == [{"topic": "t", "partition": 0, "start": 0, "end": 10, "from_view": False}]

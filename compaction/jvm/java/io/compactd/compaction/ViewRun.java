@@ -52,6 +52,14 @@ import org.apache.spark.sql.api.java.UDF1;
  */
 public final class ViewRun implements UDF1<String, String> {
   private static final long serialVersionUID = 1L;
+  /** The Kafka clients' settings ({"consumer": {...}, "producer": {...}}), credentials included: a field of the
+   * function, serialized with the task, never a literal of the query (Spark shows its plans, with their literals, in
+   * its UI, event logs and `explain`). */
+  private final String clients;
+
+  public ViewRun(String clients) {
+    this.clients = clients;
+  }
   static final String OFFSET_HEADER = "compactd.offset";
   static final String DELETED_AT = "compactd.deleted_at";
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -129,15 +137,16 @@ public final class ViewRun implements UDF1<String, String> {
     for (JsonNode r : t.path("ranges")) {
       byPartition.computeIfAbsent(r.path("partition").asInt(), p -> new ArrayList<>()).add(r);
     }
-    Properties consumerProps = props(t.path("consumer"));
+    JsonNode k = JSON.readTree(clients);
+    Properties consumerProps = props(k.path("consumer"));
     consumerProps.put("isolation.level", "read_committed");
     consumerProps.put("auto.offset.reset", "none");
     consumerProps.put("enable.auto.commit", "false");
     consumerProps.remove("group.id");
-    Properties meterProps = props(t.path("consumer"));
+    Properties meterProps = props(k.path("consumer"));
     meterProps.put("isolation.level", "read_uncommitted"); // the view's high watermark, not its stable offset
     meterProps.remove("group.id");
-    Properties producerProps = props(t.path("producer"));
+    Properties producerProps = props(k.path("producer"));
     AtomicReference<Exception> failed = new AtomicReference<>();
     ArrayNode out = JSON.createArrayNode();
     ByteArrayDeserializer bytes = new ByteArrayDeserializer();
