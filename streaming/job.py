@@ -275,13 +275,21 @@ _PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Timeout|Failed|Unav
 
 
 def root_cause(message: str) -> str:
-    """The innermost Python error line of a Spark failure (tasks report Python tracebacks inside JVM errors)."""
-    found = None
+    """The innermost Python error line of a Spark failure (tasks report Python tracebacks inside JVM errors), or a
+    JVM task's own exception; else the innermost JVM cause (a Kafka client's refusal says more than Py4J's "An error
+    occurred while calling o115.collectToPython"); else the first line."""
+    found = cause = None
     for line in message.splitlines():
-        m = _PY_ERROR.match(line.strip().removeprefix("Caused by: "))  # a JVM task's own exception: its cause line
-        if m and not m.group(1).startswith(("org.apache", "py4j", "java.")):
+        text = line.strip()
+        if text.startswith("Caused by: "):
+            text = cause = text.removeprefix("Caused by: ")
+        m = _PY_ERROR.match(text)
+        if m and not m.group(1).lower().startswith(("org.apache", "py4j", "java.")):  # Py4JJavaError wraps, never says
             found = f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2)}"
     if found:
         return found
+    if cause:
+        name, _, detail = cause.partition(": ")
+        return f"{name.rsplit('.', 1)[-1]}: {detail}"[:300].rstrip(": ")
     first = next((ln.strip() for ln in message.splitlines() if ln.strip()), "unknown error")
     return first[:300]

@@ -243,3 +243,61 @@ def test_the_acl_table_is_what_compactd_needs_and_each_missing_grant_is_named(
     with Application(from_commits, spark=spark) as job:
         job.run(once=True)
         assert job.state.view(data, 0).min_committed == 500
+
+
+def test_a_compaction_run_as_a_principal_granted_its_rows(spark, sasl_broker, redis_url) -> None:
+    """The compaction service's rows of the table (Read on the topic; the view by name; compactd's own topics by
+    prefix), and nothing else: a run through the JVM task authenticates with SASL from compactd's `kafka:` settings
+    and publishes the view KIP-280 keeps. Ground truth: the view read back by the superuser."""
+    import redis
+
+    from compactd.compaction.reduce import reduce_partition
+    from compactd.compaction.service import Compactor
+    from compactd.compaction.strategy import Strategy
+    from tests.support.compaction import history, produce
+
+    super_user = {k: v for k, v in sasl_broker.client().items() if k != "bootstrap.servers"}
+    admin_cluster = Cluster(sasl_broker.bootstrap, super_user)
+    prefix = admin_cluster.prefix
+    topic = admin_cluster.name("accounts")
+    admin_cluster.create(topic, 2)
+    sent = produce(admin_cluster, topic, history(seed=5, n=300, keys=40), partitions=2)
+    t, lit, pre = ResourceType.TOPIC, ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
+    view_ops = [AclOperation.CREATE, AclOperation.DESCRIBE, AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE]
+    rows = [
+        (t, topic, lit, [AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS]),
+        (t, f"{topic}.compacted", lit, view_ops),
+        (t, f"compactd-{prefix}.", pre, view_ops),
+    ]
+    apply(admin_cluster.admin, add=[AclBinding(kind, name, pattern, USER, "*", op, ANY)
+                                    for kind, name, pattern, ops in rows for op in ops])  # fmt: skip
+    creds = {k: v for k, v in sasl_broker.client("compactd").items() if k != "bootstrap.servers"}
+    names = {k: f"compactd-{prefix}.{k}" for k in ("segments", "commits", "config", "actions", "dlq", "compactions")}
+    settings = Settings(bootstrap_servers=sasl_broker.bootstrap, redis_url=redis_url, topics=TopicNames(**names),
+                        kafka=creds)  # fmt: skip
+    comp = Compactor(settings, redis.Redis.from_url(redis_url), lambda: {}, lambda: spark)
+    out = comp.run(topic)
+    assert (out["status"], out["generation"], out["records_in"]) == ("SUCCESS", 1, 300)
+    manifest = comp.log.read(topic)
+    assert manifest is not None
+    for p in (0, 1):
+        kept, _ = reduce_partition([], sent[p], Strategy(), now=manifest.started_at)
+        pv = manifest.partitions[str(p)]
+        got = read_range(admin_cluster, f"{topic}.compacted", p, pv.view_start, pv.view_end)
+        assert got == [(r.key, r.value) for r in kept]
+
+
+def read_range(cluster: Cluster, topic: str, partition: int, start: int, end: int) -> list[tuple]:
+    """(key, value) of [start, end) of one partition."""
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer(cluster.conn.client("consumer", forced={"group.id": f"read-{uuid.uuid4()}"}))
+    c.assign([TopicPartition(topic, partition, start)])
+    out: list[tuple] = []
+    deadline = time.monotonic() + 30
+    while len(out) < end - start and time.monotonic() < deadline:
+        out += [(m.key(), m.value()) for m in c.consume(1000, 0.5) if m.error() is None and m.offset() < end]
+    c.close()
+    return out
