@@ -1,16 +1,18 @@
 """The two phases of a compaction run on Spark.
 
 Phase 1 reads the previous generation (view ranges) and the source delta (previous horizon → new horizon,
-read_committed) as one DataFrame, each task computing KIP-280's order key of its records with the pure rule
-(`strategy.order_key`), and reduces each (partition, key) to the record with the largest order key: a group-by with
-`max_by`, i.e. a shuffle that spills to disk, so memory is bounded by Spark, not by a heap map of every key.
-Phase 2 repartitions the winners by source partition, sorts each by source offset and writes them into the view's
-partition of the same number; each writing task reports the contiguous view range it wrote. Tombstones are settled
-there with the pure rule (`reduce.settle`).
+read_committed) and reduces each (partition, key) to the record with the largest KIP-280 order key; phase 2 writes
+the winners into the view's partition of the same number, in source-offset order, and reports the contiguous view
+range it wrote. Tombstones are settled there (`reduce.settle`).
+
+The fast path runs both phases in one JVM task per group of whole partitions (`run_in_jvm`, `compaction/jvm/`):
+Spark only schedules the tasks. The Python path below it (`shuffle_phases`: reading tasks combining with the pure
+rules, a group-by with `max_by` in Spark's shuffle, which spills, Python writing tasks) takes only a partition whose
+keys outgrow a JVM task's map. The pure rules (`strategy`, `reduce`) are the reference both are tested against.
 
 A retried writing task starts a new range after the failed attempt's records: those are below the published range
-and are collected as garbage like an old generation. One module (~520 lines): both phases share the Spark schema,
-the partition layout and the task-side IO, and a change to one phase is a change to the other.
+and are collected as garbage like an old generation. One module: both paths share the ranges, the task layout, the
+write's contract and its report.
 """
 
 from __future__ import annotations
