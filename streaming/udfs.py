@@ -1,6 +1,7 @@
-"""compactd's own JVM decoders (the fast path's two Spark UDFs, `jvm/java/io/compactd/spark/`): built once with `javac`
-against pyspark's own jars (the exact classes they run with), cached beside the Maven jars, registered on each
-session.
+"""compactd's own JVM code: the stream's decoders (the fast path's two Spark UDFs, `jvm/java/io/compactd/spark/`) and
+the compaction's task (`compaction/jvm/`, registered per run by `compaction.spark_run`). Built once with `javac`
+against pyspark's own jars and the connector's `kafka-clients` (the exact classes they run with), cached beside the
+Maven jars; the decoders are registered on each session.
 
 Why Java, not Column expressions: the same checks written as `hex()`/`conv()`/`substr()` expressions decoded 208k
 `__consumer_offsets` records/s on this machine's two cores (every field a string conversion, and a generated method
