@@ -153,7 +153,8 @@ class Compactor:
         try:
             self.state.set_status(topic, "RUNNING", started_at=started, error=None, gaps=[])
             opts = options or RunOptions()
-            summary = self._run(topic, th, strategy, lease, started, on_phase or (lambda _p: None), opts)
+            with self.log.holding():  # the run's three manifest scans share one consumer
+                summary = self._run(topic, th, strategy, lease, started, on_phase or (lambda _p: None), opts)
         except Exception as exc:
             if isinstance(exc, CompactdError):
                 line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -29,6 +29,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,12 +59,28 @@ class ManifestLog:
     def __init__(self, conn: KafkaConnection, topic: str) -> None:
         self.conn = conn
         self.topic = topic
+        self._held = threading.local()  # this thread's run's consumer, while `holding`
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """One consumer for this thread's scans until the block ends (a run scans three times; each new consumer
+        connects first), closed at its end: nothing is left connected between runs."""
+        from compactd.kafka.reader import reader
+
+        consumer = reader(self.conn)
+        self._held.consumer = consumer
+        try:
+            yield
+        finally:
+            self._held.consumer = None
+            consumer.close()
 
     def _scan(self, timeout_s: float) -> dict[str, Published]:
         from compactd.kafka.reader import read_to_end
 
         out: dict[str, Published] = {}
-        for key, value in read_to_end(self.conn, self.topic, timeout_s):
+        held = getattr(self._held, "consumer", None)
+        for key, value in read_to_end(self.conn, self.topic, timeout_s, consumer=held):
             if key is None:
                 continue
             name = key.decode("utf-8", errors="replace")

@@ -5,22 +5,32 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 from compactd.errors import DeliveryTimeout
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.watermarks import watermarks
 
 
-def read_to_end(
-    conn: KafkaConnection, topic: str, timeout_s: float = 30.0, tail: int | None = None
-) -> Iterator[tuple[bytes | None, bytes | None]]:
-    """(key, value) of every record, partition by partition; a topic that does not exist yet has none. `tail`: only
-    the last that many offsets of each partition (the newest marks of a topic that grows by one per poll)."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+def reader(conn: KafkaConnection) -> Any:
+    """A consumer for `read_to_end`: a private group, nothing committed, read_committed."""
+    from confluent_kafka import Consumer
 
-    consumer = Consumer(
+    return Consumer(
         conn.client("consumer", {"isolation.level": "read_committed"}, forced={"group.id": f"compactd-{uuid.uuid4()}"})
     )
+
+
+def read_to_end(
+    conn: KafkaConnection, topic: str, timeout_s: float = 30.0, tail: int | None = None, consumer: Any = None
+) -> Iterator[tuple[bytes | None, bytes | None]]:
+    """(key, value) of every record, partition by partition; a topic that does not exist yet has none. `tail`: only
+    the last that many offsets of each partition (the newest marks of a topic that grows by one per poll).
+    `consumer`: one of `reader`'s, kept open by the caller across reads (a new one connects first: 0.04 to 0.06 s)."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    own = consumer is None
+    consumer = reader(conn) if own else consumer
     try:
         md = consumer.list_topics(timeout=timeout_s).topics.get(topic)
         if md is None or md.error is not None:
@@ -43,4 +53,7 @@ def read_to_end(
                         position = msg.offset() + 1
                         yield msg.key(), msg.value()
     finally:
-        consumer.close()
+        if own:
+            consumer.close()
+        else:
+            consumer.unassign()
