@@ -167,12 +167,13 @@ def test_min_compaction_lag_keeps_young_records_beyond_the_horizon(cluster, job_
     assert strip(view[len(model) :]) == strip(sent[expected:])
 
 
+@pytest.mark.parametrize("task_records", [250_000, 1], ids=["one-pass", "two-pass"])
 def test_aborted_records_never_win_and_an_open_transaction_holds_the_horizon(
-    cluster, job_settings, redis_url, spark
+    cluster, job_settings, redis_url, spark, task_records
 ) -> None:
     from confluent_kafka import Producer
 
-    topic = cluster.name("txn")
+    topic = cluster.name(f"txn{task_records}")
     cluster.create(topic, 1)
     tx = Producer(cluster.conn.client("producer", {"transactional.id": f"{topic}-tx"}))
     tx.init_transactions(30)
@@ -183,7 +184,7 @@ def test_aborted_records_never_win_and_an_open_transaction_holds_the_horizon(
     tx.produce(topic, key=b"a", value=b"aborted", partition=0)
     tx.produce(topic, key=b"b", value=b"aborted", partition=0)
     tx.abort_transaction(30)
-    comp = make(job_settings, redis_url, spark)
+    comp = make(job_settings, redis_url, spark, compaction_task_records=task_records)
     comp.run(topic)
     assert [(r.key, r.value) for r in view_of(comp, topic)[0]] == [(b"a", b"committed")]
 
