@@ -124,14 +124,14 @@ public final class ViewRun implements UDF1<String, String> {
     JsonNode t = JSON.readTree(task);
     Strategy strategy = new Strategy(t.path("strategy"));
     boolean retain = t.path("retain_null_key").asBoolean(false);
-    long timeoutMs = t.path("timeout_ms").asLong(120_000);
+    long timeoutMs = required(t, "timeout_ms");
     String view = t.path("view").asText();
     long now = t.path("now").asLong();
     long retentionMs = t.path("delete_retention_ms").asLong();
     boolean ranked = !strategy.kind.equals("offset");
-    long holdMax = t.path("hold_max").asLong(250_000); // a larger partition is read twice, its keys in a KeyMap
+    long holdMax = required(t, "hold_max"); // a larger partition is read twice, its keys in a KeyMap
     // at most a quarter of the heap per task, whatever the setting: a local session's tasks share the driver's heap
-    long mapBytes = Math.min(t.path("map_bytes").asLong(256L << 20), Runtime.getRuntime().maxMemory() / 4);
+    long mapBytes = Math.min(required(t, "map_bytes"), Runtime.getRuntime().maxMemory() / 4);
     // one partition's ranges in read order, partitions in the order the task lists them
     Map<Integer, List<JsonNode>> byPartition = new LinkedHashMap<>();
     for (JsonNode r : t.path("ranges")) {
@@ -692,6 +692,15 @@ public final class ViewRun implements UDF1<String, String> {
       }
     }
     return true;
+  }
+
+  /** A number the task's JSON must carry: its defaults are the settings', set once in Python (`jvm_task`). */
+  static long required(JsonNode task, String field) {
+    JsonNode v = task.get(field);
+    if (v == null || !v.canConvertToLong()) {
+      throw new ViewRunException("the compaction task's JSON has no " + field);
+    }
+    return v.asLong();
   }
 
   static String ascii(byte[] b) {
