@@ -34,6 +34,15 @@ class PartitionView:
     # the earliest time a record beyond the horizon may have been written: bounds its age for max.compaction.lag.ms
     beyond_since: int = 0
     source_low: int = 0  # the source's log start when the run began: a later one below it is another log
+    # the last full rewrite's records are [view_start, base_end); delta runs appended [base_end, view_end) after it.
+    # -1: written before delta runs existed, a full rewrite (`base_end` = `view_end`)
+    base_end: int = -1
+    base_at: int = 0  # when the last full rewrite ran: its tombstones' clock (delete.retention.ms)
+
+    @property
+    def base(self) -> int:
+        """Where the last full rewrite's records end in the view."""
+        return self.view_end if self.base_end < 0 else self.base_end
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,8 @@ class Manifest:
     lineage_why: str = ""
     source_id: str | None = None  # the source's topic ID (KIP-516) when the cluster reports one
     gaps: tuple[Gap, ...] = ()
+    # the partitions whose delta this run appended to the previous generation's range; the others it rewrote
+    appended: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,6 +110,7 @@ class Manifest:
         prev = data.get("previous")
         data["previous"] = None if not prev else Previous(**prev)
         data["gaps"] = tuple(Gap(**g) for g in data.get("gaps") or ())
+        data["appended"] = tuple(int(p) for p in data.get("appended") or ())
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -133,6 +145,8 @@ class RunRange:
     view_end: int
     source_start: int
     horizon: int  # the new horizon: the delta is source offsets [source_start, horizon)
+    # the delta's winners are appended after the previous generation's range, which is not read (`delta_partitions`)
+    append: bool = False
 
 
 def plan_ranges(
@@ -140,13 +154,15 @@ def plan_ranges(
     source_low: Mapping[int, int],
     stable: Mapping[int, int],
     young_from: Mapping[int, int],
+    append: frozenset[int] = frozenset(),
 ) -> list[RunRange]:
     """Per partition, what the next generation is made of.
 
     `stable`: the last stable offset of each partition when the run starts (read_committed: an open transaction's
     records are beyond it). `young_from`: the first offset whose record is younger than `min.compaction.lag.ms`
     (absent when none is). The horizon is the lower of the two, never below the previous horizon; the delta starts
-    at the previous horizon, or at the source's first offset for a partition never compacted.
+    at the previous horizon, or at the source's first offset for a partition never compacted. `append`: the
+    partitions whose delta is appended to the previous generation (`delta_partitions`).
     """
     out = []
     for p in sorted(stable):
@@ -157,8 +173,57 @@ def plan_ranges(
             new = min(new, young_from[p])
         new = max(new, start)
         vs, ve = (pv.view_start, pv.view_end) if pv is not None else (0, 0)
-        out.append(RunRange(p, vs, ve, start, new))
+        out.append(RunRange(p, vs, ve, start, new, pv is not None and p in append))
     return out
+
+
+def associative(strategy: Strategy) -> bool:
+    """Whether a key's winner over base and delta is the winner of the base's and the delta's winners.
+
+    A max over order keys is (`tombstone: version`, and `offset` under either rule, where the latest record is the
+    highest). `tombstone: latest` under `timestamp` or `header` is not: a delta of [tombstone, lower version] brings a
+    key back, but its winner alone (the lower version) loses to the base's higher one.
+    """
+    return strategy.tombstone == "version" or strategy.kind == "offset"
+
+
+def delta_partitions(
+    published: Manifest | None,
+    strategy: Strategy,
+    view_high: Mapping[int, int],
+    now: int,
+    delete_retention_ms: int,
+    dirty_ratio: float,
+) -> frozenset[int]:
+    """The partitions whose next generation is the previous one plus the delta's winners appended, read by nobody
+    but the delta: a run over them costs the delta, not the view.
+
+    Not when (a full rewrite instead):
+    - there is no published generation of this lineage, or it was built under another strategy or tombstone rule,
+      or the rule does not merge winners (`associative`);
+    - the view has records above the generation's range (a dead or fenced run's writes): the range would not be
+      one contiguous run of the view any more;
+    - the records the deltas already appended are `dirty_ratio` of the generation's range or more
+      (`compaction.view.dirty.ratio`, as Kafka's `min.cleanable.dirty.ratio`; 0: every run rewrites): readers read
+      every superseded record until a rewrite;
+    - the partition holds tombstones and its last full rewrite is `delete.retention.ms` old: only a rewrite drops
+      the expired ones.
+    """
+    if published is None or published.generation <= 0 or dirty_ratio <= 0 or not associative(strategy):
+        return frozenset()
+    if published.strategy_rule != strategy:
+        return frozenset()
+    out = set()
+    for p, pv in published.partitions.items():
+        part = int(p)
+        if view_high.get(part, -1) != pv.view_end:
+            continue
+        if pv.view_end - pv.base >= dirty_ratio * (pv.view_end - pv.view_start):
+            continue
+        if pv.tombstones > 0 and now >= pv.base_at + delete_retention_ms:
+            continue
+        out.add(part)
+    return frozenset(out)
 
 
 def find_gaps(published: Manifest | None, source_low: Mapping[int, int]) -> list[Gap]:

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from compactd.compaction.cluster import CompactionCluster
@@ -23,6 +23,7 @@ from compactd.compaction.manifest import (
     Manifest,
     PartitionView,
     Previous,
+    delta_partitions,
     find_gaps,
     garbage_below,
     plan_ranges,
@@ -213,10 +214,15 @@ class Compactor:
         lag = th.min_compaction_lag_ms
         young = cluster.offsets(topic, started - lag + 1, count) if lag > 0 else {}
         base = None if lineage_why else published  # a new lineage reads the source alone
-        plan = plan_ranges(base, low, stable, young)
+        view_high = cluster.offsets(manifest.view, "latest", count, committed=False) if base is not None else {}
+        append = delta_partitions(
+            base, strategy, view_high, started, th.delete_retention_ms, th.compaction_view_dirty_ratio
+        )
+        plan = plan_ranges(base, low, stable, young, append)
         ranges: list[ReadRange] = []
         for r in plan:
-            ranges += split(manifest.view, r.partition, r.view_start, r.view_end, True)
+            if not r.append:
+                ranges += split(manifest.view, r.partition, r.view_start, r.view_end, True)
             # past an accepted gap the source is read from what it still holds; elsewhere there is no gap to skip,
             # and a record deleted under the run fails its read (never a silent jump)
             ranges += split(topic, r.partition, max(r.source_start, low.get(r.partition, 0)), r.horizon, False)
@@ -264,33 +270,55 @@ class Compactor:
 
         view_high = cluster.offsets(manifest.view, "latest", count, committed=False)
         parts: dict[str, PartitionView] = {}
-        totals = dict.fromkeys(("records_in", "bytes_in", "bytes_out", "keys", "tombstones", "null_keys"), 0)
+        totals = dict.fromkeys(("records_in", "bytes_in", "bytes_out", "tombstones", "null_keys"), 0)
         for r in plan:
             rep = reports.get(r.partition)
             written = int(rep["written"]) if rep else 0
             if written:
                 vs, ve = int(rep["view_start"]), int(rep["view_end"])  # type: ignore[index]
-                if ve - vs != written:
+                if ve - vs != written or (r.append and vs != r.view_end):
                     raise RunFailed(
                         f"view {manifest.view}/{r.partition}: {written} records written over [{vs},{ve}): "
                         "another writer shares the view topic"
                     )
+            elif r.append:
+                vs = ve = r.view_end
             else:
                 vs = ve = view_high.get(r.partition, 0)
             for name in totals:
                 totals[name] += int(rep[name]) if rep else 0
+            counts = (written, int(rep["keys"]) if rep else 0, int(rep["tombstones"]) if rep else 0)
+            nbytes = int(rep["bytes_out"]) if rep else 0
             held_back = r.horizon < stable.get(r.partition, 0)
-            parts[str(r.partition)] = PartitionView(
-                horizon=r.horizon,
-                view_start=vs,
-                view_end=ve,
-                records=written,
-                keys=int(rep["keys"]) if rep else 0,
-                tombstones=int(rep["tombstones"]) if rep else 0,
-                bytes=int(rep["bytes_out"]) if rep else 0,
-                beyond_since=started - lag if held_back and lag > 0 else started,
-                source_low=low.get(r.partition, 0),
-            )
+            fields = {
+                "horizon": r.horizon,
+                "beyond_since": started - lag if held_back and lag > 0 else started,
+                "source_low": low.get(r.partition, 0),
+            }
+            if r.append:  # the previous generation's range, the delta's winners after it
+                pv = published.partitions[str(r.partition)]  # type: ignore[union-attr]
+                parts[str(r.partition)] = replace(
+                    pv,
+                    view_end=ve,
+                    records=pv.records + counts[0],
+                    keys=pv.keys + counts[1],
+                    tombstones=pv.tombstones + counts[2],
+                    bytes=pv.bytes + nbytes,
+                    base_end=pv.base,
+                    **fields,
+                )
+            else:
+                parts[str(r.partition)] = PartitionView(
+                    view_start=vs,
+                    view_end=ve,
+                    records=counts[0],
+                    keys=counts[1],
+                    tombstones=counts[2],
+                    bytes=nbytes,
+                    base_end=ve,
+                    base_at=started,
+                    **fields,
+                )
 
         current = self.log.read(topic)
         if current is None or current.generation != manifest.generation:
@@ -316,11 +344,12 @@ class Compactor:
             started_at=started,
             finished_at=finished,
             records_in=totals["records_in"],
-            records_out=sum(pv.records for pv in parts.values()),
+            records_out=sum(int(rep["written"]) for rep in reports.values()),
             bytes_in=totals["bytes_in"],
             bytes_out=totals["bytes_out"],
-            keys=totals["keys"],
-            tombstones=totals["tombstones"],
+            keys=sum(pv.keys for pv in parts.values()),
+            tombstones=sum(pv.tombstones for pv in parts.values()),
+            appended=tuple(r.partition for r in plan if r.append),
             null_keys=totals["null_keys"],
             previous=self._retire(manifest, finished, th.compaction_view_grace_ms),
             run=lease.run,
@@ -433,6 +462,7 @@ class Compactor:
             "lineage_why": "",
             "gaps": [],
             "gap_pending": [],
+            "appended": [],
         }
         if published is not None and published.generation > 0:
             out.update(summary(published))
@@ -477,4 +507,5 @@ def summary(m: Manifest) -> dict[str, Any]:
         "lineage": m.lineage,
         "lineage_why": m.lineage_why,
         "gaps": [g.__dict__ for g in m.gaps],  # accepted with --accept-gap: the ranges the view never saw
+        "appended": list(m.appended),  # partitions whose delta was appended to the view, not rewritten with it
     }

@@ -191,6 +191,15 @@ class Thresholds(BaseModel):
         description="How long an older generation of the view stays readable after a newer one is published, for "
         "readers still on it.",
     )
+    compaction_view_dirty_ratio: float = Field(
+        0.5,
+        alias="compaction.view.dirty.ratio",
+        ge=0,
+        le=1,
+        description="A run appends the delta's winners to the view instead of rewriting it while the records appended "
+        "since the last full rewrite are less than this share of the view's range (as Kafka's "
+        "`min.cleanable.dirty.ratio`); 0: every run rewrites the view.",
+    )
     compaction_retain_null_key: bool = Field(
         False,
         alias="compaction.retain.null.key",

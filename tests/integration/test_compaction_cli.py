@@ -40,6 +40,7 @@ SUMMARY_KEYS = {
     "lineage",  # beyond the contract's keys: the view's lineage and the gaps accepted in it
     "lineage_why",
     "gaps",
+    "appended",  # the partitions whose delta was appended to the previous generation, not rewritten with it
 }
 BIN_KEY, BIN_VALUE = b"\xff\xfek", b"\x80v\xff"  # not UTF-8: printed as key_b64 / value_b64
 

@@ -73,20 +73,35 @@ def test_full_then_incremental_run_equals_the_model(
     more = history(seed=2, n=100, keys=60, start_ts=10_000)
     sent2 = produce(cluster, topic, more, partitions=2)
     out2 = comp.run(topic)
-    assert out2["generation"] == 2
-    # incremental: the previous generation plus the delta, never the whole source again
-    assert out2["records_in"] == manifest.records_out + 100
+    assert out2["generation"] == 2 and out2["appended"] == [0, 1]
+    # a delta run: the delta alone is read, and its winners are appended after the previous generation
+    assert out2["records_in"] == 100
     m2 = comp.log.read(topic)
     assert m2 is not None
     for p in (0, 1):
-        whole = sent[p] + sent2[p]
-        model, _ = reduce_partition([], whole, Strategy(), now=out_now(m2))
-        assert strip(view_of(comp, topic)[p]) == strip(model)
+        base, _ = reduce_partition([], sent[p], Strategy(), now=out_now(manifest))
+        delta, _ = reduce_partition([], sent2[p], Strategy(), now=out_now(m2))
+        assert strip(view_of(comp, topic)[p]) == strip(base + delta)
+        pv1, pv2 = manifest.partitions[str(p)], m2.partitions[str(p)]
+        assert (pv2.view_start, pv2.base, pv2.view_end) == (pv1.view_start, pv1.view_end, pv1.view_end + len(delta))
         # the table is the live keys of the whole history
+        assert strip(view_of(comp, topic, table_mode=True)[p]) == strip(table(sent[p] + sent2[p], Strategy()))
+        assert cluster.watermarks(m2.view, p) == (pv2.view_start, pv2.view_end)  # nothing else in the view
+
+    layers["global"]["compaction.view.dirty.ratio"] = 0  # every run rewrites: the previous view and the delta read
+    sent3 = produce(cluster, topic, history(seed=3, n=50, keys=60, start_ts=20_000), partitions=2)
+    out3 = comp.run(topic)
+    assert out3["generation"] == 3 and out3["appended"] == []
+    assert out3["records_in"] == m2.records_out + manifest.records_out + 50  # both generations' records, the delta
+    m3 = comp.log.read(topic)
+    assert m3 is not None
+    for p in (0, 1):
+        whole = sent[p] + sent2[p] + sent3[p]
+        model, _ = reduce_partition([], whole, Strategy(), now=out_now(m3))
+        assert strip(view_of(comp, topic)[p]) == strip(model)
         assert strip(view_of(comp, topic, table_mode=True)[p]) == strip(table(whole, Strategy()))
-        # grace 0: the first generation is collected at once, the view starts where generation 2 does
-        low, _ = cluster.watermarks(m2.view, p)
-        assert low == m2.partitions[str(p)].view_start
+        # grace 0: the older generation is collected at once, the view starts where generation 3 does
+        assert cluster.watermarks(m3.view, p) == (m3.partitions[str(p)].view_start, m3.partitions[str(p)].view_end)
 
 
 def out_now(manifest) -> int:
@@ -226,9 +241,10 @@ def test_a_reader_reads_across_a_generation_switch_without_gap_or_duplicate(
         model, _ = reduce_partition([], sent[p], Strategy(), now=0)
         assert per_partition[p] == strip(model)
         assert more[p] and comp.log.read(topic).horizon(p) == len(sent[p]) + len(more[p])  # type: ignore[union-attr]
-    # and a read begun now reads generation 2: the winners of the whole history
+    # and a read begun now reads generation 2: generation 1's winners, then those of the delta appended to them
     after: dict[int, list[tuple]] = {0: [], 1: []}
     for p, rec in reader.partition_records(topic):
         after[p].append((rec.offset, rec.key, rec.value))
     for p in (0, 1):
-        assert after[p] == strip(reduce_partition([], sent[p] + more[p], Strategy(), now=0)[0])
+        appended = reduce_partition([], more[p], Strategy(), now=0)[0]
+        assert after[p] == strip(reduce_partition([], sent[p], Strategy(), now=0)[0] + appended)

@@ -13,6 +13,7 @@ from compactd.compaction.manifest import (
     Manifest,
     PartitionView,
     Previous,
+    delta_partitions,
     find_gaps,
     garbage_below,
     plan_ranges,
@@ -20,6 +21,7 @@ from compactd.compaction.manifest import (
     run_due,
     source_changed,
 )
+from compactd.compaction.strategy import Strategy
 from compactd.model import PartitionView as StateView
 from compactd.model import Segment
 from compactd.policy.plan import plan_partition, send_check
@@ -53,6 +55,45 @@ def test_incremental_run_reads_the_previous_view_and_the_delta_and_never_moves_b
     r0, r1 = plan
     assert (r0.view_start, r0.view_end, r0.source_start, r0.horizon) == (0, 5, 40, 40)  # young from 20 < 40: stays
     assert (r1.view_start, r1.view_end, r1.source_start, r1.horizon) == (10, 15, 50, 50)
+
+
+def test_a_delta_is_appended_only_to_a_contiguous_generation_of_the_same_rule_not_yet_too_dirty() -> None:
+    """What decides between appending a delta and rewriting: the pure rule, partition by partition."""
+    day = 86_400_000
+    parts = {
+        "0": PartitionView(40, 0, 100, records=100, base_end=100, base_at=NOW),  # clean
+        "1": PartitionView(40, 0, 100, records=100, base_end=60, base_at=NOW),  # 40 % appended
+        "2": PartitionView(40, 0, 100, records=100, tombstones=3, base_end=100, base_at=NOW - day),  # stale deletes
+        "3": PartitionView(40, 0, 100, records=100, base_end=100, base_at=NOW),  # someone wrote above it
+        "4": PartitionView(40, 0, 100, records=100, tombstones=3, base_end=100, base_at=NOW - day + 1),
+    }
+    m = Manifest("t", "t.compacted", 3, partitions=parts)
+    high = {0: 100, 1: 100, 2: 100, 3: 104, 4: 100}
+    assert delta_partitions(m, Strategy(), high, NOW, day, 0.5) == {0, 1, 4}
+    assert delta_partitions(m, Strategy(), high, NOW, day, 0.4) == {0, 4}  # 40 % is a ratio of 0.4 reached
+    assert delta_partitions(m, Strategy(), high, NOW, day, 0) == set()  # every run rewrites
+    assert delta_partitions(m, Strategy("timestamp"), high, NOW, day, 0.5) == set()  # another rule: rewrite
+    latest = Strategy.of("header", "v", tombstone="latest")  # does not merge winners: always rewrites
+    assert delta_partitions(replace(m, strategy="header", strategy_header="v", strategy_tombstone="latest"),
+                            latest, high, NOW, day, 0.5) == set()  # fmt: skip
+    assert delta_partitions(None, Strategy(), high, NOW, day, 0.5) == set()
+    assert delta_partitions(replace(m, generation=0), Strategy(), high, NOW, day, 0.5) == set()
+    empty = replace(m, partitions={"0": PartitionView(0, 7, 7, base_end=7, base_at=NOW)})
+    assert delta_partitions(empty, Strategy(), {0: 7}, NOW, day, 0.5) == set()  # nothing to append to
+
+
+def test_a_manifest_from_before_delta_runs_reads_as_full_rewrites() -> None:
+    old = {
+        "topic": "t",
+        "view": "v",
+        "generation": 2,
+        "partitions": {"0": {"horizon": 9, "view_start": 3, "view_end": 8}},
+    }
+    m = Manifest.from_json(old)
+    assert m.partitions["0"].base == 8 and m.appended == ()
+    assert delta_partitions(m, Strategy(), {0: 8}, NOW, 1000, 0.5) == {0}  # no tombstones: nothing stale
+    tomb = replace(m, partitions={"0": replace(m.partitions["0"], tombstones=1)})
+    assert delta_partitions(tomb, Strategy(), {0: 8}, NOW, 1000, 0.5) == set()  # their clock is unknown: rewrite
 
 
 def test_garbage_waits_for_the_grace_of_the_previous_generation() -> None:

@@ -4,11 +4,14 @@ horizon stops before records younger than min.compaction.lag.ms."""
 
 from __future__ import annotations
 
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compactd.compaction.manifest import associative
 from compactd.compaction.reduce import DELETED_AT, Record, horizon, reduce_partition
 from compactd.compaction.strategy import Strategy
+from compactd.compaction.view import table
 
 H = 3_600_000
 NOW = 1_800_000_000_000
@@ -113,3 +116,46 @@ def test_the_horizon_stops_before_records_younger_than_min_compaction_lag() -> N
     assert horizon(10, 14, stamps, NOW, min_lag_ms=0) == 14  # the last stable offset
     assert horizon(10, 12, stamps, NOW, min_lag_ms=H) == 12
     assert horizon(10, 10, stamps, NOW, min_lag_ms=H) == 10  # nothing new: the horizon never moves back
+
+
+ALL = [*[Strategy.of(k, "v", tombstone=t) for k in ("offset", "timestamp", "header") for t in ("version", "latest")]]
+few_keys = st.lists(  # two keys: a key deleted and written again within the delta is a common draw
+    st.tuples(
+        st.sampled_from(["a", "b"]),
+        st.one_of(st.none(), st.sampled_from(["1", "2"])),
+        st.integers(0, 5),
+        st.one_of(st.none(), st.integers(0, 3)),
+    ),
+    max_size=12,
+)
+
+
+@pytest.mark.parametrize("strategy", ALL, ids=lambda s: f"{s.kind}-{s.tombstone}")
+@settings(max_examples=400)
+@given(events=few_keys, data=st.data())
+def test_an_appended_generation_read_as_a_table_equals_a_full_run_where_the_rule_merges_winners(
+    strategy, events, data
+) -> None:
+    """A delta run writes the delta's winners after the previous generation, unread: the view's table (the strategy
+    over the view in log order) must be the full run's live keys. `associative` says for which rules it is."""
+    records = [rec(i, k, v, ts, ver) for i, (k, v, ts, ver) in enumerate(events)]
+    cut = data.draw(st.integers(0, len(records)))
+    base, _ = reduce_partition([], records[:cut], strategy, NOW)
+    delta, _ = reduce_partition([], records[cut:], strategy, NOW)
+    full, _ = reduce_partition([], records, strategy, NOW)
+    appended = plain(table(base + delta, strategy))
+    if associative(strategy):
+        assert appended == plain(table(full, strategy))
+    assert [r.offset for r in base + delta] == sorted(r.offset for r in base + delta)  # still in log order
+
+
+def test_latest_under_versions_does_not_merge_winners_so_such_runs_rewrite() -> None:
+    """The witness `associative` rules out: the delta deletes the key and writes it again at a lower version."""
+    strategy = Strategy.of("header", "v", tombstone="latest")
+    records = [rec(0, "a", "v10", version=10), rec(1, "a", None), rec(2, "a", "v5", version=5)]
+    base, _ = reduce_partition([], records[:1], strategy, NOW)
+    delta, _ = reduce_partition([], records[1:], strategy, NOW)
+    full, _ = reduce_partition([], records, strategy, NOW)
+    assert plain(full)[0][2] == b"v5" and plain(table(base + delta, strategy))[0][2] == b"v10"
+    assert not associative(strategy) and associative(Strategy.of("header", "v"))
+    assert associative(Strategy.of("offset", tombstone="latest"))
