@@ -239,6 +239,7 @@ class Application(DeleteGate, RunLoop):
                 self._closers.append(self.group_offsets.close)
             self._closers.append(self.cluster_topics.close)
             self._closers.append(self.readers.close)
+            self._closers.append(self.compaction.compactor.close)  # the manifest topic's reader
             if self.state.readers() is not None:
                 self.readers.republish()
             self.readers.start()

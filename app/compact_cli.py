@@ -40,13 +40,15 @@ def compactor(settings: Settings, spark: Any = None) -> tuple[Any, Any]:
         return session[0]
 
     def close() -> None:
+        comp.close()
         if session and any(owned):
             from compactd.streaming.session import stop_spark
 
             stop_spark(session[0])
         state.close()
 
-    return Compactor(settings, state.r, layers, get_spark), close
+    comp = Compactor(settings, state.r, layers, get_spark)
+    return comp, close
 
 
 def compact(

@@ -30,6 +30,7 @@ class CompactionCluster:
         self.replication_factor = replication_factor
         self.admin: Any = admin_client(conn, timeout_s)
         self._topics: Any = None  # kafka.topics.ClusterTopics, made on first use
+        self._ensured: set[str] = set()  # topics `ensure_topic` found or made (`forget` after a failure)
 
     def topic_id(self, topic: str) -> str | None:
         """The topic's ID (KIP-516), None where the broker reports none or cannot say."""
@@ -117,10 +118,18 @@ class CompactionCluster:
             except KafkaException as exc:
                 raise ClusterError(f"cannot create view topic {view}: {exc.args[0].str()}") from None
 
+    def forget(self) -> None:
+        """After a failed run: the next one checks its topics again (one may have been deleted meanwhile)."""
+        self._ensured.clear()
+
     def ensure_topic(self, topic: str, config: Mapping[str, str]) -> None:
+        """Create the topic when missing; once it exists, later calls ask nothing (every run calls it)."""
         from compactd.kafka.admin import ensure_topics
 
-        ensure_topics(self.conn, [topic], 1, self.timeout_s, {topic: dict(config)}, self.replication_factor)
+        if topic in self._ensured:
+            return
+        ensure_topics(self.conn, [topic], 1, self.timeout_s, {topic: dict(config)}, self.replication_factor, self.admin)
+        self._ensured.add(topic)
 
     def delete_below(self, topic: str, below: Mapping[int, int]) -> dict[int, int]:
         """deleteRecords up to each offset (never past the high watermark); the new low watermarks."""

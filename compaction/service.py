@@ -154,9 +154,10 @@ class Compactor:
         try:
             self.state.set_status(topic, "RUNNING", started_at=started, error=None, gaps=[])
             opts = options or RunOptions()
-            with self.log.holding():  # the run's three manifest scans share one consumer
-                summary = self._run(topic, th, strategy, lease, started, on_phase or (lambda _p: None), opts)
+            summary = self._run(topic, th, strategy, lease, started, on_phase or (lambda _p: None), opts)
         except Exception as exc:
+            if self._cluster is not None:
+                self._cluster.forget()
             if isinstance(exc, CompactdError):
                 line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             else:  # a Spark failure carries the task's Python error deep inside a JVM one: that line, not the plan
@@ -441,6 +442,10 @@ class Compactor:
         if not below:
             return {}
         return self.cluster.delete_below(manifest.view, below)
+
+    def close(self) -> None:
+        """The manifest topic's reader, kept connected between runs, is closed (the job's stop, a command's end)."""
+        self.log.close()
 
     def status(self, topic: str) -> dict[str, Any]:
         """The contract's status line: Redis's view of the last run, checked against the manifest topic."""

@@ -29,7 +29,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,28 +59,36 @@ class ManifestLog:
     def __init__(self, conn: KafkaConnection, topic: str) -> None:
         self.conn = conn
         self.topic = topic
-        self._held = threading.local()  # this thread's run's consumer, while `holding`
+        # one consumer for every scan, connected on the first (a new one connects first: 0.05 s of a run that may
+        # take 0.3 s) and kept until `close`; scans of concurrent runs take turns, a few ms each
+        self._lock = threading.Lock()
+        self._consumer: Any = None
 
-    @contextlib.contextmanager
-    def holding(self) -> Iterator[None]:
-        """One consumer for this thread's scans until the block ends (a run scans three times; each new consumer
-        connects first), closed at its end: nothing is left connected between runs."""
-        from compactd.kafka.reader import reader
-
-        consumer = reader(self.conn)
-        self._held.consumer = consumer
-        try:
-            yield
-        finally:
-            self._held.consumer = None
+    def close(self) -> None:
+        """Close the reader (the job's stop, the command's end); a later scan connects a new one."""
+        with self._lock:
+            consumer, self._consumer = self._consumer, None
+        if consumer is not None:
             consumer.close()
 
     def _scan(self, timeout_s: float) -> dict[str, Published]:
-        from compactd.kafka.reader import read_to_end
+        from compactd.kafka.reader import read_to_end, reader
 
+        with self._lock:
+            if self._consumer is None:
+                self._consumer = reader(self.conn)
+            try:
+                return self._parse_all(read_to_end(self.conn, self.topic, timeout_s, consumer=self._consumer))
+            except Exception:  # a failed read may leave it anywhere: the next scan starts from a new one
+                consumer, self._consumer = self._consumer, None
+                with contextlib.suppress(Exception):
+                    consumer.close()
+                raise
+
+    @staticmethod
+    def _parse_all(records: Iterable[tuple[bytes | None, bytes | None]]) -> dict[str, Published]:
         out: dict[str, Published] = {}
-        held = getattr(self._held, "consumer", None)
-        for key, value in read_to_end(self.conn, self.topic, timeout_s, consumer=held):
+        for key, value in records:
             if key is None:
                 continue
             name = key.decode("utf-8", errors="replace")

@@ -136,7 +136,10 @@ class CompactedReader:
         count = self.cluster.partitions(topic)
         if count is None:
             raise CompactdError(f"topic {topic} does not exist")
-        manifest = self.manifests.read(topic)
+        try:
+            manifest = self.manifests.read(topic)
+        finally:
+            self.manifests.close()  # a reader reads the manifest once: nothing stays connected after it
         low = self.cluster.offsets(topic, "earliest", count)
         high = self.cluster.offsets(topic, "latest", count)
         if manifest is not None and manifest.generation > 0:

@@ -71,17 +71,19 @@ def ensure_topics(
     timeout_s: float = 30.0,
     configs: dict[str, dict[str, str]] | None = None,
     replication_factor: int = -1,
+    admin: Any = None,
 ) -> None:
     """Create compactd's own topics when missing (operators may pre-create them with their own layout).
 
     `configs`: topic configs by name (the config topic keeps its events forever: they are deltas, not snapshots).
     `replication_factor`: -1 takes the cluster's `default.replication.factor` (KIP-464, Kafka 2.4+): never 1 on a
     cluster that replicates, where the nudge ledger or the config topic would otherwise live on one broker.
+    `admin`: the caller's client, already connected (a new one connects first: about 0.05 s).
     """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
-    admin = admin_client(conn)
+    admin = admin or admin_client(conn)
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     configs = configs or {}
     wanted = [
