@@ -8,7 +8,9 @@ the cleaner's own log); then, in Spark, times a full run
 (generation 1), a bare reader over the same records in this process (`range_read.read_messages`, the reader the
 shuffle path's Python tasks use, partitions in turn on one core; a run whose partitions fit a task reads
 in the JVM instead), then appends APPEND_SHARE more records over the same keys and
-times the incremental run (generation 2: previous generation + delta). Part 2: fills another topic with BIG_KEYS
+times the incremental run (generation 2: the delta's winners appended to generation 1), then as many records again
+and an incremental run that rewrites the view (generation 3: previous generation + delta, `compaction.view.dirty.ratio`
+0). Part 2: fills another topic with BIG_KEYS
 distinct keys and runs one compaction in a child process whose Spark driver (in local mode, also the executor) has
 DRIVER_MEMORY of heap (SPARK_DRIVER_MEMORY, read by spark-submit: `spark_session` takes no extra options), sampling
 the peak RSS of the driver's Python, the JVM and Spark's Python workers from /proc.
@@ -242,7 +244,7 @@ def timed_run(comp: Compactor, topic: str, broker_pid: int | None = None) -> dic
     out = comp.run(topic, on_phase=lambda phase: marks.setdefault(phase, time.monotonic() - t0))
     total = time.monotonic() - t0
     broker = {"broker_cpu_seconds": round(broker_cpu(broker_pid)[0] - cpu0, 2)} if broker_pid else {}
-    keep = ("generation", "records_in", "records_out", "keys", "bytes_in", "bytes_out", "seconds")
+    keep = ("generation", "records_in", "records_out", "keys", "bytes_in", "bytes_out", "seconds", "appended")
     phases = {
         "plan": marks["planned"],  # manifest read, view claim, offsets
         "spark": marks["written"] - marks["planned"],  # phases 1 and 2: read, reduce, write the view
@@ -403,7 +405,16 @@ def part_one(broker: Any, bootstrap: str, redis_url: str) -> dict[str, Any]:
         more = [rnd.randrange(keys) for _ in range(append)]  # keys drawn from the same key space
         append_s = produce(bootstrap, topic, more, partitions, value_bytes, records)
         incremental = timed_run(comp, topic, broker.proc.pid)
-        log.warning("part 1: incremental run %s", incremental)
+        log.warning("part 1: incremental run %s; appending %d more, rewriting", incremental, append)
+        # the same delta again, the view rewritten with it (what every incremental run did before delta runs)
+        more = [rnd.randrange(keys) for _ in range(append)]
+        produce(bootstrap, topic, more, partitions, value_bytes, records + append)
+        LAYERS["global"]["compaction.view.dirty.ratio"] = 0
+        try:
+            rewrite = timed_run(comp, topic, broker.proc.pid)
+        finally:
+            LAYERS["global"].pop("compaction.view.dirty.ratio")
+        log.warning("part 1: incremental run rewriting the view %s", rewrite)
     finally:
         stop_spark(spark)
     return {
@@ -425,6 +436,8 @@ def part_one(broker: Any, bootstrap: str, redis_url: str) -> dict[str, Any]:
         "incremental_run": incremental,
         "full_to_bare_read_rate": round(full["records_per_second"] / bare["records_per_second"], 3),
         "incremental_to_full_seconds": round(incremental["seconds"] / full["seconds"], 3),
+        "incremental_rewrite_run": rewrite,
+        "incremental_rewrite_to_full_seconds": round(rewrite["seconds"] / full["seconds"], 3),
     }
 
 
@@ -487,6 +500,7 @@ def main() -> None:
                     "full_to_cleaner_rate": one["full_to_cleaner_rate"],
                     "full_to_bare_read_rate": one["full_to_bare_read_rate"],
                     "incremental_to_full_seconds": one["incremental_to_full_seconds"],
+                    "incremental_rewrite_to_full_seconds": one["incremental_rewrite_to_full_seconds"],
                     "big_completed": two.get("completed", False),
                 },
                 "targets": {
