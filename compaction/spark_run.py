@@ -570,15 +570,20 @@ def jvm_task(task: ReadTask, job: RunInput, spec: WriteSpec, timeout_ms: int) ->
     )
 
 
+def clients_json(spec: WriteSpec) -> str:
+    """The Java clients' settings a `ViewRun` holds (and pools its clients by)."""
+    producer = {k: v for k, v in spec.java_conf.items() if k not in CONSUMER_ONLY} | JAVA_PRODUCER
+    # one poll per fetch, not per 500 records
+    return json.dumps({"consumer": {"max.poll.records": "10000", **spec.java_conf}, "producer": producer})
+
+
 def view_run(spark: Any, spec: WriteSpec) -> str:
     """The name of the compaction task's function for this connection, registered on the session: an instance of
     `ViewRun.java` holding the Kafka clients' settings (credentials stay out of the query's literals). Named by a
     digest of them, so runs of one connection share it and two connections never swap theirs."""
     import hashlib
 
-    producer = {k: v for k, v in spec.java_conf.items() if k not in CONSUMER_ONLY} | JAVA_PRODUCER
-    # one poll per fetch, not per 500 records
-    clients = json.dumps({"consumer": {"max.poll.records": "10000", **spec.java_conf}, "producer": producer})
+    clients = clients_json(spec)
     name = f"compactd_view_run_{hashlib.sha256(clients.encode()).hexdigest()[:16]}"
     jvm = spark.sparkContext._jvm
     function = jvm.io.compactd.compaction.ViewRun(clients)

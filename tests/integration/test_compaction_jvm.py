@@ -197,6 +197,33 @@ def test_records_deleted_under_a_task_fail_it_with_one_line(cluster: Any, spark:
     assert cluster.watermarks(f"{topic}.compacted", 0) == (0, 0)  # nothing written
 
 
+def test_a_task_takes_idle_clients_and_a_failed_task_closes_its_own(cluster: Any, spark: Any) -> None:
+    """Tasks pool their Java clients by settings (a new set connects three clients first); a failed task's set may
+    be in any state, so it is closed, never handed to the next task."""
+    from confluent_kafka import TopicPartition
+
+    from compactd.compaction.spark_run import clients_json, run_in_jvm
+
+    pool = spark.sparkContext._jvm.io.compactd.compaction.ViewRun
+    topic = cluster.name("jvmpool")
+    cluster.create(topic, 1)
+    cluster.create(f"{topic}.compacted", 1)
+    send(cluster.conn, topic, [[(b"k", b"v", 0, [])] * 10], int(time.time() * 1000))
+    spec = WriteSpec({}, {}, f"{topic}.compacted", NOW, 0, java_options(cluster.conn))
+    job = RunInput([ReadRange(topic, 0, 0, 10, False)], strategy_options(Strategy()), False, 1)
+    key = clients_json(spec)
+    run_in_jvm(spark, {}, job, spec)
+    idle = pool.idleSets(key)
+    assert idle >= 1  # the task gave its set back
+    run_in_jvm(spark, {}, job, spec)
+    assert pool.idleSets(key) == idle  # the next task took it and gave it back: no new set
+    for fut in cluster.admin.delete_records([TopicPartition(topic, 0, 4)]).values():
+        fut.result(30)
+    with pytest.raises(Exception, match="were deleted before they were read"):
+        run_in_jvm(spark, {}, job, spec)
+    assert pool.idleSets(key) == idle - 1  # taken, failed, closed
+
+
 def test_the_clients_credentials_stay_out_of_the_query() -> None:
     """A task's JSON is a literal of the Spark query, and Spark shows plans with their literals (UI, event logs,
     `explain`): the Kafka clients' settings, a SASL password among them, travel inside the function instead."""

@@ -96,32 +96,41 @@ public final class ViewRun implements UDF1<String, String> {
    * Idle clients by settings, as Spark's Kafka connector keeps its producers and consumers: a task borrows a set
    * connected by an earlier one (making one connects three clients: 0.02 to 0.05 s of a task that may last 0.1 s)
    * and gives it back when it succeeds; a task that fails closes its set. At most {@code POOL_MAX} idle sets per
-   * settings, each closed after {@code IDLE_MS} unused.
+   * settings, each closed after {@code IDLE_MS} unused (by the next task to borrow, whatever its settings).
    */
-  static final ConcurrentHashMap<String, ConcurrentLinkedDeque<Object[]>> POOL = new ConcurrentHashMap<>();
+  record Idle(Clients clients, long since) {}
+
+  static final ConcurrentHashMap<String, ConcurrentLinkedDeque<Idle>> POOL = new ConcurrentHashMap<>();
   static final int POOL_MAX = 4;
   static final long IDLE_MS = 300_000;
 
   static Clients borrow(String clients) throws Exception {
-    ConcurrentLinkedDeque<Object[]> idle = POOL.computeIfAbsent(clients, c -> new ConcurrentLinkedDeque<>());
     long now = System.currentTimeMillis();
-    for (Object[] held; (held = idle.pollFirst()) != null; ) {
-      if (now - (Long) held[1] < IDLE_MS) {
-        return (Clients) held[0];
+    for (ConcurrentLinkedDeque<Idle> idle : POOL.values()) { // sets of settings no longer used go too
+      for (Idle old; (old = idle.peekLast()) != null && now - old.since() >= IDLE_MS; ) {
+        if (idle.removeLastOccurrence(old)) {
+          old.clients().close();
+        }
       }
-      ((Clients) held[0]).close();
     }
-    return new Clients(clients);
+    Idle held = POOL.computeIfAbsent(clients, c -> new ConcurrentLinkedDeque<>()).pollFirst();
+    return held != null ? held.clients() : new Clients(clients);
+  }
+
+  /** How many idle sets of these settings the pool holds (what a test observes). */
+  public static int idleSets(String clients) {
+    ConcurrentLinkedDeque<Idle> idle = POOL.get(clients);
+    return idle == null ? 0 : idle.size();
   }
 
   static void giveBack(String clients, Clients c) {
     c.consumer.assign(List.of());
-    ConcurrentLinkedDeque<Object[]> idle = POOL.computeIfAbsent(clients, k -> new ConcurrentLinkedDeque<>());
+    ConcurrentLinkedDeque<Idle> idle = POOL.computeIfAbsent(clients, k -> new ConcurrentLinkedDeque<>());
     if (idle.size() >= POOL_MAX) {
       c.close();
       return;
     }
-    idle.addFirst(new Object[] {c, System.currentTimeMillis()});
+    idle.addFirst(new Idle(c, System.currentTimeMillis()));
   }
 
   static final String OFFSET_HEADER = "compactd.offset";
