@@ -179,7 +179,8 @@ class Metrics:
         )
         self.compaction_last = Gauge(
             "compactd_compaction_last",
-            "The last successful run: keys, records_in, records_out, bytes_in, bytes_out, seconds, generation",
+            "The last successful run: keys, records_in, records_out, bytes_in, bytes_out, seconds, generation, "
+            "dirty_ratio (the largest share of a partition's view range that delta runs appended)",
             ["topic", "figure"],
             registry=registry,
         )

@@ -44,6 +44,12 @@ class PartitionView:
         """Where the last full rewrite's records end in the view."""
         return self.view_end if self.base_end < 0 else self.base_end
 
+    @property
+    def dirty(self) -> float:
+        """The share of the range that delta runs appended (0: one record per key, as the last rewrite wrote it)."""
+        size = self.view_end - self.view_start
+        return (self.view_end - self.base) / size if size > 0 else 0.0
+
 
 @dataclass(frozen=True)
 class Gap:
@@ -218,7 +224,7 @@ def delta_partitions(
         part = int(p)
         if view_high.get(part, -1) != pv.view_end:
             continue
-        if pv.view_end - pv.base >= dirty_ratio * (pv.view_end - pv.view_start):
+        if pv.view_end == pv.view_start or pv.dirty >= dirty_ratio:
             continue
         if pv.tombstones > 0 and now >= pv.base_at + delete_retention_ms:
             continue

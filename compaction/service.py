@@ -468,6 +468,7 @@ class Compactor:
             "gaps": [],
             "gap_pending": [],
             "appended": [],
+            "dirty_ratio": 0.0,
         }
         if published is not None and published.generation > 0:
             out.update(summary(published))
@@ -513,4 +514,7 @@ def summary(m: Manifest) -> dict[str, Any]:
         "lineage_why": m.lineage_why,
         "gaps": [g.__dict__ for g in m.gaps],  # accepted with --accept-gap: the ranges the view never saw
         "appended": list(m.appended),  # partitions whose delta was appended to the view, not rewritten with it
+        # the largest share of a partition's range that delta runs appended (what readers read beyond one record per
+        # key); a run rewrites a partition once it reaches compaction.view.dirty.ratio
+        "dirty_ratio": round(max((pv.dirty for pv in m.partitions.values()), default=0.0), 4),
     }

@@ -30,6 +30,8 @@ from compactd.metrics import Metrics
 from compactd.model import ActionRecord
 from compactd.policy.thresholds import Thresholds, parse_scope, resolve, resolve_global
 
+# the compactd_compaction_last figures, from the run's summary line
+FIGURES = ("keys", "records_in", "records_out", "bytes_in", "bytes_out", "seconds", "generation", "dirty_ratio")
 log = logging.getLogger("compactd.compaction")
 
 CHECK_EVERY_S = 5.0  # how often topics are checked for a run (one ListOffsets per topic with the service on)
@@ -294,7 +296,17 @@ class CompactionTrigger:
             log.warning("compaction of %s failed: %s", topic, line)
             self._finish(rec.with_status("failed", error=line))
         else:
-            for figure in ("keys", "records_in", "records_out", "bytes_in", "bytes_out", "seconds", "generation"):
+            figures = (
+                "keys",
+                "records_in",
+                "records_out",
+                "bytes_in",
+                "bytes_out",
+                "seconds",
+                "generation",
+                "dirty_ratio",
+            )
+            for figure in figures:
                 self.metrics.compaction_last.labels(topic, figure).set(out[figure])
             self.caps.another_log(topic, False)  # a new view of the new log: its horizon caps from now
             self.caps.moved(topic)
@@ -310,6 +322,8 @@ class CompactionTrigger:
                     bytes_out=out["bytes_out"],
                     seconds=out["seconds"],
                     horizon=out["horizon"],
+                    appended=out["appended"],
+                    dirty_ratio=out["dirty_ratio"],
                 )
             )
         finally:

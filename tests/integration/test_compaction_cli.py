@@ -41,6 +41,7 @@ SUMMARY_KEYS = {
     "lineage_why",
     "gaps",
     "appended",  # the partitions whose delta was appended to the previous generation, not rewritten with it
+    "dirty_ratio",  # the largest share of a partition's view range those appends make up
 }
 BIN_KEY, BIN_VALUE = b"\xff\xfek", b"\x80v\xff"  # not UTF-8: printed as key_b64 / value_b64
 

@@ -87,11 +87,13 @@ def test_full_then_incremental_run_equals_the_model(
         # the table is the live keys of the whole history
         assert strip(view_of(comp, topic, table_mode=True)[p]) == strip(table(sent[p] + sent2[p], Strategy()))
         assert cluster.watermarks(m2.view, p) == (pv2.view_start, pv2.view_end)  # nothing else in the view
+    shares = [(v.view_end - v.base) / (v.view_end - v.view_start) for v in m2.partitions.values()]
+    assert out2["dirty_ratio"] == round(max(shares), 4) and 0 < out2["dirty_ratio"] < 1
 
     layers["global"]["compaction.view.dirty.ratio"] = 0  # every run rewrites: the previous view and the delta read
     sent3 = produce(cluster, topic, history(seed=3, n=50, keys=60, start_ts=20_000), partitions=2)
     out3 = comp.run(topic)
-    assert out3["generation"] == 3 and out3["appended"] == []
+    assert out3["generation"] == 3 and out3["appended"] == [] and out3["dirty_ratio"] == 0
     assert out3["records_in"] == m2.records_out + manifest.records_out + 50  # both generations' records, the delta
     m3 = comp.log.read(topic)
     assert m3 is not None

@@ -12,7 +12,7 @@ from compactd.compaction.reduce import Record
 # `compactd compact status TOPIC`: the contract's keys, exactly
 STATUS_KEYS = frozenset(
     ("topic", "status", "generation", "horizon", "keys", "records_in", "records_out", "bytes_in", "bytes_out",
-     "seconds", "error", "lineage", "lineage_why", "gaps", "gap_pending", "appended")
+     "seconds", "error", "lineage", "lineage_why", "gaps", "gap_pending", "appended", "dirty_ratio")
 )  # fmt: skip
 
 
