@@ -360,9 +360,12 @@ def view_report(
     taken = None if retention is None else retention.get("takeover")
     beyond = any(s.end_offset > horizon for s in view.segments)
     left = retention_left(manifest, view.partition, retention_ms, now, beyond)
+    pv = manifest.partitions.get(str(view.partition))
     return {
         "generation": manifest.generation,
         "horizon": horizon,
+        # the share of the view's range that delta runs appended since its last rewrite (readers read it too)
+        "dirty_ratio": 0.0 if pv is None else round(pv.dirty, 4),
         "source_retention_ms": retention_ms,
         "retention_read_at": None if retention is None else retention.get("at"),
         "retention_left_ms": left,

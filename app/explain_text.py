@@ -207,6 +207,8 @@ def format_text(e: Mapping[str, Any]) -> str:
 
 def _view_text(v: Mapping[str, Any]) -> str:
     head = f"generation {v['generation']}, horizon {v['horizon']}"
+    if v.get("dirty_ratio"):
+        head += f" ({v['dirty_ratio']:.0%} of it appended by delta runs since the last rewrite)"
     taken = v.get("retention_takeover")
     if taken:
         was = taken["original"] if taken["original"] is not None else "the broker's default"

@@ -286,6 +286,11 @@ def test_the_view_line_says_when_the_sources_retention_reaches_past_the_horizon(
     assert "no time retention that compactd could read" in format_text(e)
     assert view_report(None, None, v, T0) is None
     assert view_report(Manifest("orders", "orders.compacted", 0), None, v, T0) is None
+    # delta runs appended 4 of the range's 10 records since its last rewrite: readers read them too
+    appended = Manifest("orders", "orders.compacted", 4, partitions={"3": ViewPart(250, 0, 10, base_end=6)})
+    e["compacted_view"] = view_report(appended, {"retention_ms": week, "at": T0}, v, T0)
+    assert e["compacted_view"]["dirty_ratio"] == 0.4
+    assert "generation 4, horizon 250 (40% of it appended by delta runs since the last rewrite)" in format_text(e)
 
 
 def test_where_the_cleaner_cannot_be_seen_compaction_is_blocked_by_that_and_nothing_claims_it_overdue() -> None:
