@@ -208,7 +208,9 @@ def test_a_streams_group_counts_and_is_listed(spark, kafka, cluster, job_setting
     consume_and_commit(kafka.bootstrap, cluster.name("ahead"), data, 400, "consumer")
 
     raw = raw_offset_records(kafka.bootstrap, {app})
-    assert {(r["group"], r["offset"]) for r in raw if r["kind"] == "offset_commit"} == {(app, 300)}
+    # its commits, in log order: under load the application may commit once before it has read all 300
+    commits = [(r["group"], r["offset"]) for r in raw if r["kind"] == "offset_commit"]
+    assert commits and commits[-1] == (app, 300) and all(g == app and o <= 300 for g, o in commits), commits
     assert any(r["kind"] == "skipped" and r["key_version"] >= 3 for r in raw)  # the streams group's own records
 
     now = int(time.time() * 1000)
