@@ -271,8 +271,8 @@ def compaction_service(d: db.Dashboard) -> db.Dashboard:
                 )
             ],
             w=8,
-            description="The last successful run: records read (previous generation and the source beyond its "
-            "horizon), records written, live keys; their ratio is what compaction saves",
+            description="The last successful run: records read (the source beyond the horizon, and the previous "
+            "generation when the run rewrote it), records written, live keys (an upper bound after delta runs)",
         )
     )
     d = d.with_panel(
@@ -286,8 +286,18 @@ def compaction_service(d: db.Dashboard) -> db.Dashboard:
             ],
             "bytes",
             w=8,
-            description="Bytes the last successful run read and wrote: bytes_out is the size of the generation it "
-            "published",
+            description="Bytes the last successful run read and wrote: a delta run writes the delta's winners, a "
+            "rewrite the whole generation",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "View appended by delta runs",
+            [Query('max by (topic) (compactd_compaction_last{figure="dirty_ratio"})', "{{topic}}")],
+            "percentunit",
+            w=8,
+            description="The largest share of a partition's view range that delta runs appended since its last "
+            "rewrite (readers read those records too); a run rewrites the partition at compaction.view.dirty.ratio",
         )
     )
     d = d.with_panel(
