@@ -242,6 +242,12 @@ def overview() -> db.Dashboard:
     return d
 
 
+def last_figure(title: str, figure: str, unit: str, description: str):
+    """A panel of one figure of the topics' last successful compaction run, per topic."""
+    query = Query(f'max by (topic) (compactd_compaction_last{{figure="{figure}"}})', "{{topic}}")
+    return ts(title, [query], unit, w=8, description=description)
+
+
 def compaction_service(d: db.Dashboard) -> db.Dashboard:
     """The overview's row for the compaction service: its series exist per topic with `compaction.service` on."""
     d = d.with_row(db.Row("Compaction service"))
@@ -291,23 +297,21 @@ def compaction_service(d: db.Dashboard) -> db.Dashboard:
         )
     )
     d = d.with_panel(
-        ts(
+        last_figure(
             "View appended by delta runs",
-            [Query('max by (topic) (compactd_compaction_last{figure="dirty_ratio"})', "{{topic}}")],
+            "dirty_ratio",
             "percentunit",
-            w=8,
-            description="The largest share of a partition's view range that delta runs appended since its last "
-            "rewrite (readers read those records too); a run rewrites the partition at compaction.view.dirty.ratio",
+            "The largest share of a partition's view range that delta runs appended since its last rewrite (readers "
+            "read those records too); a run rewrites the partition at compaction.view.dirty.ratio",
         )
     )
     d = d.with_panel(
-        ts(
+        last_figure(
             "Last run: duration",
-            [Query('max by (topic) (compactd_compaction_last{figure="seconds"})', "{{topic}}")],
+            "seconds",
             "s",
-            w=8,
-            description="How long the last successful run took: it bounds how soon after max.compaction.lag.ms the "
-            "view can catch up",
+            "How long the last successful run took: it bounds how soon after max.compaction.lag.ms the view can "
+            "catch up",
         )
     )
     d = d.with_panel(
