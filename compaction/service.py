@@ -271,7 +271,7 @@ class Compactor:
 
         view_high = cluster.offsets(manifest.view, "latest", count, committed=False)
         parts: dict[str, PartitionView] = {}
-        totals = dict.fromkeys(("records_in", "bytes_in", "bytes_out", "tombstones", "null_keys"), 0)
+        totals = dict.fromkeys(("records_in", "bytes_in", "bytes_out", "null_keys"), 0)
         for r in plan:
             rep = reports.get(r.partition)
             written = int(rep["written"]) if rep else 0
