@@ -131,6 +131,8 @@ class Dispatch:
 
         Dry-run records and skips go out at once. A refused or timed-out send stays in the outbox with exponential
         backoff, and ends this round's sending: when the cluster fails one request it is likely to fail the next.
+        A delete a reader that cannot be read holds fails the same way, and the round goes on: that reader holds
+        its own topics, not the cluster's other sends.
         """
         now = self.clock()
         g = resolve_global(self.layers)
@@ -143,8 +145,14 @@ class Dispatch:
             th = self.thresholds(rec.topic, rec.partition if rec.partition >= 0 else None)
             if rec.dry_run or (th.dry_run and rec.action != "restore_config"):
                 # dry.run set since the decision: still dry
-                done = self.dry.execute(msgspec.structs.replace(rec, dry_run=True))
-            elif (why := self._why_not_now(rec, th, now)) is not None:
+                finished.append(self.dry.execute(msgspec.structs.replace(rec, dry_run=True)))
+                continue
+            try:
+                why = self._why_not_now(rec, th, now)
+            except DependencyUnavailable as exc:  # a blind reader: it may be behind, the delete waits (issue 49)
+                finished.append(self._failed(rec, rec.with_status("failed", error=str(exc)), th, now))
+                continue
+            if why is not None:
                 done = rec.with_status("skipped", why=why)
             elif not sending:
                 held += 1
@@ -178,9 +186,7 @@ class Dispatch:
                 if done.status == "sent" and rec.action == "compact" and in_flight is not None:
                     in_flight += 1
                 if done.status == "failed":
-                    tries = int(rec.detail.get("try", 0)) + 1
-                    retry_at = now + backoff_ms(tries, th.action_backoff_ms, th.action_retry_ms)
-                    done = done.with_status("failed", **{"try": tries, "retry_at": retry_at})
+                    done = self._failed(rec, done, th, now)
                     sending, failed_round = False, True
             finished.append(done)
         self.held_back = rate_held
@@ -188,6 +194,14 @@ class Dispatch:
         self._finish(finished)
         self.lifecycle.settle(now)  # after the records went: a reset drops them from the live set
         self.metrics.outbox_depth.set(self.state.outbox_depth())
+
+    @staticmethod
+    def _failed(rec: ActionRecord, done: ActionRecord, th: Thresholds, now: int) -> ActionRecord:
+        """`done`, the failed outcome of `rec`, with its try counted and when it is due again (exponential backoff,
+        up to action.retry.ms): `_finish` keeps it in the outbox until then."""
+        tries = int(rec.detail.get("try", 0)) + 1
+        retry_at = now + backoff_ms(tries, th.action_backoff_ms, th.action_retry_ms)
+        return done.with_status("failed", **{"try": tries, "retry_at": retry_at})
 
     def _due(self, now: int, sending: Callable[[], bool]) -> Iterator[ActionRecord]:
         """The outbox's due records, oldest first, a page at a time, read on past records this round holds: with 1,000
@@ -201,7 +215,8 @@ class Dispatch:
                 return
 
     def _why_not_now(self, rec: ActionRecord, th: Thresholds, now: int) -> str | None:
-        """The guards that hold at send time as well as at decision time."""
+        """The guards that hold at send time as well as at decision time. Raises DependencyUnavailable when a reader
+        that counts on the topic cannot be read now (`_dispatch` fails the delete, and tries it again)."""
         if rec.action == "restore_config":
             return None  # puts a topic's own config back: always wanted
         if rec.action == "delete_records" and not self.deletes_allowed():
