@@ -183,14 +183,17 @@ def plan_ranges(
     return out
 
 
-def associative(strategy: Strategy) -> bool:
-    """Whether a key's winner over base and delta is the winner of the base's and the delta's winners.
+def appends_winners(strategy: Strategy) -> bool:
+    """Whether a delta's winner of a key is always the key's winner over base and delta, so that appending it makes
+    the view's last record of the key its KIP-280 winner.
 
-    A max over order keys is (`tombstone: version`, and `offset` under either rule, where the latest record is the
-    highest). `tombstone: latest` under `timestamp` or `header` is not: a delta of [tombstone, lower version] brings a
-    key back, but its winner alone (the lower version) loses to the base's higher one.
+    The view is a Kafka topic, read by tools that are not compactd (a KTable, a Connect sink, ksqlDB): they take the
+    last record of a key in log order as its value. Only `offset` makes the delta's winner beat the base's whatever
+    it holds (a later offset always wins, under either tombstone rule). Under `timestamp` or `header` a delta's
+    winner may rank below the base's (a late record of a lower version, a late record for a deleted key), and
+    appended after it, it would be what those readers read: a wrong value, or a deleted key back. Such runs rewrite.
     """
-    return strategy.tombstone == "version" or strategy.kind == "offset"
+    return strategy.kind == "offset"
 
 
 def delta_partitions(
@@ -206,7 +209,7 @@ def delta_partitions(
 
     Not when (a full rewrite instead):
     - there is no published generation of this lineage, or it was built under another strategy or tombstone rule,
-      or the rule does not merge winners (`associative`);
+      or a delta's winner may lose to the base's (`appends_winners`: only `offset` appends);
     - the view has records above the generation's range (a dead or fenced run's writes): the range would not be
       one contiguous run of the view any more;
     - the records the deltas already appended are `dirty_ratio` of the generation's range or more
@@ -215,7 +218,7 @@ def delta_partitions(
     - the partition holds tombstones and its last full rewrite is `delete.retention.ms` old: only a rewrite drops
       the expired ones.
     """
-    if published is None or published.generation <= 0 or dirty_ratio <= 0 or not associative(strategy):
+    if published is None or published.generation <= 0 or dirty_ratio <= 0 or not appends_winners(strategy):
         return frozenset()
     if published.strategy_rule != strategy:
         return frozenset()

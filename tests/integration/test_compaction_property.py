@@ -30,13 +30,13 @@ from confluent_kafka.admin import NewPartitions
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from compactd.compaction.manifest import associative
+from compactd.compaction.manifest import appends_winners
 from compactd.compaction.reduce import Record
 from compactd.compaction.service import CHECKED, PHASES, Compactor, Overrides, RunFailed, RunOptions, ViewGap
 from compactd.compaction.store import CompactionState
 from compactd.compaction.strategy import Strategy, order_key, replaces
 from compactd.compaction.view import CompactedReader, ViewGone, _records, table
-from tests.support.compaction import history, produce
+from tests.support.compaction import history, last_record_wins, produce
 
 PARTITIONS = 2
 RATIO = 0.5  # compaction.view.dirty.ratio: its default
@@ -114,10 +114,10 @@ class Model:
                 self.base[p] = len(self.view[p])
 
     def may_append(self, strategy: Strategy, ratio: float) -> set[int]:
-        """The partitions a run may append to, by the model alone: the same lineage's view, a rule that merges
-        winners, and appended records below `ratio` of the view. (Whether someone wrote above the view the broker
-        tells: the caller checks the view topic's end.)"""
-        if not self.generation or not associative(strategy):
+        """The partitions a run may append to, by the model alone: the same lineage's view, a rule whose delta
+        winners always beat the base's (`offset`), and appended records below `ratio` of the view. (Whether someone
+        wrote above the view the broker tells: the caller checks the view topic's end.)"""
+        if not self.generation or not appends_winners(strategy):
             return set()
         return {p for p, v in self.view.items() if len(v) - self.base[p] < ratio * len(v)}
 
@@ -255,6 +255,9 @@ def test_view_is_kip280_over_what_the_source_held_across_its_lifecycle(
                 for rec in _records(reader.conf, manifest.view, p, pv.view_start, pv.view_end, True)
             ]  # fmt: skip
             assert got == m.view.get(p, []), (p, where, died)
+            # and read as a plain reader reads it (the last record of a key wins): the lineage's live keys (issue 49)
+            plain = last_record_wins(Record(o, 0, k, v) for o, k, v in got)
+            assert plain == {x.key: x.value for x in table(m.seen.get(p, []), strategy)}, (p, where, died)
         # the table: view + tail; refused when the source lost records past the horizon
         try:
             table_rows: dict[int, list[tuple]] = {p: [] for p in m.sent}

@@ -16,7 +16,7 @@ from compactd.compaction.service import Compactor, Overrides, RunFailed
 from compactd.compaction.store import Lease, RunInProgress
 from compactd.compaction.strategy import Strategy
 from compactd.compaction.view import CompactedReader, table
-from tests.support.compaction import STATUS_KEYS, history, produce
+from tests.support.compaction import STATUS_KEYS, Event, history, last_record_wins, produce, read_plain
 
 
 def make(
@@ -250,3 +250,64 @@ def test_a_reader_reads_across_a_generation_switch_without_gap_or_duplicate(
     for p in (0, 1):
         appended = reduce_partition([], more[p], Strategy(), now=0)[0]
         assert after[p] == strip(reduce_partition([], sent[p], Strategy(), now=0)[0] + appended)
+
+
+class Killed(BaseException):
+    """A run that dies where `on_phase` names, as a kill -9 after it wrote the view (nothing in the run catches it)."""
+
+
+@pytest.mark.parametrize("kind", ["header", "timestamp"])
+def test_a_plain_reader_of_the_view_reads_each_keys_kip280_winner_after_every_run(
+    cluster, job_settings, redis_url, spark, kind: str
+) -> None:
+    """Issue 49: the view is a Kafka topic, and tools that are not compactd (a KTable, a Connect sink, ksqlDB) read
+    the last record of a key as its value. After every run, a plain consumer of the view topic from its log start
+    must read each key's KIP-280 winner over the whole source, and no key whose winner is a tombstone. Late records
+    ranked below the base's winners (lower versions, older timestamps, some for deleted keys) are what a delta run
+    appended whether or not they won: 57 of 279 keys read a wrong value and 8 deleted keys came back."""
+    topic = cluster.name(f"plain{kind}")
+    cluster.create(topic, 4)
+    comp = make(job_settings, redis_url, spark, {"global": {"compaction.view.grace.ms": 0}})
+    strategy, overrides = Strategy.of(kind, "v"), Overrides(kind, "v")  # type: ignore[arg-type]
+    sent = produce(cluster, topic, history(seed=11, n=1200, keys=90, partitions=4), partitions=4)
+
+    def late(round_: int) -> list[Event]:
+        """For every key of every partition, a record ranked below what it had: a lower version, an older time."""
+        out = []
+        for p, recs in sent.items():
+            oldest = min(r.timestamp for r in recs)
+            for key in sorted({r.key for r in recs if r.key is not None}):
+                version = (-99 + round_).to_bytes(8, "big", signed=True)
+                out.append(Event(p, key, b"late%d" % round_, oldest - 10_000 + round_, (("v", version),)))
+        return out
+
+    def check(generation: int) -> None:
+        manifest = comp.log.read(topic)
+        assert manifest is not None and manifest.generation == generation
+        plain = read_plain(cluster, manifest.view)
+        for p in range(4):
+            want = {r.key: r.value for r in table(sent[p], strategy)}
+            got = last_record_wins(plain[p])
+            wrong = sorted(k for k in want if got.get(k) != want[k])
+            back = sorted(k for k in got if k not in want)
+            assert not wrong and not back, (kind, generation, p, f"wrong winners {wrong}, deleted keys back {back}")
+
+    assert comp.run(topic, overrides)["generation"] == 1
+    check(1)
+    for p, recs in produce(cluster, topic, late(1), partitions=4).items():
+        sent[p] += recs
+    second = comp.run(topic, overrides)
+    check(2)
+    assert second["generation"] == 2 and second["appended"] == []  # a delta's winner may lose: the run rewrites
+
+    for p, recs in produce(cluster, topic, late(2), partitions=4).items():
+        sent[p] += recs
+
+    def killed(phase: str) -> None:
+        if phase == "written":
+            raise Killed(phase)
+
+    with pytest.raises(Killed):
+        comp.run(topic, overrides, killed)
+    assert comp.run(topic, overrides)["generation"] == 3  # over the dead run's writes
+    check(3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from compactd.compaction.reduce import Record
@@ -72,3 +73,41 @@ def produce(cluster, topic: str, events: list[Event], partitions: int = 2) -> di
     for recs in stored.values():
         recs.sort(key=lambda r: r.offset)
     return stored
+
+
+def last_record_wins(records: Iterable[Record]) -> dict[bytes, bytes]:
+    """What a plain reader of a compacted topic holds (a KTable, a Connect sink, ksqlDB): per key, its last record in
+    log order; a key whose last record is a tombstone is deleted. Records without a key are no key."""
+    held: dict[bytes, bytes | None] = {}
+    for r in records:
+        if r.key is not None:
+            held[r.key] = r.value
+    return {k: v for k, v in held.items() if v is not None}
+
+
+def read_plain(cluster, topic: str, timeout_s: float = 30.0) -> dict[int, list[Record]]:
+    """Every record of `topic` from its log start to its end, per partition, read as any Kafka consumer reads a
+    compacted topic (a KTable's restore, a Connect sink): a plain consumer from `earliest`, no compactd code."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer(
+        cluster.conn.client("consumer", forced={"group.id": f"plain-{time.time_ns()}", "enable.auto.commit": False})
+    )
+    try:
+        parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        ends = {p: cluster.watermarks(topic, p)[1] for p in parts}
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        out: dict[int, list[Record]] = {p: [] for p in parts}
+        pos = dict.fromkeys(parts, -1)
+        deadline = time.monotonic() + timeout_s
+        while any(pos[p] + 1 < ends[p] for p in parts):
+            assert time.monotonic() < deadline, f"{topic}: read up to {pos}, the log ends at {ends}"
+            for m in c.consume(1000, timeout=0.5):
+                if m.error() is None:
+                    out[m.partition()].append(
+                        Record(m.offset(), m.timestamp()[1], m.key(), m.value(), tuple(m.headers() or ()))
+                    )
+                    pos[m.partition()] = m.offset()
+        return out
+    finally:
+        c.close()

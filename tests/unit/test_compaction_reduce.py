@@ -8,10 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactd.compaction.manifest import associative
+from compactd.compaction.manifest import appends_winners
 from compactd.compaction.reduce import DELETED_AT, Record, horizon, reduce_partition
 from compactd.compaction.strategy import Strategy
 from compactd.compaction.view import table
+from tests.support.compaction import last_record_wins
 
 H = 3_600_000
 NOW = 1_800_000_000_000
@@ -130,32 +131,59 @@ few_keys = st.lists(  # two keys: a key deleted and written again within the del
 )
 
 
+def live(records: list[Record]) -> dict[bytes, bytes]:
+    """The live keys of a table, as a plain reader's map."""
+    return {r.key: r.value for r in records if r.key is not None and r.value is not None}
+
+
 @pytest.mark.parametrize("strategy", ALL, ids=lambda s: f"{s.kind}-{s.tombstone}")
 @settings(max_examples=400)
 @given(events=few_keys, data=st.data())
-def test_an_appended_generation_read_as_a_table_equals_a_full_run_where_the_rule_merges_winners(
+def test_an_appended_generation_read_last_record_wins_equals_a_full_run_where_the_rule_appends(
     strategy, events, data
 ) -> None:
-    """A delta run writes the delta's winners after the previous generation, unread: the view's table (the strategy
-    over the view in log order) must be the full run's live keys. `associative` says for which rules it is."""
+    """A delta run writes the delta's winners after the previous generation, unread. A plain reader of the view (the
+    last record of a key in log order wins) must then read the full run's live keys, and so must the view's table
+    (the strategy over the view in log order). `appends_winners` says for which rules it is."""
     records = [rec(i, k, v, ts, ver) for i, (k, v, ts, ver) in enumerate(events)]
     cut = data.draw(st.integers(0, len(records)))
     base, _ = reduce_partition([], records[:cut], strategy, NOW)
     delta, _ = reduce_partition([], records[cut:], strategy, NOW)
     full, _ = reduce_partition([], records, strategy, NOW)
-    appended = plain(table(base + delta, strategy))
-    if associative(strategy):
-        assert appended == plain(table(full, strategy))
+    if appends_winners(strategy):
+        assert last_record_wins(base + delta) == live(table(full, strategy)) == last_record_wins(full)
+        assert plain(table(base + delta, strategy)) == plain(table(full, strategy))
     assert [r.offset for r in base + delta] == sorted(r.offset for r in base + delta)  # still in log order
 
 
+@pytest.mark.parametrize("tombstone", ["version", "latest"])
+@pytest.mark.parametrize("kind", ["timestamp", "header"])
+def test_a_delta_winner_that_loses_to_the_base_would_be_a_plain_readers_value_so_such_runs_rewrite(
+    kind: str, tombstone: str
+) -> None:
+    """The witnesses `appends_winners` rules out (issue 49): a late record ranked below the base's winner, and a late
+    record for a key the base deleted. Appended, each is the last record of its key: a plain reader reads the wrong
+    value, and the deleted key back."""
+    strategy = Strategy.of(kind, "v", tombstone=tombstone)  # type: ignore[arg-type]
+    records = [rec(0, "a", "a10", ts=10, version=10), rec(1, "b", None, ts=10, version=10)]
+    late = [rec(2, "a", "a5", ts=5, version=5), rec(3, "b", "b5", ts=5, version=5)]
+    base, _ = reduce_partition([], records, strategy, NOW)
+    delta, _ = reduce_partition([], late, strategy, NOW)
+    full, _ = reduce_partition([], records + late, strategy, NOW)
+    if tombstone == "version":  # KIP-280's rule: the higher versions win, b stays deleted
+        assert live(table(full, strategy)) == {b"a": b"a10"} == last_record_wins(full)
+    assert last_record_wins(base + delta) == {b"a": b"a5", b"b": b"b5"} != last_record_wins(full)
+    assert not appends_winners(strategy)
+
+
 def test_latest_under_versions_does_not_merge_winners_so_such_runs_rewrite() -> None:
-    """The witness `associative` rules out: the delta deletes the key and writes it again at a lower version."""
+    """`tombstone: latest` under versions: the delta deletes the key and writes it again at a lower version, and even
+    the view's table of base + delta would keep the base's higher version."""
     strategy = Strategy.of("header", "v", tombstone="latest")
     records = [rec(0, "a", "v10", version=10), rec(1, "a", None), rec(2, "a", "v5", version=5)]
     base, _ = reduce_partition([], records[:1], strategy, NOW)
     delta, _ = reduce_partition([], records[1:], strategy, NOW)
     full, _ = reduce_partition([], records, strategy, NOW)
     assert plain(full)[0][2] == b"v5" and plain(table(base + delta, strategy))[0][2] == b"v10"
-    assert not associative(strategy) and associative(Strategy.of("header", "v"))
-    assert associative(Strategy.of("offset", tombstone="latest"))
+    assert not appends_winners(strategy)
+    assert appends_winners(Strategy.of("offset", tombstone="latest")) and appends_winners(Strategy())
