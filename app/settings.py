@@ -257,6 +257,13 @@ class Settings(BaseSettings):
         "partition with more keys goes through Spark's shuffle, which spills, instead. In local mode the tasks share "
         "the driver's heap, one per core at once.",
     )
+    compaction_read_stall_ms: int = Field(
+        120_000,
+        ge=100,
+        description="A compaction task's read of a range fails (Spark retries the task; the run fails after its "
+        "retries) once it has read nothing new for this long. A deadline on progress, not on the range: a range that "
+        "keeps moving takes as long as it needs (1M offsets of 20 KB records do).",
+    )
     stop_timeout_ms: int = Field(
         120_000,
         ge=0,

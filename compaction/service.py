@@ -262,6 +262,7 @@ class Compactor:
                     count,
                     self.settings.compaction_task_records,
                     self.settings.compaction_task_map_mb << 20,
+                    self.settings.compaction_read_stall_ms,
                 ),
                 spec,
             )

@@ -36,6 +36,7 @@ DROP_NULL = -2  # nk of the one group per partition that collects null keys to d
 CHUNK = 1_000_000  # offsets per read task: large partitions are read in parallel
 HELD_MAX = 250_000  # winners a reading task holds before it hands them to Spark (its memory bound)
 MAP_BYTES = 256 << 20  # a JVM task's map of a large partition's keys, at most (`compaction_task_map_mb`)
+STALL_MS = 120_000  # a range read with no progress this long fails its task (`compaction_read_stall_ms`)
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 INPUT_SCHEMA = pa.schema(
@@ -164,7 +165,7 @@ class _InputReader(DataSourceReader):
         conf = KafkaConnection.from_spark_options(self.options).client("consumer", READER_DEFAULTS)
         strategy = Strategy.of(**json.loads(self.options["strategy"]))
         retain = self.options.get("retain_null_key", "false") == "true"
-        timeout_ms = int(self.options.get("readtimeoutms", "120000"))
+        stall_ms = int(self.options.get("stall_ms", STALL_MS))
         held_max = int(self.options.get("held_max", HELD_MAX))
         combiner: Combiner | None = None
         before: ReadRange | None = None
@@ -176,7 +177,7 @@ class _InputReader(DataSourceReader):
             if combiner is None:
                 combiner = Combiner(where.partition, strategy, retain)
             rng = KafkaRange(where.topic, where.partition, where.start, where.end)
-            for msgs in read_messages(conf, rng, timeout_ms, strict=True):
+            for msgs in read_messages(conf, rng, stall_ms, strict=True):
                 combiner.add(msgs, where)
                 if combiner.held >= held_max:
                     yield combiner.emit()
@@ -363,6 +364,7 @@ class RunInput:
     partitions: int
     held_max: int = HELD_MAX
     map_bytes: int = MAP_BYTES
+    stall_ms: int = STALL_MS
 
 
 def write_view(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -510,6 +512,7 @@ def shuffle_phases(
         .option("strategy", json.dumps(dict(strategy)))
         .option("retain_null_key", "true" if job.retain_null_key else "false")
         .option("held_max", str(job.held_max))
+        .option("stall_ms", str(job.stall_ms))
         .load()
     )
     rank = F.struct("k1", "k2", "k3")
@@ -553,7 +556,7 @@ JAVA_PRODUCER = {
 CONSUMER_ONLY = ("fetch.max.wait.ms", "max.partition.fetch.bytes", "isolation.level", "group.id")
 
 
-def jvm_task(task: ReadTask, job: RunInput, spec: WriteSpec, timeout_ms: int) -> str:
+def jvm_task(task: ReadTask, job: RunInput, spec: WriteSpec) -> str:
     """One task's JSON for `ViewRun.java` (compaction/jvm): what to read and write, by which rules; no credentials."""
     return json.dumps(
         {
@@ -563,7 +566,7 @@ def jvm_task(task: ReadTask, job: RunInput, spec: WriteSpec, timeout_ms: int) ->
             "view": spec.view,
             "now": spec.now,
             "delete_retention_ms": spec.delete_retention_ms,
-            "timeout_ms": timeout_ms,
+            "stall_ms": job.stall_ms,
             "hold_max": job.held_max,
             "map_bytes": job.map_bytes,
         }
@@ -597,9 +600,8 @@ def run_in_jvm(spark: Any, spark_options: Mapping[str, str], job: RunInput, spec
     reports are `WRITTEN_SCHEMA`'s rows, or `overflow` for a partition whose keys outgrew the task's map."""
     from pyspark.sql import functions as F
 
-    timeout_ms = int(spark_options.get("readtimeoutms", "120000"))
     parallelism = max(1, int(spark.sparkContext.defaultParallelism))
-    tasks = [jvm_task(t, job, spec, timeout_ms) for t in pack(job.ranges, 2 * parallelism, chunk=None)]
+    tasks = [jvm_task(t, job, spec) for t in pack(job.ranges, 2 * parallelism, chunk=None)]
     name = view_run(spark, spec)
     # one Spark partition per task, each of one row (its number): a local table would be one partition per core, and
     # Spark evaluates a projection over a local table while planning it, on the driver

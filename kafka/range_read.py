@@ -40,14 +40,15 @@ class KafkaRange:
 
 
 def read_messages(
-    conf: dict[str, Any], rng: KafkaRange, timeout_ms: int, chunk: int = 100_000, strict: bool = False
+    conf: dict[str, Any], rng: KafkaRange, stall_ms: int, chunk: int = 100_000, strict: bool = False
 ) -> Iterator[list]:
     """Read offsets [start, end) of one partition: lists of up to `chunk` confluent-kafka messages, in log order.
 
     Offsets may be missing inside the range (compaction, transaction markers), so the loop ends on the
-    consumer position, not on a message count. A range that cannot be read in time fails the task:
-    Spark retries it, and nothing is silently skipped. Per message only what Kafka itself costs: callers take the
-    fields they need with one comprehension each.
+    consumer position, not on a message count. A read whose position moves no further for `stall_ms` fails the task
+    (Spark retries it, and nothing is silently skipped); a range that keeps moving takes as long as it needs (1M
+    offsets of 10 KB records outlast any deadline on the whole range). Per message only what Kafka itself costs:
+    callers take the fields they need with one comprehension each.
 
     `strict`: offsets of the range deleted before they are read fail the read (a compaction must never skip records
     the source's retention took: what they replaced or deleted would come back); otherwise the read goes on from the
@@ -66,14 +67,16 @@ def read_messages(
     )
     consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
     pending: list = []
-    deadline = time.monotonic() + timeout_ms / 1000
+    progressed = time.monotonic()
     position = rng.start
     try:
         while position < rng.end:
-            if time.monotonic() > deadline:
+            if time.monotonic() - progressed > stall_ms / 1000:
                 raise SourceReadError(
-                    f"{rng.topic}/{rng.partition}: read stalled at {position} of [{rng.start},{rng.end})"
+                    f"{rng.topic}/{rng.partition}: read stalled at {position} of [{rng.start},{rng.end}): "
+                    f"no progress for {stall_ms} ms"
                 )
+            before = position
             # consume() waits for num_messages or the timeout: never ask for more than the range still holds (an
             # end-of-partition event also counts), or every task pays the whole timeout on its last call
             msgs = consumer.consume(num_messages=max(1, min(10_000, rng.end - position)), timeout=0.5)
@@ -105,6 +108,8 @@ def read_messages(
                 pos = consumer.position([TopicPartition(rng.topic, rng.partition)])[0].offset
                 if pos >= 0:
                     position = max(position, pos)
+            if position > before:
+                progressed = time.monotonic()
         if pending:
             yield pending
     finally:

@@ -122,8 +122,9 @@ def test_the_jvm_task_writes_what_the_pure_rules_keep(
     written: dict[tuple[Strategy, int], list[tuple]] = {}
     for gen, (now, retention) in enumerate(gens, 1):
         tasks = {
-            views[s]: jvm_task(ReadTask(tuple(ranges[s])), RunInput([], strategy_options(s), False, parts, hold),
-                               WriteSpec({}, {}, views[s], now, retention, java), 30_000)
+            views[s]: jvm_task(ReadTask(tuple(ranges[s])),
+                               RunInput([], strategy_options(s), False, parts, hold, stall_ms=30_000),
+                               WriteSpec({}, {}, views[s], now, retention, java))
             for s in STRATEGIES
         }  # fmt: skip
         reports = run_tasks(spark, WriteSpec({}, {}, "", now, retention, java), tasks)
@@ -229,6 +230,6 @@ def test_the_clients_credentials_stay_out_of_the_query() -> None:
     `explain`): the Kafka clients' settings, a SASL password among them, travel inside the function instead."""
     secret = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="s3cret";'
     spec = WriteSpec({}, {}, "t.compacted", NOW, 0, {"bootstrap.servers": "b:9092", "sasl.jaas.config": secret})
-    task = jvm_task(ReadTask((ReadRange("t", 0, 0, 10, False),)), RunInput([], {"kind": "offset"}, False, 1), spec, 1)
+    task = jvm_task(ReadTask((ReadRange("t", 0, 0, 10, False),)), RunInput([], {"kind": "offset"}, False, 1), spec)
     assert "s3cret" not in task and "b:9092" not in task
     assert json.loads(task)["ranges"] == [{"topic": "t", "partition": 0, "start": 0, "end": 10, "from_view": False}]

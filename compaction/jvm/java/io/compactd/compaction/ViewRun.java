@@ -198,7 +198,7 @@ public final class ViewRun implements UDF1<String, String> {
     JsonNode t = JSON.readTree(task);
     Strategy strategy = new Strategy(t.path("strategy"));
     boolean retain = t.path("retain_null_key").asBoolean(false);
-    long timeoutMs = required(t, "timeout_ms");
+    long stallMs = required(t, "stall_ms"); // a read's deadline on progress; also the meter's bound
     String view = t.path("view").asText();
     long now = t.path("now").asLong();
     long retentionMs = t.path("delete_retention_ms").asLong();
@@ -233,17 +233,17 @@ public final class ViewRun implements UDF1<String, String> {
         long t0 = System.nanoTime();
         long t1;
         if (records <= holdMax) { // one pass: each key's winner held whole, then written sorted by offset
-          List<Rec> winners = read(consumer, ranges, strategy, retain, timeoutMs, c);
+          List<Rec> winners = read(consumer, ranges, strategy, retain, stallMs, c);
           t1 = System.nanoTime();
           if (c.recordsIn == 0) {
             continue; // nothing read: no report, as no row reached the Python writer
           }
-          c.viewStart = high(meter, vtp, timeoutMs);
+          c.viewStart = high(meter, vtp, stallMs);
           for (Rec r : winners) {
             writer.write(p, r, c);
           }
         } else { // two passes, as Kafka's cleaner: the winners' offsets by key, then the winners copied in log order
-          KeyMap winners = map(consumer, ranges, strategy, retain, timeoutMs, c, new KeyMap(ranked, mapBytes, records));
+          KeyMap winners = map(consumer, ranges, strategy, retain, stallMs, c, new KeyMap(ranked, mapBytes, records));
           t1 = System.nanoTime();
           if (winners == null) {
             ObjectNode o = JSON.createObjectNode();
@@ -255,8 +255,8 @@ public final class ViewRun implements UDF1<String, String> {
           if (c.recordsIn == 0) {
             continue;
           }
-          c.viewStart = high(meter, vtp, timeoutMs);
-          scan(consumer, ranges, timeoutMs, (m, fromView, topic) -> {
+          c.viewStart = high(meter, vtp, stallMs);
+          scan(consumer, ranges, stallMs, (m, fromView, topic) -> {
             byte[] key = m.key();
             if (key == null) {
               if (retain) {
@@ -309,12 +309,12 @@ public final class ViewRun implements UDF1<String, String> {
       List<JsonNode> ranges,
       Strategy strategy,
       boolean retain,
-      long timeoutMs,
+      long stallMs,
       Counts c) {
     HashMap<ByteBuffer, Rec> best = new HashMap<>();
     List<Rec> keptNull = new ArrayList<>();
     boolean offsetKind = strategy.kind.equals("offset");
-    scan(consumer, ranges, timeoutMs, (m, fromView, topic) -> {
+    scan(consumer, ranges, stallMs, (m, fromView, topic) -> {
       byte[] key = m.key();
       c.recordsIn++;
       c.bytesIn += len(key) + len(m.value());
@@ -352,12 +352,12 @@ public final class ViewRun implements UDF1<String, String> {
       List<JsonNode> ranges,
       Strategy strategy,
       boolean retain,
-      long timeoutMs,
+      long stallMs,
       Counts c,
       KeyMap winners) {
     boolean offsetKind = strategy.kind.equals("offset");
     boolean[] full = {false};
-    scan(consumer, ranges, timeoutMs, (m, fromView, topic) -> {
+    scan(consumer, ranges, stallMs, (m, fromView, topic) -> {
       if (full[0]) {
         return;
       }
@@ -386,8 +386,9 @@ public final class ViewRun implements UDF1<String, String> {
     void accept(ConsumerRecord<byte[], byte[]> m, boolean fromView, String topic);
   }
 
-  /** Every record of a partition's ranges, in order: a deleted offset or a stalled read fails the task. */
-  static void scan(KafkaConsumer<byte[], byte[]> consumer, List<JsonNode> ranges, long timeoutMs, Sink sink) {
+  /** Every record of a partition's ranges, in order: a deleted offset, or a read that moves no further for
+   * {@code stallMs}, fails the task. */
+  static void scan(KafkaConsumer<byte[], byte[]> consumer, List<JsonNode> ranges, long stallMs, Sink sink) {
     for (JsonNode range : ranges) {
       String topic = range.path("topic").asText();
       int partition = range.path("partition").asInt();
@@ -400,12 +401,14 @@ public final class ViewRun implements UDF1<String, String> {
       TopicPartition tp = new TopicPartition(topic, partition);
       consumer.assign(List.of(tp));
       consumer.seek(tp, start);
-      long deadline = System.nanoTime() + timeoutMs * 1_000_000L;
+      // a deadline on progress, not on the range: 1M offsets of 10 KB records take longer than any fixed bound
+      long stallNanos = stallMs * 1_000_000L;
+      long progressed = System.nanoTime();
       long position = start;
       while (position < end) {
-        if (System.nanoTime() > deadline) {
-          throw new ViewRunException(
-              topic + "/" + partition + ": read stalled at " + position + " of [" + start + "," + end + ")");
+        if (System.nanoTime() - progressed > stallNanos) {
+          throw new ViewRunException(topic + "/" + partition + ": read stalled at " + position + " of [" + start
+              + "," + end + "): no progress for " + stallMs + " ms");
         }
         ConsumerRecords<byte[], byte[]> records;
         try {
@@ -421,7 +424,11 @@ public final class ViewRun implements UDF1<String, String> {
           }
           sink.accept(m, fromView, topic);
         }
-        position = Math.max(position, consumer.position(tp));
+        long next = consumer.position(tp);
+        if (next > position) {
+          position = next;
+          progressed = System.nanoTime();
+        }
       }
     }
   }
@@ -799,8 +806,8 @@ public final class ViewRun implements UDF1<String, String> {
     return b == null ? 0 : b.length;
   }
 
-  static long high(KafkaConsumer<byte[], byte[]> meter, TopicPartition tp, long timeoutMs) {
-    Long end = meter.endOffsets(List.of(tp), Duration.ofMillis(timeoutMs)).get(tp);
+  static long high(KafkaConsumer<byte[], byte[]> meter, TopicPartition tp, long stallMs) {
+    Long end = meter.endOffsets(List.of(tp), Duration.ofMillis(stallMs)).get(tp);
     if (end == null) {
       throw new ViewRunException("view " + tp + ": no high watermark");
     }
