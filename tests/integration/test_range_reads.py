@@ -6,7 +6,7 @@ readers, on the real broker: the JVM task (`ViewRun.java`, through `run_in_jvm`)
 Small scale, the same rule: a stall deadline of STALL_MS (`compaction_read_stall_ms`), a range whose records arrive one
 at a time for several times that long (the read always progressing), and a range whose end never arrives (the read
 stuck: "read stalled"). The full size (1.2M records of 20 KB in one partition, 24 GB) is the compaction benchmark's:
-`COMPACTD_BENCH_RECORDS=1200000 COMPACTD_BENCH_PARTITIONS=1 COMPACTD_BENCH_VALUE_BYTES=20480 python bench/compaction.py`.
+`COMPACTD_BENCH_RECORDS=1200000 COMPACTD_BENCH_PARTITIONS=1 COMPACTD_BENCH_VALUE_BYTES=20480 python bench/compaction.py`
 """
 
 from __future__ import annotations
