@@ -256,18 +256,24 @@ def source_changed(
 ) -> str | None:
     """Why the source is no longer the log the published generation was built from (None: nothing says so): its
     topic ID changed, it has fewer partitions, or a partition's log ends below the horizon or starts below the log
-    start it had (within one log both only rise). A view of another log is never mixed with this one."""
+    start it had. A view of another log is never mixed with this one.
+
+    A log start going back is evidence only where the topic ID cannot say: a broker killed before it checkpointed a
+    deleteRecords' log start (`log.flush.start.offset.checkpoint.interval.ms`, a minute by default) starts again
+    with the older one (`policy/identity.py`). Same topic ID, same log: read as another log, the new lineage would
+    be built from the source alone and every key that lived only in the view would be lost (issue 49)."""
     if published is None or published.generation <= 0:
         return None
     if topic_id and published.source_id and topic_id != published.source_id:
         return f"topic ID {published.source_id} is now {topic_id}"
+    same_log = bool(topic_id and published.source_id)  # and equal: another ID returned above
     had = 1 + max((int(p) for p in published.partitions), default=-1)
     if count < had:
         return f"{count} partitions, generation {published.generation} had {had}"
     for p, pv in sorted(published.partitions.items(), key=lambda kv: int(kv[0])):
         if high.get(int(p), 0) < pv.horizon:
             return f"partition {p} ends at {high.get(int(p), 0)}, below the horizon {pv.horizon}"
-        if low.get(int(p), 0) < pv.source_low:
+        if low.get(int(p), 0) < pv.source_low and not same_log:
             return f"partition {p} starts at {low.get(int(p), 0)}, below its log start {pv.source_low} then"
     return None
 

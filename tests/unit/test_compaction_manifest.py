@@ -166,6 +166,10 @@ def test_a_source_that_is_another_log_is_told_apart() -> None:
     assert "1 partitions" in str(source_changed(m, 1, {}, {0: 100}, "A"))
     assert "ends at 40, below the horizon 50" in str(source_changed(m, 2, {}, {0: 100, 1: 40}, None))
     assert "starts at 0, below its log start 10" in str(source_changed(low, 2, {0: 0}, {0: 100, 1: 50}, None))
+    # a broker killed before it checkpointed a deleteRecords' log start comes back with the older one: same ID, same
+    # log (the ID is the evidence; without one the log start is all there is)
+    assert source_changed(low, 2, {0: 0, 1: 10}, {0: 100, 1: 50}, "A") is None
+    assert "starts at 0" in str(source_changed(replace(low, source_id=None), 2, {0: 0}, {0: 100, 1: 50}, "A"))
     assert source_changed(replace(m, generation=0), 1, {}, {}, "B") is None
 
 
