@@ -11,12 +11,18 @@ not read to its end in time. Then every share group is blind, and the caller hol
 topic (a share group may read any of them). A cluster where `__share_group_state` does not exist has never had a
 share group with state: nothing to hold.
 
+The share coordinator prunes its topic (deleteRecords below its latest snapshots). A tail whose next fetch falls
+below the new log start reads that partition again from its start, its state from there dropped first: jumping to
+the end would skip snapshots (done ranges of an older state epoch kept) and tombstones (a deleted share group held
+for ever).
+
 Topic IDs are named through DescribeTopics (kafka/topics.py); an ID no topic has any more is a deleted topic's
 state, which holds nothing.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +35,8 @@ from compactd.kafka.config import KafkaConnection
 from compactd.kafka.topics import ClusterTopics
 from compactd.policy.identity import topic_id_bytes
 
+log = logging.getLogger("compactd.readers")
+
 STATE_TOPIC = "__share_group_state"
 NAMES_TTL_S = 10.0  # after a naming round failed, the next one waits this long (the share groups are blind meanwhile)
 
@@ -38,6 +46,7 @@ class _Partition:
     start: int = -1
     epoch: int | None = None
     done: list[tuple[int, int]] = field(default_factory=list)
+    source: int = -1  # the partition of STATE_TOPIC its records are in
 
     def position(self) -> int | None:
         return None if self.start < 0 else advance(self.start, self.done)
@@ -102,7 +111,7 @@ class ShareStateTail:
 
     def _drain(self) -> None:
         """Read every partition of the topic up to its high watermark as of now."""
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
         if self._consumer is None:
             self._consumer = Consumer(
@@ -110,7 +119,8 @@ class ShareStateTail:
                     "consumer",
                     forced={"group.id": "compactd-share-state", "enable.auto.commit": False,
                             "isolation.level": "read_committed", "enable.partition.eof": False,
-                            "fetch.wait.max.ms": 10},  # a drain to the end, not a wait for new records
+                            "fetch.wait.max.ms": 10,  # a drain to the end, not a wait for new records
+                            "auto.offset.reset": "error"},  # out of range: told, and read again from the start
                 )
             )  # fmt: skip
         meta = self._consumer.list_topics(STATE_TOPIC, timeout=self.timeout_s).topics.get(STATE_TOPIC)
@@ -133,15 +143,30 @@ class ShareStateTail:
                 raise TimeoutError(f"not read to its end within {self.timeout_s:.0f}s")
             for msg in self._consumer.consume(1000, timeout=0.5):
                 if msg.error() is not None:
-                    raise KafkaException(msg.error())
-                self._apply(msg.key(), msg.value())
+                    if msg.error().code() != KafkaError._AUTO_OFFSET_RESET:
+                        raise KafkaException(msg.error())
+                    self._reread(msg.partition(), msg.error().str())
+                    behind.add(msg.partition())
+                    continue
+                self._apply(msg.partition(), msg.key(), msg.value())
                 if msg.offset() + 1 >= ends.get(msg.partition(), 0):
                     behind.discard(msg.partition())
             if behind:  # transaction markers and compacted gaps: a partition may end without a last record
                 got = self._consumer.position([TopicPartition(STATE_TOPIC, p) for p in behind])
                 behind -= {tp.partition for tp in got if tp.offset >= ends[tp.partition]}
 
-    def _apply(self, key: bytes | None, value: bytes | None) -> None:
+    def _reread(self, partition: int, why: str) -> None:
+        """The tail's next record of `partition` was pruned: forget what that partition said and read it again from
+        its start (its state as of the new log start: snapshots, the updates after them, no deleted share group)."""
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        log.warning("%s[%d] pruned past the tail (%s): read again from its start", STATE_TOPIC, partition, why)
+        self._state = {slot: part for slot, part in self._state.items() if part.source != partition}
+        # a partition stopped by the reset error takes no seek ("Erroneous state"): it is assigned again
+        self._consumer.incremental_unassign([TopicPartition(STATE_TOPIC, partition)])
+        self._consumer.incremental_assign([TopicPartition(STATE_TOPIC, partition, OFFSET_BEGINNING)])
+
+    def _apply(self, source: int, key: bytes | None, value: bytes | None) -> None:
         try:
             k = decode_key(key or b"")
             slot = (k.group, k.topic_id.bytes, k.partition)
@@ -155,7 +180,7 @@ class ShareStateTail:
         part = self._state.get(slot)
         if k.kind == SNAPSHOT or part is None:
             # a snapshot is the whole state: an update before any snapshot (compacted away) starts one too
-            self._state[slot] = _Partition(v.start_offset, v.state_epoch, list(v.done))
+            self._state[slot] = _Partition(v.start_offset, v.state_epoch, list(v.done), source)
             return
         if v.start_offset >= 0:
             part.start = v.start_offset

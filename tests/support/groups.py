@@ -49,7 +49,7 @@ def share_acknowledge(bootstrap: str, group: str, topic: str, upto: int, extra: 
     earliest = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
     resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[earliest])
     admin.incremental_alter_configs([resource])[resource].result(30)
-    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit"})
+    c = ShareConsumer({**conf, "group.id": group, "share.acknowledgement.mode": "explicit"})
     try:
         c.subscribe([topic])
         acked: set[int] = set()
