@@ -6,11 +6,13 @@
                                 its segments and when the last clean was seen; lua/part.lua), layout hash
                                 (which layouts are migrated),
                                 gid hash (group -> per-topic id), o:<id>:<bucket> hashes (partition -> offset,
-                                128 partitions each), oc / ob hashes (id -> partitions with an offset / highest
-                                bucket), ct hash (id -> the group's latest commit time on the topic), groups /
-                                counted / asg (assigned) / parts sets, applied hash (stream id -> last merged
-                                batch); lua/offsets.lua has the rules, lua/counted.lua how a partition's minimum
-                                over the counted groups is read from the o: buckets
+                                128 partitions each), t:<id>:<bucket> hashes (partition -> its commit's event time,
+                                where the JSON commits topic gives one: a group's deletion is ordered by it), oc / ob
+                                hashes (id -> partitions with an offset / highest bucket), ct hash (id -> the
+                                group's latest commit time on the topic), groups / counted / asg (assigned) / parts
+                                sets, applied hash (stream id -> last merged batch); lua/offsets.lua has the
+                                rules, lua/counted.lua how a partition's minimum over the counted groups is read
+                                from the o: buckets
 <prefix>:{sched}:deadlines      zset "<topic>/<partition>" -> next evaluation time (ms)
 <prefix>:{sched}:compaction-due zset "<topic>/<partition>" -> when its oldest dirty record becomes overdue
 <prefix>:{act}:rec / outbox / last / nudge   the action records and their bookkeeping (one slot)

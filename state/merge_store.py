@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from compactd.clock import now_ms
 from compactd.policy.identity import other_incarnation
 from compactd.state.changes import BatchChanges, TopicChanges
 from compactd.state.store_base import StoreBase, _s
@@ -109,10 +110,14 @@ class MergeStore(StoreBase):
         the batch's deletions are remembered (`group_deleted_at`, the latest per group, kept 30 days), and a commit
         older than its group's remembered deletion is dropped (read late from another partition of that topic, it
         would bring back a position the group gave up). A deletion older than a commit the state already holds does
-        not wipe it: lua/merge.lua compares it with the group's latest commit time on the topic. Returns how many
-        commits were dropped; a replay drops the same."""
+        not wipe it: lua/merge.lua compares it with each partition's commit time. A deletion stamped after the merge
+        (a producer's clock ahead) counts as of the merge: it cannot have happened later than it was read, and
+        remembered at its own time it would drop every commit the group makes until then. Returns how many commits
+        were dropped; a replay drops the same (such a deletion then counts as of the replay)."""
         key = self.keys.group_deleted_at
         if changes.group_delete_ts:
+            now = now_ms()
+            changes.group_delete_ts = {g: min(ts, now) for g, ts in changes.group_delete_ts.items()}
             newest = max(changes.group_delete_ts.values())
             pipe = self.r.pipeline(transaction=False)
             pipe.zadd(key, {g: ts for g, ts in changes.group_delete_ts.items()}, gt=True)
@@ -192,13 +197,16 @@ class MergeStore(StoreBase):
         """lua/merge.lua's payload: compact JSON, the bytes `json.dumps` gave, encoded by msgspec in a tenth of the
         time (`json.dumps` was a third of a second of a batch at 1M partitions)."""
         by_group: dict[str, list[int]] = {}
+        times: dict[str, list[int]] = {}  # (partition, commit time) where the commits topic gave one
         for g, p, o in tc.offsets:
             by_group.setdefault(g, []).extend((p, -1 if o is None else o))
+            if tc.offset_ts and o is not None and (ts := tc.offset_ts.get((g, p))) is not None:
+                times.setdefault(g, []).extend((p, ts))
         return _MERGE_JSON.encode(
             {
                 "gdel": gdel,
                 "assign": assign,
-                "offsets": [[g, int(counts(g, topic)), flat] for g, flat in by_group.items()],
+                "offsets": [[g, int(counts(g, topic)), flat, times.get(g, [])] for g, flat in by_group.items()],
                 "committs": [[g, ts] for g, ts in sorted(tc.commit_ts.items())],
                 "compacted": [list(c) for c in tc.compacted],
                 "logstart": [list(c) for c in tc.log_start],

@@ -5,10 +5,11 @@
 -- ARGV[2] = batch id
 -- ARGV[3] = JSON payload:
 --   gdel     [group | [group, ts], ...]        groups deleted (all their offsets on this topic go; with the deletion's
---            event time, not when the group's latest commit on the topic is newer: that commit came after it)
+--            event time, those committed before it, partition by partition: a newer commit came after it)
 --   assign   [[group, assigned(0/1), counted(0/1)], ...]  members assigned to this topic, from group metadata
---   offsets  [[group, counted(0/1), [partition, offset|-1, partition, offset|-1, ...]], ...]   -1 = offset deleted
---            (one flat list per group: decoding 100k small lists was most of the script's time)
+--   offsets  [[group, counted(0/1), [partition, offset|-1, partition, offset|-1, ...], [partition, commit ts, ...]],
+--            ...]   -1 = offset deleted (one flat list per group: decoding 100k small lists was most of the script's
+--            time); the commit times where the commits topic gives them (absent or empty: none)
 --   committs [[group, latest commit ts], ...]  per group on this topic (the ct hash, for `compactd explain`)
 --   compacted [[partition, cleaned_up_to, ts], ...]   ts: when the agent saw the clean (may be absent: unknown)
 --   logstart  [[partition, log_start_offset], ...]
@@ -26,22 +27,43 @@ local touched = {}
 --! include part.lua
 migrate_parts()
 
+-- A group's deletion takes every offset of the group on the topic; with the deletion's event time (the JSON commits
+-- topic, where a deletion and the commits sit in different partitions, read in any order) only those whose commit is
+-- older, partition by partition: a commit at or after it (a tie: the safe side) is the group back there, and stays.
+-- An offset without a commit time of its own (stored by a build that kept none) is judged by the group's latest
+-- commit time on the topic: newer than the deletion, it may be the newer one, and stays (the group holds).
 for _, e in ipairs(p.gdel or {}) do
   local g, at = e, nil
   if type(e) == 'table' then g, at = e[1], e[2] end
   local id = gid(g, false)
-  -- a deletion older than a commit the state holds (read late from another partition of the commits topic) is void
-  local void = id and at and tonumber(redis.call('HGET', base .. ':ct', id) or '-1') > at
-  if not void then
-    redis.call('SREM', base .. ':asg', g)
-    if id then
-      for b = 0, tonumber(redis.call('HGET', base .. ':ob', id) or '-1') do
-        local key = base .. ':o:' .. id .. ':' .. b
-        for _, n in ipairs(redis.call('HKEYS', key)) do touched[n] = true end
-        redis.call('DEL', key)
+  local kept = 0
+  if id then
+    local latest = tonumber(redis.call('HGET', base .. ':ct', id) or '-1')
+    for b = 0, tonumber(redis.call('HGET', base .. ':ob', id) or '-1') do
+      local key, tkey = base .. ':o:' .. id .. ':' .. b, base .. ':t:' .. id .. ':' .. b
+      local times = {}
+      if at then
+        local flat = redis.call('HGETALL', tkey)
+        for i = 1, #flat, 2 do times[flat[i]] = tonumber(flat[i + 1]) end
       end
-      redis.call('HSET', base .. ':oc', id, 0)
+      local gone = {}
+      for _, n in ipairs(redis.call('HKEYS', key)) do
+        if at and (times[n] or latest) >= at then
+          kept = kept + 1
+        else
+          gone[#gone + 1] = n
+          touched[n] = true
+        end
+      end
+      if #gone > 0 then  -- at most 128 partitions a bucket
+        redis.call('HDEL', key, unpack(gone))
+        redis.call('HDEL', tkey, unpack(gone))
+      end
     end
+    redis.call('HSET', base .. ':oc', id, kept)
+  end
+  if kept == 0 then
+    redis.call('SREM', base .. ':asg', g)
     forget_if_idle(g)
   end
 end
@@ -107,6 +129,26 @@ for _, grp in ipairs(p.offsets or {}) do
       end
       touch_later(n)
     end
+  end
+end
+-- The commit times the commits topic gives (`offsets`' fourth item: partition, time, ...), per partition beside the
+-- offsets (t:<id>:<bucket>): a group's deletion read later is ordered against each.
+for _, grp in ipairs(p.offsets or {}) do
+  local times = grp[4]
+  if times and #times > 0 then
+    local id = gid(grp[1], true)
+    local fields, order = {}, {}
+    for i = 1, #times, 2 do
+      local key = base .. ':t:' .. id .. ':' .. bucket_of(times[i])
+      if not fields[key] then
+        fields[key] = {}
+        order[#order + 1] = key
+      end
+      local f = fields[key]
+      f[#f + 1] = tostring(times[i])
+      f[#f + 1] = int(times[i + 1])
+    end
+    for _, key in ipairs(order) do redis.call('HSET', key, unpack(fields[key])) end
   end
 end
 local highest = {}

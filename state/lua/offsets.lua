@@ -68,6 +68,7 @@ local function del_offset(g, n)
     if redis.call('HDEL', base .. ':o:' .. id .. ':' .. bucket_of(n), n) == 1 then
       redis.call('HINCRBY', base .. ':oc', id, -1)
     end
+    redis.call('HDEL', base .. ':t:' .. id .. ':' .. bucket_of(n), n)  -- its commit time (merge.lua)
   end
   forget_if_idle(g)
   touched[n] = true
