@@ -17,7 +17,8 @@ the end would skip snapshots (done ranges of an older state epoch kept) and tomb
 for ever).
 
 Topic IDs are named through DescribeTopics (kafka/topics.py); an ID no topic has any more is a deleted topic's
-state, which holds nothing.
+state, which holds nothing, and it is asked again every NAMES_TTL_S (a topic the cluster did not show yet is not a
+deleted one).
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ from compactd.policy.identity import topic_id_bytes
 log = logging.getLogger("compactd.readers")
 
 STATE_TOPIC = "__share_group_state"
-NAMES_TTL_S = 10.0  # after a naming round failed, the next one waits this long (the share groups are blind meanwhile)
+# after a naming round, IDs it did not find are asked again this long later; after a failed one, the next waits
+# this long (the share groups are blind meanwhile)
+NAMES_TTL_S = 10.0
 
 
 @dataclass
@@ -80,7 +83,7 @@ class ShareStateTail:
         self._state: dict[tuple[str, bytes, int], _Partition] = {}
         self._names: dict[bytes, str] = {}
         self._names_at = -NAMES_TTL_S
-        self._unnamed: set[bytes] = set()  # IDs no topic had at the last naming round (deleted topics)
+        self._unnamed: set[bytes] = set()  # IDs no topic had at the last naming round (asked again after NAMES_TTL_S)
         self._naming_error = ""  # why the last naming round failed ("" when it did not)
         self._undecodable = 0
         self._lock = threading.Lock()
@@ -189,10 +192,13 @@ class ShareStateTail:
 
     def _positions(self) -> dict[str, dict[str, dict[int, int | None]]]:
         wanted = {tid for _, tid, _ in self._state}
-        # an ID the last naming round did not find is a deleted topic's: a round runs for a new ID at once, again
-        # after a failed round only once NAMES_TTL_S has passed
-        if wanted - self._names.keys() - self._unnamed:
-            if not self._naming_error or self.monotonic() - self._names_at >= NAMES_TTL_S:
+        missing = wanted - self._names.keys()
+        # a round runs for a new ID at once; an ID the last round did not find (a deleted topic's, or one the cluster
+        # did not show yet: just created, not Describe-able yet) is asked again, and a failed round is retried, once
+        # NAMES_TTL_S has passed
+        if missing:
+            new = missing - self._unnamed
+            if (new and not self._naming_error) or self.monotonic() - self._names_at >= NAMES_TTL_S:
                 self._names_at = self.monotonic()
                 try:
                     self._refresh_names()
