@@ -3,6 +3,7 @@ topic's creation, and deleteRecords on the view for garbage collection."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -12,9 +13,21 @@ from compactd.kafka.admin import admin_client
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.watermarks import list_offsets
 
+# How a view stamps and accepts its records' timestamps, whatever the broker's defaults. A view record carries its
+# winner's own timestamp: under `compaction.strategy: timestamp` it is the rank the next run compares, so a broker's
+# `LogAppendTime` (the time of writing) would make every view record outrank the newer source records produced
+# before it. And a winner stays in the view for ever, written again by every rewrite: a bound the source's records
+# met once (`message.timestamp.before.max.ms`, a broker's default of days) would refuse them later, and every run
+# would fail. The view accepts every timestamp the source once accepted: no bound either way.
+VIEW_TIMESTAMP_CONFIG = {
+    "message.timestamp.type": "CreateTime",
+    "message.timestamp.before.max.ms": str(2**63 - 1),
+    "message.timestamp.after.max.ms": str(2**63 - 1),
+}
 # Only compactd removes generations: no time or size retention on a view.
-VIEW_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+VIEW_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1", **VIEW_TIMESTAMP_CONFIG}
 TIMEOUT_S = 30.0
+log = logging.getLogger("compactd.compaction")
 
 
 class ClusterError(CompactdError):
@@ -30,7 +43,8 @@ class CompactionCluster:
         self.replication_factor = replication_factor
         self.admin: Any = admin_client(conn, timeout_s)
         self._topics: Any = None  # kafka.topics.ClusterTopics, made on first use
-        self._ensured: set[str] = set()  # topics `ensure_topic` found or made (`forget` after a failure)
+        # topics `ensure_topic` found or made, and ("config", view) for views `ensure_view_config` checked
+        self._ensured: set[str | tuple[str, str]] = set()  # `forget` after a failure
 
     def topic_id(self, topic: str) -> str | None:
         """The topic's ID (KIP-516), None where the broker reports none or cannot say."""
@@ -117,6 +131,29 @@ class CompactionCluster:
                 fut.result(self.timeout_s)
             except KafkaException as exc:
                 raise ClusterError(f"cannot create view topic {view}: {exc.args[0].str()}") from None
+
+    def ensure_view_config(self, view: str) -> None:
+        """A view created before `VIEW_TIMESTAMP_CONFIG` (or altered since) gets it: checked once per process, as
+        `ensure_topic` checks, and again after a failed run."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+        if ("config", view) in self._ensured:
+            return
+        res = ConfigResource(ResourceType.TOPIC, view)
+        try:
+            have = self.admin.describe_configs([res], request_timeout=self.timeout_s)[res].result(self.timeout_s)
+            wrong = {k: v for k, v in VIEW_TIMESTAMP_CONFIG.items() if k not in have or have[k].value != v}
+            if wrong:
+                log.info("view topic %s: setting %s", view, ", ".join(f"{k}={v}" for k, v in sorted(wrong.items())))
+                entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in wrong.items()]
+                alter = ConfigResource(ResourceType.TOPIC, view, incremental_configs=entries)
+                self.admin.incremental_alter_configs([alter], request_timeout=self.timeout_s)[alter].result(
+                    self.timeout_s
+                )
+        except KafkaException as exc:
+            raise ClusterError(f"cannot set the timestamp configs of view topic {view}: {exc.args[0].str()}") from None
+        self._ensured.add(("config", view))
 
     def forget(self) -> None:
         """After a failed run: the next one checks its topics again (one may have been deleted meanwhile)."""

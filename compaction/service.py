@@ -429,6 +429,8 @@ class Compactor:
                 raise RunFailed(f"view topic {view} of {topic} is missing (generation {manifest.generation})")
             self.cluster.create_view(view, count)
             have = count
+        else:
+            self.cluster.ensure_view_config(view)
         if have < count:
             log.info("compaction of %s: %s grows from %d to %d partitions, as its source did", topic, view, have, count)
             self.cluster.add_partitions(view, count)

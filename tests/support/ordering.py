@@ -26,6 +26,7 @@ SLOW: dict[str, float] = {
     "test_lifecycle.py::test_nudges_are_put_back_after_kill_9_and_state_loss": 51,
     "test_broker_kill.py::test_broker_killed_and_restarted_under_a_running_job": 46,
     "::test_a_log_start_that_goes_back_after_a_broker_kill_keeps_the_views_lineage_and_its_keys": 30,
+    "::test_a_view_keeps_its_winners_timestamps_on_a_broker_that_stamps_log_append_time": 25,
     "test_cli.py::test_demo_closes_both_loops": 36,
     "test_lifecycle.py::test_recreated_topics_lose_none_of_their_new_records": 24,
     "test_compaction_property.py::test_view_is_kip280_over_what_the_source_held_across_its_lifecycle": 27,
