@@ -246,16 +246,18 @@ class Settings(BaseSettings):
         250_000,
         ge=1,
         description="A compaction task reads a partition with at most this many records once, holding each key's "
-        "winner whole; a larger one twice, as Kafka's cleaner does (only its keys held, in a map of at most "
-        "`compaction_task_map_mb`). Also what a Python task of the shuffle path holds before handing it to Spark.",
+        "winner whole while `compaction_task_map_mb` holds its bytes; a larger one, or one the budget cannot hold, "
+        "twice, as Kafka's cleaner does (only its keys held, in a map). Also what a Python task of the shuffle path "
+        "holds before handing it to Spark.",
     )
     compaction_task_map_mb: int = Field(
         256,
         ge=1,
-        description="Memory of one compaction task's map of a large partition's keys (about 40 bytes for a 10-byte "
-        "key under `offset`, 65 under the other strategies), and never more than a quarter of the JVM's heap. A "
-        "partition with more keys goes through Spark's shuffle, which spills, instead. In local mode the tasks share "
-        "the driver's heap, one per core at once.",
+        description="The bytes the compaction tasks of one JVM hold together, and never more than a quarter of its "
+        "heap: the winners of one-pass reads with their values, and the key maps of two-pass ones (about 40 bytes "
+        "for a 10-byte key under `offset`, 65 under the other strategies). One budget per JVM, not per task: in "
+        "local mode the tasks run in the driver, one per core at once. A one-pass read it cannot hold reads its "
+        "partition twice; a map it cannot hold sends its partition through Spark's shuffle, which spills.",
     )
     compaction_read_stall_ms: int = Field(
         120_000,

@@ -35,7 +35,7 @@ OFFSET_HEADER = "compactd.offset"  # a view record's source offset (decimal ASCI
 DROP_NULL = -2  # nk of the one group per partition that collects null keys to drop (their count is kept)
 CHUNK = 1_000_000  # offsets per read task: large partitions are read in parallel
 HELD_MAX = 250_000  # winners a reading task holds before it hands them to Spark (its memory bound)
-MAP_BYTES = 256 << 20  # a JVM task's map of a large partition's keys, at most (`compaction_task_map_mb`)
+MAP_BYTES = 256 << 20  # what one JVM's compaction tasks hold together, at most (`compaction_task_map_mb`)
 STALL_MS = 120_000  # a range read with no progress this long fails its task (`compaction_read_stall_ms`)
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -477,8 +477,9 @@ def run_phases(spark: Any, spark_options: Mapping[str, str], job: RunInput, spec
 
     Each partition is read whole by one JVM task (`run_in_jvm`): one that has at most `held_max` records to read
     keeps each key's winner and writes them sorted; a larger one is read twice, as Kafka's cleaner does (each key's
-    winning offset in a map of at most `map_bytes`, then the winners copied in log order). A partition whose keys
-    outgrow that map goes through the Python path instead (`shuffle_phases`): tasks combine what they read and Spark
+    winning offset in a map, then the winners copied in log order). What the tasks hold comes out of one budget per
+    JVM, `map_bytes` (ViewRun.Budget): a one-pass read it cannot hold reads twice, and a partition whose keys
+    outgrow it goes through the Python path instead (`shuffle_phases`): tasks combine what they read and Spark
     reduces what they hand over (a group-by with `max_by` over the order key, a shuffle that spills), then
     repartitions by partition for the writers.
     """

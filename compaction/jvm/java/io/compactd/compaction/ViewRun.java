@@ -14,6 +14,7 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedDeque;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 
 import com.fasterxml.jackson.databind.JsonNode;
@@ -43,8 +44,8 @@ import org.apache.spark.sql.api.java.UDF1;
  *
  * <p>It is the fast path of the Python rules ({@code strategy.order_key}, {@code strategy.replaces},
  * {@code reduce.settle}, {@code spark_run.message_fields}), which stay the reference: the compaction property test
- * runs both. Used only when every partition of the run fits one task's memory bound; a larger partition goes through
- * Spark's shuffle. Why Java: the Python task spent about 2 µs a record inside confluent-kafka's message objects and
+ * runs both. What its tasks hold comes out of one budget per JVM ({@link Budget}); a partition whose keys outgrow it
+ * goes through Spark's shuffle. Why Java: the Python task spent about 2 µs a record inside confluent-kafka's message objects and
  * the combine's loop, more than Kafka's own cleaner spends on the whole record.
  *
  * <p>A read never skips: offsets deleted before they are read fail the task ({@code auto.offset.reset=none}), as
@@ -174,6 +175,15 @@ public final class ViewRun implements UDF1<String, String> {
       this.value = value;
       this.headers = headers;
     }
+
+    /** What holding it costs the heap, about: its arrays, the object, its map entry and key wrapper. */
+    long bytes() {
+      long b = 160 + len(key) + len(value);
+      for (Header h : headers) {
+        b += 64 + 2L * h.key().length() + len(h.value());
+      }
+      return b;
+    }
   }
 
   /** A partition's counts, named as {@code WRITTEN_SCHEMA}'s columns. */
@@ -204,8 +214,7 @@ public final class ViewRun implements UDF1<String, String> {
     long retentionMs = t.path("delete_retention_ms").asLong();
     boolean ranked = !strategy.kind.equals("offset");
     long holdMax = required(t, "hold_max"); // a larger partition is read twice, its keys in a KeyMap
-    // at most a quarter of the heap per task, whatever the setting: a local session's tasks share the driver's heap
-    long mapBytes = Math.min(required(t, "map_bytes"), Runtime.getRuntime().maxMemory() / 4);
+    long budgetBytes = Budget.limit(required(t, "map_bytes"));
     // one partition's ranges in read order, partitions in the order the task lists them
     Map<Integer, List<JsonNode>> byPartition = new LinkedHashMap<>();
     for (JsonNode r : t.path("ranges")) {
@@ -232,43 +241,54 @@ public final class ViewRun implements UDF1<String, String> {
         TopicPartition vtp = new TopicPartition(view, p);
         long t0 = System.nanoTime();
         long t1;
-        if (records <= holdMax) { // one pass: each key's winner held whole, then written sorted by offset
-          List<Rec> winners = read(consumer, ranges, strategy, retain, stallMs, c);
-          t1 = System.nanoTime();
-          if (c.recordsIn == 0) {
-            continue; // nothing read: no report, as no row reached the Python writer
+        try (Budget budget = new Budget(budgetBytes)) {
+          List<Rec> kept = null;
+          if (records <= holdMax) { // one pass: each key's winner held whole, then written sorted by offset
+            try {
+              kept = read(consumer, ranges, strategy, retain, stallMs, c, budget);
+            } catch (OverBudget over) { // the JVM's tasks hold all they may: this one reads its partition twice
+              budget.release();
+              c = new Counts();
+            }
           }
-          c.viewStart = high(meter, vtp, stallMs);
-          for (Rec r : winners) {
-            writer.write(p, r, c);
-          }
-        } else { // two passes, as Kafka's cleaner: the winners' offsets by key, then the winners copied in log order
-          KeyMap winners = map(consumer, ranges, strategy, retain, stallMs, c, new KeyMap(ranked, mapBytes, records));
-          t1 = System.nanoTime();
-          if (winners == null) {
-            ObjectNode o = JSON.createObjectNode();
-            o.put("partition", p);
-            o.put("overflow", true); // more keys than the task's map holds: Spark's shuffle path takes it
-            out.add(o);
-            continue;
-          }
-          if (c.recordsIn == 0) {
-            continue;
-          }
-          c.viewStart = high(meter, vtp, stallMs);
-          scan(consumer, ranges, stallMs, (m, fromView, topic) -> {
-            byte[] key = m.key();
-            if (key == null) {
-              if (retain) {
-                writer.write(p, fields(m, fromView, topic), c);
+          if (kept != null) {
+            t1 = System.nanoTime();
+            if (c.recordsIn == 0) {
+              continue; // nothing read: no report, as no row reached the Python writer
+            }
+            c.viewStart = high(meter, vtp, stallMs);
+            for (Rec r : kept) {
+              writer.write(p, r, c);
+            }
+          } else { // two passes, as Kafka's cleaner: the winners' offsets by key, then the winners copied in log order
+            Counts counts = c;
+            KeyMap winners = map(consumer, ranges, strategy, retain, stallMs, c, new KeyMap(ranked, budget, records));
+            t1 = System.nanoTime();
+            if (winners == null) {
+              ObjectNode o = JSON.createObjectNode();
+              o.put("partition", p);
+              o.put("overflow", true); // more keys than the JVM's budget holds: Spark's shuffle path takes it
+              out.add(o);
+              continue;
+            }
+            if (c.recordsIn == 0) {
+              continue;
+            }
+            c.viewStart = high(meter, vtp, stallMs);
+            scan(consumer, ranges, stallMs, (m, fromView, topic) -> {
+              byte[] key = m.key();
+              if (key == null) {
+                if (retain) {
+                  writer.write(p, fields(m, fromView, topic), counts);
+                }
+                return;
               }
-              return;
-            }
-            long offset = fromView ? sourceOffset(m, topic) : m.offset();
-            if (winners.offsetOf(key) == offset) {
-              writer.write(p, fields(m, fromView, topic), c);
-            }
-          });
+              long offset = fromView ? sourceOffset(m, topic) : m.offset();
+              if (winners.offsetOf(key) == offset) {
+                writer.write(p, fields(m, fromView, topic), counts);
+              }
+            });
+          }
         }
         // no flush here: the producer sends this partition's records while the task reads the next one
         c.partition = p;
@@ -310,7 +330,8 @@ public final class ViewRun implements UDF1<String, String> {
       Strategy strategy,
       boolean retain,
       long stallMs,
-      Counts c) {
+      Counts c,
+      Budget budget) {
     HashMap<ByteBuffer, Rec> best = new HashMap<>();
     List<Rec> keptNull = new ArrayList<>();
     boolean offsetKind = strategy.kind.equals("offset");
@@ -320,7 +341,7 @@ public final class ViewRun implements UDF1<String, String> {
       c.bytesIn += len(key) + len(m.value());
       if (key == null) {
         if (retain) {
-          keptNull.add(fields(m, fromView, topic));
+          keptNull.add(hold(budget, fields(m, fromView, topic)));
         } else {
           c.nullKeys++;
         }
@@ -329,13 +350,20 @@ public final class ViewRun implements UDF1<String, String> {
       Rec rec = fields(m, fromView, topic);
       ByteBuffer k = ByteBuffer.wrap(key);
       if (offsetKind) {
-        best.put(k, rec); // a later record always wins (both tombstone rules): the view is older than the delta
+        // a later record always wins (both tombstone rules): the view is older than the delta
+        Rec before = best.put(k, hold(budget, rec));
+        if (before != null) {
+          budget.give(before.bytes());
+        }
         return;
       }
       rank(strategy, rec);
       Rec held = best.get(k);
       if (held == null || replaces(strategy, held, rec)) {
-        best.put(k, rec);
+        best.put(k, hold(budget, rec));
+        if (held != null) {
+          budget.give(held.bytes());
+        }
       }
     });
     List<Rec> out = new ArrayList<>(best.size() + keptNull.size());
@@ -345,8 +373,102 @@ public final class ViewRun implements UDF1<String, String> {
     return out;
   }
 
+  /** The record, once the budget holds its bytes; else the one-pass read ends (OverBudget). */
+  static Rec hold(Budget budget, Rec rec) {
+    if (!budget.take(rec.bytes())) {
+      throw new OverBudget();
+    }
+    return rec;
+  }
+
+  /** A one-pass read the JVM's budget cannot hold: the partition is read twice instead. */
+  static final class OverBudget extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+
+    OverBudget() {
+      super(null, null, false, false); // control flow, not an error: no stack trace
+    }
+  }
+
+  /**
+   * The bytes this JVM's compaction tasks hold (one-pass winners with their values, two-pass key maps): one budget
+   * for all of them, a quarter of the heap at most. In local mode the tasks run in the driver, and a bound per task
+   * (250k winners of 2 KB each; a quarter of the heap per map) let two tasks run a 1 GiB heap out of memory: the
+   * JVM died with the stream, and the trigger started the same run again. A task takes its bytes in grants of
+   * {@code GRANT} (one atomic operation per 4 MiB, not per record) and gives them all back when its partition is
+   * done; a one-pass read refused a grant reads its partition twice, a key map refused one sends its partition to
+   * Spark's shuffle.
+   */
+  static final class Budget implements AutoCloseable {
+    static final long GRANT = 4L << 20;
+    static final AtomicLong HELD = new AtomicLong();
+    static final AtomicLong PEAK = new AtomicLong();
+    static volatile long lastLimit;
+    private final long limit;
+    private long granted;
+    private long used;
+
+    Budget(long limit) {
+      this.limit = limit;
+    }
+
+    /** The JVM's budget under a setting: never more than a quarter of the heap, whatever it says. */
+    static long limit(long setting) {
+      long limit = Math.min(setting, Runtime.getRuntime().maxMemory() / 4);
+      lastLimit = limit;
+      return limit;
+    }
+
+    /** Hold `n` more bytes; false, nothing taken, when the JVM's tasks would hold more than the limit together. */
+    boolean take(long n) {
+      long need = used + n - granted;
+      if (need <= 0) {
+        used += n;
+        return true;
+      }
+      for (long held = HELD.get(); ; held = HELD.get()) {
+        long want = held + Math.max(need, GRANT) <= limit ? Math.max(need, GRANT) : need;
+        if (held + want > limit) {
+          return false;
+        }
+        if (HELD.compareAndSet(held, held + want)) {
+          PEAK.accumulateAndGet(held + want, Math::max);
+          granted += want;
+          used += n;
+          return true;
+        }
+      }
+    }
+
+    void give(long n) {
+      used -= n;
+    }
+
+    /** Everything this task holds given back to the JVM's budget. */
+    void release() {
+      HELD.addAndGet(-granted);
+      granted = 0;
+      used = 0;
+    }
+
+    @Override
+    public void close() {
+      release();
+    }
+  }
+
+  /** The compaction tasks' budget of this JVM, as the last task set it (what a test observes). */
+  public static long budgetBytes() {
+    return Budget.lastLimit;
+  }
+
+  /** The most bytes this JVM's compaction tasks held together (their grants), since it started. */
+  public static long peakHeldBytes() {
+    return Budget.PEAK.get();
+  }
+
   /** Pass one of a large partition: each key's winning source offset (and what `replaces` needs of it), counting
-   * what is read; null when the keys outgrow `maxBytes`. */
+   * what is read; null when the keys outgrow the JVM's budget. */
   static KeyMap map(
       KafkaConsumer<byte[], byte[]> consumer,
       List<JsonNode> ranges,
@@ -557,13 +679,15 @@ public final class ViewRun implements UDF1<String, String> {
   /**
    * Each key's winner by its exact bytes (never a hash of them: two keys that collide would lose a live key), in
    * flat arrays rather than objects: about 40 bytes for a 10-byte key under `offset` (the order key adds 25). The
-   * keys live in 1 MiB chunks; the arrays never grow past the partition's record count. It refuses a key once it would hold more than `maxBytes`: the partition then goes
+   * keys live in 1 MiB chunks; the arrays never grow past the partition's record count. Its bytes come out of the
+   * JVM's budget, shared with the other tasks: it refuses a key the budget cannot hold, and the partition then goes
    * through Spark's shuffle, which spills.
    */
   static final class KeyMap {
     static final int CHUNK = 1 << 20;
     private final boolean ranked;
-    private final long maxBytes;
+    private final Budget budget;
+    private long accounted; // what the budget holds for it
     private final long maxEntries; // never more keys than records
     private int[] slots = new int[1 << 17]; // entry + 1; 0 is empty
     private int size;
@@ -579,9 +703,9 @@ public final class ViewRun implements UDF1<String, String> {
     private int pos = CHUNK;
     private long arena;
 
-    KeyMap(boolean ranked, long maxBytes, long records) {
+    KeyMap(boolean ranked, Budget budget, long records) {
       this.ranked = ranked;
-      this.maxBytes = maxBytes;
+      this.budget = budget;
       this.maxEntries = Math.max(1, records);
       if (ranked) {
         k1s = new long[hashes.length];
@@ -593,6 +717,18 @@ public final class ViewRun implements UDF1<String, String> {
 
     long bytes(int entries, int slotCount) {
       return 4L * slotCount + (long) entries * (ranked ? 49 : 24) + arena;
+    }
+
+    /** Whether the map may be `total` bytes: the budget holds them (or already did). */
+    private boolean fits(long total) {
+      if (total <= accounted) {
+        return true;
+      }
+      if (!budget.take(total - accounted)) {
+        return false;
+      }
+      accounted = total;
+      return true;
     }
 
     static int hash(byte[] key) {
@@ -633,7 +769,7 @@ public final class ViewRun implements UDF1<String, String> {
         if (grown <= size) {
           grown = size + 1; // more keys than the records counted: cannot happen, but never an index out of bounds
         }
-        if (bytes(grown, slots.length) > maxBytes) {
+        if (!fits(bytes(grown, slots.length))) {
           return -1;
         }
         hashes = Arrays.copyOf(hashes, grown);
@@ -648,7 +784,7 @@ public final class ViewRun implements UDF1<String, String> {
         }
       }
       if (10L * (size + 1) > 7L * slots.length) { // linear probing up to 70 % full
-        if (bytes(hashes.length, slots.length * 2) > maxBytes) {
+        if (!fits(bytes(hashes.length, slots.length * 2))) {
           return -1;
         }
         int[] old = slots;
@@ -666,7 +802,7 @@ public final class ViewRun implements UDF1<String, String> {
         slot = -find(key, h) - 1;
       }
       if (pos + key.length > CHUNK || chunks.isEmpty()) {
-        if (bytes(hashes.length, slots.length) + Math.max(CHUNK, key.length) > maxBytes) {
+        if (!fits(bytes(hashes.length, slots.length) + Math.max(CHUNK, key.length))) {
           return -1;
         }
         chunks.add(new byte[Math.max(CHUNK, key.length)]);
