@@ -24,9 +24,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactd.errors import DependencyUnavailable
+from compactd.codec.streams_group import MEMBER, TOPOLOGY, Topology, decode_key, decode_topology
+from compactd.errors import DecodeError, DependencyUnavailable
 from compactd.kafka.admin import admin_client
 from compactd.kafka.config import KafkaConnection
+from compactd.kafka.share_state import read_to_ends
 
 # group -> partition -> committed offset, for one topic
 TopicCommits = dict[str, dict[int, int]]
@@ -94,6 +96,7 @@ class GroupReader:
         self.lists = 0  # ListGroups requests sent
         self.describes = 0  # groups described
         self.active: set[str] = set()  # the typed groups with members, as the last listing found them
+        self.untyped: set[str] = set()  # the groups only the untyped listing has: streams and share groups
 
     @property
     def admin(self) -> Any:
@@ -123,8 +126,9 @@ class GroupReader:
         self.active = {g.group_id for g in listed.valid if g.state not in idle}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # the only call that lists every group type
-            groups |= {g.id for g in self.admin.list_groups(timeout=self.timeout_s)}
-        return groups
+            every = {g.id for g in self.admin.list_groups(timeout=self.timeout_s)}
+        self.untyped = every - groups
+        return groups | every
 
     def fetch(self, groups: Iterable[str]) -> dict[str, Offsets | Exception]:
         """Each group's committed offsets (partitions with none left out), or the error that group's fetch met."""
@@ -197,9 +201,10 @@ class ClusterGroupOffsets:
         self.monotonic = monotonic
         self.holders = holders
         self.reader = GroupReader(conn, timeout_s)
+        self.streams = StreamsGroups(conn, timeout_s, monotonic)
         self._listed: tuple[float, set[str]] | None = None
         self._fetched: dict[str, _Fetched] = {}
-        self._assigned: tuple[float, dict[str, frozenset[str] | Exception]] | None = None
+        self._assigned: tuple[float, dict[str, frozenset[str] | Topology | Exception]] | None = None
         self._lock = threading.Lock()
 
     @property
@@ -246,12 +251,16 @@ class ClusterGroupOffsets:
 
     def _assigned_to(self, topic: str, listed: set[str], ttl_s: float) -> set[str]:
         """The listed groups with a member assigned `topic`: the groups with members (ListGroups' state), each
-        described at most once per ttl. A group that cannot be described may be assigned anything: it counts as
-        assigned (its commits, if any, still decide; with none, the topic holds)."""
+        described at most once per ttl, and the streams groups with members, by the topics their topology reads
+        (`StreamsGroups`). A group that cannot be described may be assigned anything: it counts as assigned (its
+        commits, if any, still decide; with none, the topic holds)."""
         now = self.monotonic()
         if self._assigned is None or now - self._assigned[0] >= ttl_s:
             try:  # only groups with members can be assigned anything: an Empty group is not described
-                self._assigned = (now, self.reader.assignments(sorted(listed & self.reader.active)))
+                got: dict[str, frozenset[str] | Topology | Exception] = {}
+                got.update(self.reader.assignments(sorted(listed & self.reader.active)))
+                got.update(self.streams.reads(sorted(listed & self.reader.untyped)))
+                self._assigned = (now, got)
             except Exception as exc:
                 raise self._unavailable(exc) from None
         got = self._assigned[1]
@@ -282,6 +291,109 @@ class ClusterGroupOffsets:
 
     def close(self) -> None:
         self.reader.close()
+        self.streams.close()
+
+
+OFFSETS_TOPIC = "__consumer_offsets"
+NO_TOPICS = Topology(frozenset())
+
+
+def coordinator_partition(group: str, partitions: int) -> int:
+    """The `__consumer_offsets` partition that holds `group`'s records: Kafka's `Utils.abs(groupId.hashCode()) %
+    partitions` (Java's String.hashCode over UTF-16 code units, int32 arithmetic). Pure."""
+    units = group.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    h = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+class StreamsGroups:
+    """Streams groups (KIP-1071) as their records in `__consumer_offsets` have them: which have members, and what
+    their topology reads. librdkafka cannot ask the cluster: its typed listing leaves streams groups out, DescribeGroups
+    answers Dead for them, and it has no DescribeStreamsGroups. A streams group with members is assigned every topic
+    its topology reads; until it commits there, its position is unknown (a backfill from `earliest`, Streams'
+    default), which holds the topic as a KIP-848 group's assignment does.
+
+    Only the partitions of the groups asked about are read (`coordinator_partition`): from their start once, then on
+    from where the last read ended. The principal needs Read on `__consumer_offsets`; without it every group asked
+    about counts as assigned anything."""
+
+    def __init__(
+        self, conn: KafkaConnection, timeout_s: float = 10.0, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.conn = conn
+        self.timeout_s = timeout_s
+        self.monotonic = monotonic
+        self._consumer: Any = None
+        self._partitions: set[int] = set()  # of OFFSETS_TOPIC, assigned
+        self._members: dict[str, set[str]] = {}
+        self._topology: dict[str, Topology] = {}
+        self.undecodable = 0
+
+    def reads(self, groups: Iterable[str]) -> dict[str, Topology | Exception]:
+        """What each of `groups` reads now: its topology's topics while it has members, none without (a share group
+        or an Empty streams group), or the error that kept its records from being read."""
+        groups = list(groups)
+        if not groups:
+            return {}
+        try:
+            self._read(groups)
+        except Exception as exc:
+            return dict.fromkeys(groups, exc)
+        out: dict[str, Topology | Exception] = {}
+        for group in groups:
+            if not self._members.get(group):
+                out[group] = NO_TOPICS
+            elif group in self._topology:
+                out[group] = self._topology[group]
+            else:  # a member joined and its topology is not written yet: it may read anything
+                out[group] = RuntimeError(f"streams group {group} has members and no topology yet")
+        return out
+
+    def _read(self, groups: list[str]) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+
+        if self._consumer is None:
+            self._consumer = Consumer(
+                self.conn.client(
+                    "consumer",
+                    forced={"group.id": "compactd-streams-groups", "enable.auto.commit": False,
+                            "isolation.level": "read_committed", "enable.partition.eof": False,
+                            "fetch.wait.max.ms": 10, "auto.offset.reset": "earliest"},
+                )
+            )  # fmt: skip
+        meta = self._consumer.list_topics(OFFSETS_TOPIC, timeout=self.timeout_s).topics.get(OFFSETS_TOPIC)
+        if meta is None or meta.error is not None:
+            raise KafkaException(meta.error) if meta is not None else RuntimeError(f"no metadata for {OFFSETS_TOPIC}")
+        new = {coordinator_partition(g, len(meta.partitions)) for g in groups} - self._partitions
+        if new:
+            self._consumer.incremental_assign([TopicPartition(OFFSETS_TOPIC, p, OFFSET_BEGINNING) for p in new])
+            self._partitions |= new
+        read_to_ends(self._consumer, OFFSETS_TOPIC, sorted(self._partitions), self._apply, self.timeout_s,
+                     self.monotonic)  # fmt: skip
+
+    def _apply(self, _partition: int, key: bytes | None, value: bytes | None) -> None:
+        try:
+            k = decode_key(key or b"")
+            if k is None:
+                return
+            if k.kind == MEMBER:
+                members = self._members.setdefault(k.group, set())
+                (members.discard if value is None else members.add)(k.member)
+            elif k.kind == TOPOLOGY:
+                if value is None:
+                    self._topology.pop(k.group, None)
+                else:
+                    self._topology[k.group] = decode_topology(value)
+        except DecodeError:
+            self.undecodable += 1
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
 
 
 def _text(exc: Exception) -> str:

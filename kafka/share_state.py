@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,7 +114,7 @@ class ShareStateTail:
 
     def _drain(self) -> None:
         """Read every partition of the topic up to its high watermark as of now."""
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
         if self._consumer is None:
             self._consumer = Consumer(
@@ -133,30 +133,7 @@ class ShareStateTail:
         if n != self._assigned:
             self._consumer.assign([TopicPartition(STATE_TOPIC, p, OFFSET_BEGINNING) for p in range(n)])
             self._assigned = n
-        ends = {}
-        for p in range(n):
-            _, high = self._consumer.get_watermark_offsets(TopicPartition(STATE_TOPIC, p), timeout=self.timeout_s)
-            ends[p] = high
-        position = {tp.partition: tp.offset for tp in self._consumer.position(
-            [TopicPartition(STATE_TOPIC, p) for p in range(n)])}  # fmt: skip
-        behind = {p for p, end in ends.items() if end > 0 and position.get(p, -1) < end}
-        deadline = self.monotonic() + self.timeout_s
-        while behind:
-            if self.monotonic() > deadline:
-                raise TimeoutError(f"not read to its end within {self.timeout_s:.0f}s")
-            for msg in self._consumer.consume(1000, timeout=0.5):
-                if msg.error() is not None:
-                    if msg.error().code() != KafkaError._AUTO_OFFSET_RESET:
-                        raise KafkaException(msg.error())
-                    self._reread(msg.partition(), msg.error().str())
-                    behind.add(msg.partition())
-                    continue
-                self._apply(msg.partition(), msg.key(), msg.value())
-                if msg.offset() + 1 >= ends.get(msg.partition(), 0):
-                    behind.discard(msg.partition())
-            if behind:  # transaction markers and compacted gaps: a partition may end without a last record
-                got = self._consumer.position([TopicPartition(STATE_TOPIC, p) for p in behind])
-                behind -= {tp.partition for tp in got if tp.offset >= ends[tp.partition]}
+        read_to_ends(self._consumer, STATE_TOPIC, range(n), self._apply, self.timeout_s, self.monotonic, self._reread)
 
     def _reread(self, partition: int, why: str) -> None:
         """The tail's next record of `partition` was pruned: forget what that partition said and read it again from
@@ -227,6 +204,43 @@ class ShareStateTail:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+
+def read_to_ends(
+    consumer: Any,
+    topic: str,
+    partitions: Iterable[int],
+    apply: Callable[[int, bytes | None, bytes | None], None],
+    timeout_s: float,
+    monotonic: Callable[[], float] = time.monotonic,
+    reread: Callable[[int, str], None] | None = None,
+) -> None:
+    """Feed `apply(partition, key, value)` every record of `partitions` (assigned to `consumer`) from where it stands
+    up to each one's high watermark as of now (TimeoutError past `timeout_s`). `reread(partition, why)`: a partition
+    out of range (`auto.offset.reset` error) is handed to it, and read on to the end from where it puts it."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    parts = list(partitions)
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1] for p in parts}
+    position = {tp.partition: tp.offset for tp in consumer.position([TopicPartition(topic, p) for p in parts])}
+    behind = {p for p, end in ends.items() if end > 0 and position.get(p, -1) < end}
+    deadline = monotonic() + timeout_s
+    while behind:
+        if monotonic() > deadline:
+            raise TimeoutError(f"not read to its end within {timeout_s:.0f}s")
+        for msg in consumer.consume(1000, timeout=0.5):
+            if msg.error() is not None:
+                if reread is None or msg.error().code() != KafkaError._AUTO_OFFSET_RESET:
+                    raise KafkaException(msg.error())
+                reread(msg.partition(), msg.error().str())
+                behind.add(msg.partition())
+                continue
+            apply(msg.partition(), msg.key(), msg.value())
+            if msg.offset() + 1 >= ends.get(msg.partition(), 0):
+                behind.discard(msg.partition())
+        if behind:  # transaction markers and compacted gaps: a partition may end without a last record
+            got = consumer.position([TopicPartition(topic, p) for p in behind])
+            behind -= {tp.partition for tp in got if tp.offset >= ends[tp.partition]}
 
 
 def _text(exc: Exception) -> str:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import subprocess
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -73,10 +78,6 @@ def streams_read(bootstrap: str, application_id: str, topic: str, upto: int) -> 
     """A Kafka Streams application (tests/support/jvm/StreamsReader.java, the Kafka jars of the project's Maven
     cache) in a streams group (KIP-1071) named `application_id`: reads `topic` from its start, commits, and stops
     once it has read `upto` records (max.poll.records = upto, so it reads no further)."""
-    import shutil
-    import subprocess
-    from pathlib import Path
-
     from compactd.demo.broker import ensure_jars
 
     source = Path(__file__).parent / "jvm" / "StreamsReader.java"
@@ -85,3 +86,27 @@ def streams_read(bootstrap: str, application_id: str, topic: str, upto: int) -> 
             bootstrap, application_id, topic, str(upto)]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"the Streams application failed: {(proc.stdout + proc.stderr)[-800:]}"
+
+
+@contextlib.contextmanager
+def streams_assigned(bootstrap: str, application_id: str, topic: str) -> Iterator[None]:
+    """A Kafka Streams application (tests/support/jvm/StreamsAssigned.java) in streams group `application_id`,
+    assigned `topic` and reading it from its start, with nothing committed, for the duration of the block."""
+    from compactd.demo.broker import ensure_jars
+
+    source = Path(__file__).parent / "jvm" / "StreamsAssigned.java"
+    java = shutil.which("java") or "java"
+    argv = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", f"{ensure_jars()}/*", str(source),
+            bootstrap, application_id, topic]  # fmt: skip
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "assigned", "the Streams app never ran"
+        yield
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
