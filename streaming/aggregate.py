@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from compactd.clock import now_ms
 from compactd.model import Segment
 from compactd.state.changes import BatchChanges
 from compactd.streaming.decode import DECODED_DDL, key_and_order, reduce_table
@@ -106,7 +107,10 @@ def collect_changes(
         elif r["k"] == "config":
             out.config.append(r)
         elif r["k"] == "group_delete":
-            group_deleted[r["grp"]] = (r["ord_a"], r["ord_b"], r["ts"] if r["stream"] == "commits" else None)
+            # a deletion stamped after it was read (a producer's clock ahead) counts as of its reading, as the merge
+            # counts it (state/merge_store.py): at its own time it would void the group's later commits
+            ts = min(r["ts"], now_ms()) if r["stream"] == "commits" and r["ts"] is not None else None
+            group_deleted[r["grp"]] = (r["ord_a"], r["ord_b"], ts)
         elif r["k"] == "group_metadata":
             memberships[r["grp"]] = ((r["ord_a"], r["ord_b"]), r["assigned"] or "{}")
     changes = out.changes

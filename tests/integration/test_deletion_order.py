@@ -74,3 +74,28 @@ def test_a_deletion_stamped_in_the_future_does_not_drop_the_commits_after_it(rcl
     assert state.group_offsets("U") == {("F", 0): 200}
     commit(state, 3, "F", "U", 1, 300, ts=now - 500)  # read late, made before the deletion was read: void
     assert state.group_offsets("U") == {("F", 0): 200}
+
+
+def test_a_deletion_stamped_in_the_future_does_not_void_the_commits_after_it_in_the_same_batch(
+    rclient: redis.Redis,
+) -> None:
+    """The same deletion and a commit made after it, read in one batch (the reduce orders them before the merge):
+    the deletion counts as of its reading there too, so the commit holds."""
+    import json
+
+    import pyarrow as pa
+
+    from compactd.streaming.aggregate import collect_changes, keyed
+    from compactd.streaming.decode import DECODED_SCHEMA, Decoder, reduce_table
+
+    state = RedisState(rclient)
+    decoder = Decoder("segments", "commits")
+    now = now_ms()
+    events = [
+        (1, {"type": "group_delete", "group": "F", "ts": now + DAY}),
+        (0, {"type": "offset_commit", "group": "F", "topic": "V", "partition": 0, "offset": 200, "ts": now + 1_000}),
+    ]
+    rows = [decoder.record_row("commits", p, i, None, json.dumps(ev).encode()) for i, (p, ev) in enumerate(events)]
+    changes = collect_changes(keyed(reduce_table(pa.Table.from_pylist(rows, schema=DECODED_SCHEMA)))).changes
+    state.merge("s", 0, changes, everyone)
+    assert state.group_offsets("V") == {("F", 0): 200}
