@@ -86,7 +86,13 @@ class Application(DeleteGate, RunLoop):
         self.group_offsets = ClusterGroupOffsets(conn, ttl_s, holders=self.state.groups) if checking else None
         self.cluster_topics = ClusterTopics(conn)
         # readers that commit no group offsets: share groups, declared Spark checkpoints and pins (issue 40)
-        self.readers = Readers(ShareStateTail(conn, timeout_s=CHECK_TIMEOUT_S), clock=clock, publish=self._readers_read)
+        self.readers = Readers(
+            ShareStateTail(conn, timeout_s=CHECK_TIMEOUT_S),
+            clock=clock,
+            publish=self._readers_read,
+            topics=ClusterTopics(conn, timeout_s=CHECK_TIMEOUT_S),  # its own: the refresher reads on its own thread
+            published=self.state.readers,
+        )
         # the compaction service's views cap the source's deletes: data the trigger writes and the controller reads
         compactor = Compactor(settings, self.state.r, lambda: self.config.effective(), self._compaction_spark, clock)
         view_caps = ViewCaps(compactor.state, compactor.log)

@@ -115,7 +115,9 @@ class Settings(BaseSettings):
         description="Readers that commit no group offsets (a Spark query, Flink, an export), each counted like a "
         "group: name → `{spark_checkpoint: DIR}` (the query's latest committed batch; local path, or any Hadoop "
         "filesystem Spark reaches) or `{pin: {topic: {partition: offset}}, expires_ms: EPOCH_MS}` (a fixed position "
-        "with a lease). They join the threshold layers as `reader:<name>` scopes, which config events change too.",
+        "with a lease); either may add `subscribe_pattern: REGEX` (a query's `subscribePattern`: a matching topic it "
+        "has no position on is held whole). They join the threshold layers as `reader:<name>` scopes, which config "
+        "events change too.",
     )
     topics: TopicNames = Field(default_factory=TopicNames, description="Names of compactd's own topics.")
     offsets_source: Literal["commits", "consumer_offsets", "admin"] = Field(

@@ -7,7 +7,12 @@ Three sources, each turned into `ReaderHold`s per topic:
   read from a local directory or, through the running Spark session, any Hadoop filesystem (s3a://, hdfs://);
 - share groups (KIP-932): `__share_group_state` (kafka/share_state.py).
 A reader whose source cannot be read is blind: it holds the topics it was last seen on, or every topic when it was
-never read. Each problem is logged once when it starts and once when it ends, never per batch.
+never read (with `subscribe_pattern`: the topics it matches). Each problem is logged once when it starts and once when
+it ends, never per batch.
+
+A declared reader's positions are bound to the topic ID they were first read on (policy/readers.py `incarnation`):
+a topic created again is not held, nor released, by the old log's offsets. The bindings are published with the holds
+(Redis) and taken back by the first read of a new process: a `--once` run must remember what the one before saw.
 
 `holds()` is read once per batch (policy: control/share.py folds them into the chunks) and again, `fresh`, right
 before a consumed-retention delete goes (control/dispatch.py). `describe()` is what `compactd explain` shows.
@@ -20,21 +25,26 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
 
 import msgspec
 
-from compactd.codec.spark_checkpoint import Positions, kafka_positions, latest_batch
+from compactd.codec.spark_checkpoint import Checkpoint, kafka_positions, latest_batch, latest_planned
 from compactd.kafka.share_state import STATE_TOPIC, ShareStateTail
+from compactd.kafka.topics import TopicsNow
+from compactd.policy.identity import known_id
 from compactd.policy.readers import (
     EVERY_TOPIC,
+    PATTERNS,
     PIN,
     SHARE_GROUP,
     SPARK_CHECKPOINT,
+    Bound,
     ReaderHold,
     ReaderSpec,
     declared,
+    incarnation,
     pin_holds,
 )
 
@@ -90,13 +100,25 @@ def _hadoop(path: str) -> tuple[Any, Any]:
     return p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), p
 
 
-def checkpoint_positions(path: str) -> Positions | None:
-    """A Spark query's positions from its checkpoint; None when it has committed no batch yet."""
+def checkpoint_positions(path: str) -> Checkpoint | None:
+    """A Spark query's latest committed batch and its positions; None when it has committed no batch yet."""
     base = path.rstrip("/")
     batch = latest_batch(list_dir(f"{base}/commits"), list_dir(f"{base}/offsets"))
     if batch is None:
         return None
-    return kafka_positions(read_text(f"{base}/offsets/{batch}"))
+    return Checkpoint(batch, kafka_positions(read_text(f"{base}/offsets/{batch}")))
+
+
+def planned_batch(path: str) -> int:
+    """The latest batch a query has planned (-1: none): its offsets were fetched before this call returned."""
+    planned = latest_planned(list_dir(f"{path.rstrip('/')}/offsets"))
+    return -1 if planned is None else planned
+
+
+class TopicIds(Protocol):
+    def describe(self, topics: Iterable[str]) -> TopicsNow: ...
+
+    def close(self) -> None: ...
 
 
 class Readers:
@@ -106,18 +128,27 @@ class Readers:
         self,
         share: ShareStateTail | None = None,
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
-        checkpoint: Callable[[str], Positions | None] = checkpoint_positions,
+        checkpoint: Callable[[str], Checkpoint | None] = checkpoint_positions,
         monotonic: Callable[[], float] = time.monotonic,
         publish: Callable[[dict[str, Any]], None] | None = None,
+        topics: TopicIds | None = None,
+        published: Callable[[], Mapping[str, Any] | None] | None = None,
+        planned: Callable[[str], int] = planned_batch,
     ) -> None:
         """`share`: the share-group tail (None: share groups are not read, on a cluster where none can exist);
         `checkpoint`: how a Spark checkpoint is read; `publish`: called with `doc()` whenever the holds or a
-        reader's state change (Redis, for `explain`; the metrics)."""
+        reader's state change (Redis, for `explain`; the metrics); `topics`: the declared readers' topic IDs (None:
+        no incarnation is checked); `published`: the last published doc, whose bindings the first read takes back."""
         self.share = share
         self.clock = clock
         self.checkpoint = checkpoint
         self.monotonic = monotonic
         self.publish = publish
+        self.topics = topics
+        self.published = published
+        self.planned = planned
+        self._bound: dict[str, dict[str, Bound]] = {}  # reader -> topic -> the incarnation its positions are bound to
+        self._restored = published is None
         self._published = json.dumps({"holds": {}, "status": {}}, sort_keys=True)  # no reader: nothing to write
         self._cache: tuple[float, int, dict[str, tuple[ReaderHold, ...]]] | None = None
         self._last: dict[str, tuple[ReaderHold, ...]] = {}  # the holds as last read, for `take_moved`
@@ -162,8 +193,11 @@ class Readers:
             for name, why in bad.items():
                 problems[name] = f"reader {name} is not counted: {why} (its reader:{name} keys)"
                 status[name] = {"kind": "invalid", "why": why}
+            read = {name: self._source(name, spec, problems, status) for name, spec in sorted(specs.items())}
+            ids, unsure = self._incarnations(specs, read)
             for name, spec in sorted(specs.items()):
-                self._declared(name, spec, out, problems, status)
+                self._declared(name, spec, read[name], ids, unsure, out, problems, status)
+            self._bound = {n: b for n, b in self._bound.items() if n in specs}
             if self.share is not None:
                 self._share_groups(out, problems, status)
             result = {t: tuple(h) for t, h in out.items()}
@@ -196,10 +230,10 @@ class Readers:
                 log.warning("reading the readers failed: %s", exc)
 
     def _maybe_publish(self, holds: dict[str, tuple[ReaderHold, ...]], status: dict[str, dict[str, Any]]) -> None:
-        if self.publish is None:
+        if self.publish is None or not self._restored:  # the copy must not lose the bindings it holds
             return
         doc = {"holds": {t: [msgspec.to_builtins(h) for h in hs] for t, hs in sorted(holds.items())},
-               "status": status}  # fmt: skip
+               "status": status, "bound": msgspec.to_builtins(self._bound)}  # fmt: skip
         text = json.dumps(doc, sort_keys=True, default=str)
         if text == self._published:
             return
@@ -214,52 +248,124 @@ class Readers:
         went). A reader's position moves without any event touching its partitions: the controller evaluates these
         topics again, as it does topics whose compacted view moved."""
         with self._lock:
-            moved, self._moved = sorted(self._moved), set()
-        return moved
+            moved, self._moved = self._moved, set()
+        if PATTERNS in moved:  # a reader's pattern hold came, went or changed: any topic may match it
+            moved = (moved - {PATTERNS}) | {EVERY_TOPIC}
+        return sorted(moved)
 
     def status(self) -> dict[str, dict[str, Any]]:
         """reader -> {kind, state, ...} as last read: for explain (through Redis) and the metrics."""
         with self._lock:
             return dict(self._status)
 
-    def _declared(
-        self,
-        name: str,
-        spec: ReaderSpec,
-        out: dict[str, list[ReaderHold]],
-        problems: dict[str, str],
-        status: dict[str, dict[str, Any]],
-    ) -> None:
-        now = self.clock()
+    def _source(
+        self, name: str, spec: ReaderSpec, problems: dict[str, str], status: dict[str, dict[str, Any]]
+    ) -> Checkpoint | dict[str, ReaderHold] | str | None:
+        """What a declared reader's source says (IO): a checkpoint's latest batch (None: none committed yet), a
+        pin's holds, or why it cannot be read (the reader is blind)."""
         if spec.pin is not None:
-            found = pin_holds(name, spec, now)
+            found = pin_holds(name, spec, self.clock())
             if not found:
                 problems[name] = (
                     f"reader {name}: its pin's lease ended at {spec.expires_ms} (epoch ms); it no longer holds "
                     f"{', '.join(sorted(spec.pin))}. Renew it (reader:{name} expires_ms) or remove it"
                 )
                 status[name] = {"kind": PIN, "state": "expired", "expires_ms": spec.expires_ms}
-                return
-            for topic, hold in found.items():
-                out.setdefault(topic, []).append(hold)
-            status[name] = {"kind": PIN, "state": "counting", "expires_ms": spec.expires_ms, "pin": spec.pin}
-            return
+            return found
         assert spec.spark_checkpoint is not None
         try:
-            positions = self.checkpoint(spec.spark_checkpoint)
+            return self.checkpoint(spec.spark_checkpoint)
         except Exception as exc:
-            self._blind(name, SPARK_CHECKPOINT, f"cannot read its checkpoint {spec.spark_checkpoint}: {exc}", out)
             problems[name] = f"reader {name}: cannot read {spec.spark_checkpoint} ({exc}); its topics hold deletes"
             status[name] = {"kind": SPARK_CHECKPOINT, "state": "blind", "why": str(exc)}
+            return f"cannot read its checkpoint {spec.spark_checkpoint}: {exc}"
+
+    def _incarnations(
+        self, specs: Mapping[str, ReaderSpec], read: Mapping[str, Any]
+    ) -> tuple[TopicsNow | None, str | None]:
+        """The topic IDs of every topic a declared reader has a position on now (one DescribeTopics), after taking
+        back the bindings an earlier process published; (None, why) when either cannot be read: the readers hold."""
+        if not self._restored:
+            assert self.published is not None
+            try:
+                doc = self.published() or {}
+                self._bound = {r: {t: msgspec.convert(b, Bound) for t, b in ts.items()}
+                               for r, ts in doc.get("bound", {}).items()}  # fmt: skip
+                self._restored = True
+            except Exception as exc:
+                return None, f"the topic IDs its positions were taken on cannot be read back ({exc})"
+        if self.topics is None:
+            return None, None
+        topics = {t for r in read.values() if isinstance(r, (Checkpoint, dict)) for t in _topics_of(r)}
+        if not topics:
+            return TopicsNow(), None
+        try:
+            return self.topics.describe(topics), None
+        except Exception as exc:
+            return None, f"its topics' IDs cannot be read ({exc})"
+
+    def _declared(
+        self,
+        name: str,
+        spec: ReaderSpec,
+        read: Checkpoint | dict[str, ReaderHold] | str | None,
+        ids: TopicsNow | None,
+        unsure: str | None,
+        out: dict[str, list[ReaderHold]],
+        problems: dict[str, str],
+        status: dict[str, dict[str, Any]],
+    ) -> None:
+        kind = PIN if spec.pin is not None else SPARK_CHECKPOINT
+        pattern = spec.subscribe_pattern or ""
+        if isinstance(read, str):
+            self._blind(name, kind, read, out, pattern)
             return
-        if positions is None:  # no batch committed: it has read nothing yet, everywhere it will read
-            self._blind(name, SPARK_CHECKPOINT, "no batch committed in its checkpoint yet", out)
-            status[name] = {"kind": SPARK_CHECKPOINT, "state": "starting"}
+        if read is None:  # no batch committed: it has read nothing yet, everywhere it will read
+            self._blind(name, kind, "no batch committed in its checkpoint yet", out, pattern)
+            status[name] = {"kind": kind, "state": "starting"}
             return
-        self._seen[name] = frozenset(positions)
-        for topic, parts in positions.items():
-            out.setdefault(topic, []).append(ReaderHold(name, SPARK_CHECKPOINT, parts))
-        status[name] = {"kind": SPARK_CHECKPOINT, "state": "counting", "positions": positions}
+        if isinstance(read, dict) and not read:
+            return  # a pin past its lease (said in `_source`)
+        if unsure is not None:
+            self._blind(name, kind, unsure, out, pattern)
+            problems[name] = f"reader {name}: {unsure}; its topics hold deletes"
+            status[name] = {"kind": kind, "state": "blind", "why": unsure}
+            return
+        holds = read if isinstance(read, dict) else {t: ReaderHold(name, kind, p) for t, p in read.positions.items()}
+        batch = read.batch if isinstance(read, Checkpoint) else 0
+        bound = self._bound.setdefault(name, {})
+        path = spec.spark_checkpoint
+
+        def planned() -> int:
+            return self.planned(path) if path else 0
+
+        old: list[str] = []
+        for topic, hold in holds.items():
+            now_id = None
+            if ids is not None and topic in ids.unknown:
+                hold = ReaderHold(name, kind, {}, blind=f"the ID of {topic} cannot be read: {ids.unknown[topic]}")
+            elif ids is not None:
+                now_id = known_id(ids.ids.get(topic))
+            if now_id is not None:
+                mark = path or repr((sorted(hold.positions.items()), spec.expires_ms))
+                b, count = incarnation(bound.get(topic), now_id, batch, mark, planned)
+                if b is not None:
+                    bound[topic] = b
+                if not count:
+                    old.append(topic)
+                    until = "a batch planned since commits" if path else f"reader:{name} pin is set again"
+                    why = f"{topic} was created again since its offsets were read: held until {until}"
+                    hold = ReaderHold(name, kind, {}, blind=why)
+            out.setdefault(topic, []).append(hold)
+        if pattern:
+            out.setdefault(PATTERNS, []).append(ReaderHold(name, kind, {}, pattern=pattern))
+        if isinstance(read, Checkpoint):
+            self._seen[name] = frozenset(read.positions)
+            status[name] = {"kind": kind, "state": "counting", "positions": read.positions}
+        else:
+            status[name] = {"kind": kind, "state": "counting", "expires_ms": spec.expires_ms, "pin": spec.pin}
+        if old:
+            status[name]["other_incarnation"] = sorted(old)
 
     def _share_groups(
         self, out: dict[str, list[ReaderHold]], problems: dict[str, str], status: dict[str, dict[str, Any]]
@@ -281,10 +387,13 @@ class Readers:
             status[group] = {"kind": SHARE_GROUP, "state": "counting",
                              "positions": {t: dict(p) for t, p in topics.items()}}  # fmt: skip
 
-    def _blind(self, name: str, kind: str, why: str, out: dict[str, list[ReaderHold]]) -> None:
-        """A reader with no readable position holds the topics it was last seen on, or every topic."""
-        for topic in self._seen.get(name) or (EVERY_TOPIC,):
+    def _blind(self, name: str, kind: str, why: str, out: dict[str, list[ReaderHold]], pattern: str = "") -> None:
+        """A reader with no readable position holds the topics it was last seen on, or every topic (those its
+        pattern matches, when it has one)."""
+        for topic in self._seen.get(name) or (() if pattern else (EVERY_TOPIC,)):
             out.setdefault(topic, []).append(ReaderHold(name, kind, {}, blind=why))
+        if pattern:
+            out.setdefault(PATTERNS, []).append(ReaderHold(name, kind, {}, blind=why, pattern=pattern))
 
     def _say(self, problems: dict[str, str]) -> None:
         for name, line in problems.items():
@@ -309,3 +418,9 @@ class Readers:
                 return
         if self.share is not None:
             self.share.close()
+        if self.topics is not None:
+            self.topics.close()
+
+
+def _topics_of(read: Checkpoint | dict[str, ReaderHold]) -> Iterable[str]:
+    return read.positions if isinstance(read, Checkpoint) else read

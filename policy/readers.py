@@ -17,7 +17,8 @@ into the one-partition view the send-time check judges, so both ends decide with
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -28,6 +29,7 @@ from compactd.errors import ConfigError
 from compactd.model import PartitionNumbers, PartitionView
 
 EVERY_TOPIC = "*"  # a hold whose reader's topics are unknown: it holds every topic
+PATTERNS = "re:"  # the holds of readers on every topic their `pattern` matches (no topic name has a colon)
 
 # reader kinds, as explain and the metrics name them
 SHARE_GROUP = "share_group"
@@ -38,12 +40,14 @@ COMPACTION = "compaction"
 
 class ReaderHold(msgspec.Struct, frozen=True):
     """One reader's hold on one topic: its position per partition (next offset to read; a partition left out is
-    unknown there), or `blind`: why it has no known position anywhere on the topic."""
+    unknown there), or `blind`: why it has no known position anywhere on the topic. Under PATTERNS, `pattern` is
+    the regex of the topics it holds (a Spark query's `subscribePattern`)."""
 
     reader: str
     kind: str
     positions: dict[int, int] = {}
     blind: str = ""
+    pattern: str = ""
 
     def position(self, partition: int) -> int | None:
         return None if self.blind else self.positions.get(partition)
@@ -57,7 +61,7 @@ class ReaderHold(msgspec.Struct, frozen=True):
         return f"reader {self.reader}"
 
 
-Holds = Mapping[str, tuple[ReaderHold, ...]]  # topic (or EVERY_TOPIC) -> holds
+Holds = Mapping[str, tuple[ReaderHold, ...]]  # topic (or EVERY_TOPIC, PATTERNS) -> holds
 
 
 def holds_from_doc(doc: Mapping[str, Any] | None) -> dict[str, tuple[ReaderHold, ...]]:
@@ -68,8 +72,16 @@ def holds_from_doc(doc: Mapping[str, Any] | None) -> dict[str, tuple[ReaderHold,
 
 
 def holds_on(holds: Holds, topic: str) -> tuple[ReaderHold, ...]:
-    """The holds on `topic`: its own and those on every topic."""
-    return holds.get(topic, ()) + holds.get(EVERY_TOPIC, ())
+    """The holds on `topic`: its own, those on every topic, and those of readers whose pattern matches it and that
+    have no hold of their own there (a topic created after the query's last batch: it will read it from the start,
+    as Spark reads a topic its pattern finds, so nothing of it is deletable yet)."""
+    own = holds.get(topic, ())
+    matched = tuple(
+        h
+        for h in holds.get(PATTERNS, ())
+        if re.fullmatch(h.pattern, topic) and all(o.reader != h.reader or o.kind != h.kind for o in own)
+    )
+    return own + holds.get(EVERY_TOPIC, ()) + matched
 
 
 def fold_numbers(nums: PartitionNumbers, holds: Iterable[ReaderHold]) -> PartitionNumbers:
@@ -136,6 +148,17 @@ class ReaderLayer(BaseModel):
     spark_checkpoint: str | None = Field(None, min_length=1)
     pin: dict[str, dict[int, int]] | None = None
     expires_ms: int | None = Field(None, gt=0)
+    subscribe_pattern: str | None = Field(None, min_length=1)
+
+    @field_validator("subscribe_pattern")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"subscribe_pattern {value!r} is not a regex: {exc}") from None
+        return value
 
     @field_validator("pin")
     @classmethod
@@ -149,7 +172,9 @@ class ReaderLayer(BaseModel):
 class ReaderSpec(ReaderLayer):
     """A declared reader: exactly one of `spark_checkpoint` (a Spark query's checkpoint directory, whose latest
     committed batch gives its position) or `pin` (a fixed position the operator keeps up to date, with a lease:
-    `expires_ms`, epoch ms, after which the pin no longer counts and compactd says so)."""
+    `expires_ms`, epoch ms, after which the pin no longer counts and compactd says so). `subscribe_pattern`: the
+    regex of the topics it reads beyond those it has a position on (a query's `subscribePattern`, matched whole as
+    Spark's `Pattern.matches`): each matching topic is held whole until the reader has a position there."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> ReaderSpec:
@@ -202,3 +227,35 @@ def pin_holds(name: str, spec: ReaderSpec, now: int) -> dict[str, ReaderHold]:
     if spec.pin is None or spec.expires_ms is None or now >= spec.expires_ms:
         return {}
     return {topic: ReaderHold(name, PIN, dict(parts)) for topic, parts in spec.pin.items()}
+
+
+# -- which incarnation of a topic a declared reader's positions were taken on (issue 26's rule, for readers)
+
+
+class Bound(msgspec.Struct, frozen=True, array_like=True):
+    """What a declared reader's positions on a topic are bound to: the topic ID they were taken on, the batch after
+    which the checkpoint's offsets count for it (-1: any batch), and what was declared (the checkpoint directory, or
+    the pin and its lease: declared again, it is the operator's word on the topic as it is now)."""
+
+    topic_id: str
+    since: int
+    mark: str
+
+
+def incarnation(
+    bound: Bound | None, now_id: str | None, batch: int, mark: str, planned: Callable[[], int]
+) -> tuple[Bound | None, bool]:
+    """(the binding to keep, whether the positions count on the topic now).
+
+    A group's commit names its topic ID (OffsetCommitValue v4); a checkpoint's offsets and a pin name none, so they
+    are bound to the ID the topic had when compactd first read them. `now_id` None (no ID reported, the topic gone):
+    no evidence either way, as for a commit without an ID. Another ID: the topic was created again, and offsets
+    taken before compactd saw it may be the old log's. They count again from a batch planned after this read
+    (`planned()`: the latest planned now, read after the topic ID; a pin: 0, so never), or once declared again."""
+    if now_id is None:
+        return bound, True
+    if bound is None or (bound.topic_id == now_id and bound.mark != mark):
+        return Bound(now_id, -1, mark), True
+    if bound.topic_id != now_id:
+        bound = Bound(now_id, planned(), mark)
+    return bound, batch > bound.since
