@@ -15,12 +15,17 @@ from compactd.codec.spark_checkpoint import kafka_positions, latest_batch
 from compactd.errors import ConfigError, DecodeError
 from compactd.model import PartitionNumbers, PartitionView
 from compactd.policy.readers import (
+    PATTERNS,
     PIN,
     SHARE_GROUP,
+    SPARK_CHECKPOINT,
+    Bound,
     ReaderHold,
     declared,
     fold_numbers,
     fold_view,
+    holds_on,
+    incarnation,
     pin_holds,
     readers_say_no,
 )
@@ -127,6 +132,48 @@ def test_a_spark_checkpoint_position_is_its_latest_committed_batch() -> None:
     assert kafka_positions(text) == {"orders": {0: 1100, 1: 900}, "payments": {0: 7}}
     with pytest.raises(DecodeError):
         kafka_positions("{}")
+
+
+def test_the_v2_offset_log_is_read_by_source_name_and_what_is_not_read_is_an_error() -> None:
+    """Spark 4.2's `formatVersion=2` (as a real query wrote it: tests/e2e/test_declared_readers.py); anything compactd
+    cannot read makes the reader blind (an error here), never a reader with no position."""
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":1795838401890,"conf":{},"sourceMetadataInfo":{}}'
+    v2 = ["v2", meta, 'side_in:{"payments":{"0":50}}', 'orders_in:{"orders":{"0":300,"1":0}}', "rate:-"]
+    assert kafka_positions("\n".join(v2)) == {"payments": {0: 50}, "orders": {0: 300, 1: 0}}
+    for bad in (["v3", meta, '{"orders":{"0":3}}'],  # a version it does not know
+                ["v1", meta, 'orders_in:{"orders":{"0":3}}'],  # a line that is not JSON
+                ["v1", meta, '{"orders":{"zero":3}}'],  # a Kafka offset whose partitions are not numbers
+                ["v2", meta, '{"orders":{"0":3}}']):  # fmt: skip  # a v2 line with no source name
+        with pytest.raises(DecodeError):
+            kafka_positions("\n".join(bad))
+
+
+def test_a_pattern_holds_the_topics_it_matches_where_its_reader_has_no_position() -> None:
+    holds = {"orders-1": (ReaderHold("etl", SPARK_CHECKPOINT, {0: 5}),),
+             PATTERNS: (ReaderHold("etl", SPARK_CHECKPOINT, pattern=r"orders-\d+"),)}  # fmt: skip
+    assert holds_on(holds, "orders-1") == (ReaderHold("etl", SPARK_CHECKPOINT, {0: 5}),)  # its position there
+    (new,) = holds_on(holds, "orders-2")  # created after its last batch: held whole
+    assert new.position(0) is None and readers_say_no(1, [new], "orders-2", 0) is not None
+    assert holds_on(holds, "orders-2x") == () == holds_on(holds, "payments")  # matched whole, as Java's matches()
+    with pytest.raises(ValueError, match="not a regex"):
+        Settings(readers={"x": {"spark_checkpoint": "/c", "subscribe_pattern": "orders-("}})
+
+
+def test_a_readers_offsets_count_only_on_the_incarnation_they_were_read_on() -> None:
+    def planned() -> int:
+        return 7  # the latest batch planned when the new ID is seen
+
+    b, ok = incarnation(None, "A", 3, "/ck", planned)
+    assert b == Bound("A", -1, "/ck") and ok  # first seen: bound, no evidence against it (as a commit without an ID)
+    assert incarnation(b, "A", 3, "/ck", planned) == (b, True)
+    assert incarnation(b, None, 3, "/ck", planned) == (b, True)  # no ID reported: no evidence either way
+    b, ok = incarnation(b, "B", 7, "/ck", planned)  # created again: batches planned until now may be the old log's
+    assert b == Bound("B", 7, "/ck") and not ok
+    assert incarnation(b, "B", 7, "/ck", planned) == (b, False)
+    assert incarnation(b, "B", 8, "/ck", planned) == (b, True)  # planned after the new ID was seen
+    pin, ok = incarnation(Bound("A", -1, "p1"), "B", 0, "p1", lambda: 0)
+    assert not ok and incarnation(pin, "B", 0, "p1", lambda: 0)[1] is False  # a pin: until declared again
+    assert incarnation(pin, "B", 0, "p2", lambda: 0) == (Bound("B", -1, "p2"), True)
 
 
 def test_declared_readers_from_the_file_and_config_events() -> None:
