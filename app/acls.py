@@ -45,8 +45,10 @@ def _nudges(s: Settings) -> bool:
 
 NEEDS: tuple[Need, ...] = (
     Need("Topic", "`__consumer_offsets`", ("READ", "DESCRIBE"), "Fetch",
-         "`offsets_source: consumer_offsets` (the default)", "offsets",
-         lambda s: s.offsets_source == "consumer_offsets"),
+         "`offsets_source: consumer_offsets` (the default); and the check before every consumed-retention delete "
+         "(`cluster_offsets_check`): a Kafka Streams group (KIP-1071) assigned a topic before its first commit is "
+         "read from its records there; without it such a group holds every topic it has no commit on", "offsets",
+         lambda s: s.offsets_source == "consumer_offsets" or s.cluster_offsets_check),
     Need("Topic", "`__share_group_state`", ("READ", "DESCRIBE"), "Fetch",
          "share groups (KIP-932) counted like groups; without it consumed retention holds wherever a share group may "
          "read. Granted by `Topic *` below", "share_state"),

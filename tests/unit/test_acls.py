@@ -22,7 +22,8 @@ def test_which_rows_apply_to_which_settings() -> None:
     offsets = next(n for n in NEEDS if n.where == "offsets")
     nudges = next(n for n in NEEDS if "ALTER_CONFIGS" in n.operations)
     reads = next(n for n in NEEDS if n.where == "watched" and n.operations == ("READ",))
-    assert offsets.applies(default) and not offsets.applies(admin)
+    assert offsets.applies(default) and offsets.applies(admin)  # admin mode: the check reads streams groups there
+    assert not offsets.applies(Settings(offsets_source="admin", cluster_offsets_check=False))
     assert nudges.applies(default) and not nudges.applies(admin)
     assert reads.applies(service) and not reads.applies(default)
 
