@@ -17,8 +17,10 @@ write's contract and its report.
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
+import secrets
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -581,24 +583,27 @@ def clients_json(spec: WriteSpec) -> str:
     return json.dumps({"consumer": {"max.poll.records": "10000", **spec.java_conf}, "producer": producer})
 
 
+# The key of the compaction functions' names in this process: a name is shown in every plan (Spark's UI, event logs,
+# `explain`), and a plain digest of settings holding a password could be inverted by trying passwords
+_NAME_KEY = secrets.token_bytes(32)
+
+
 def view_run(spark: Any, spec: WriteSpec) -> str:
     """The name of the compaction task's function for this connection, registered on the session: an instance of
     `ViewRun.java` holding the Kafka clients' settings (credentials stay out of the query's literals). Named by a
-    digest of them, so runs of one connection share it and two connections never swap theirs."""
-    import hashlib
-
+    keyed digest of them (HMAC under a key of this process, never shown), so runs of one connection share it, two
+    connections never swap theirs, and the name says nothing of the settings."""
     clients = clients_json(spec)
-    name = f"compactd_view_run_{hashlib.sha256(clients.encode()).hexdigest()[:16]}"
+    name = f"compactd_view_run_{hmac.new(_NAME_KEY, clients.encode(), 'sha256').hexdigest()[:16]}"
     jvm = spark.sparkContext._jvm
     function = jvm.io.compactd.compaction.ViewRun(clients)
     spark._jsparkSession.udf().register(name, function, jvm.org.apache.spark.sql.types.DataTypes.StringType)
     return name
 
 
-def run_in_jvm(spark: Any, spark_options: Mapping[str, str], job: RunInput, spec: WriteSpec) -> list[dict[str, int]]:
-    """Both phases in one JVM task per group of whole partitions (`ViewRun.java`): read, keep each key's winner, write
-    it, report the range. Spark only schedules the tasks (one row each); no record crosses into Python. The tasks'
-    reports are `WRITTEN_SCHEMA`'s rows, or `overflow` for a partition whose keys outgrew the task's map."""
+def jvm_query(spark: Any, job: RunInput, spec: WriteSpec) -> Any:
+    """The query `run_in_jvm` runs: one row per task, the task's report (column `r`). Its plan (the task JSON as
+    literals, the function's name) is what Spark shows in its UI, event logs and `explain`."""
     from pyspark.sql import functions as F
 
     parallelism = max(1, int(spark.sparkContext.defaultParallelism))
@@ -608,11 +613,18 @@ def run_in_jvm(spark: Any, spark_options: Mapping[str, str], job: RunInput, spec
     # Spark evaluates a projection over a local table while planning it, on the driver
     task = F.element_at(F.array(*map(F.lit, tasks)), (F.col("id") + 1).cast("int"))
     df = spark.range(0, len(tasks), 1, len(tasks))
-    rows = df.select(F.call_udf(name, task).alias("r")).collect()
+    return df.select(F.call_udf(name, task).alias("r"))
+
+
+def run_in_jvm(spark: Any, spark_options: Mapping[str, str], job: RunInput, spec: WriteSpec) -> list[dict[str, int]]:
+    """Both phases in one JVM task per group of whole partitions (`ViewRun.java`): read, keep each key's winner, write
+    it, report the range. Spark only schedules the tasks (one row each); no record crosses into Python. The tasks'
+    reports are `WRITTEN_SCHEMA`'s rows, or `overflow` for a partition whose keys outgrew the task's map."""
+    rows = jvm_query(spark, job, spec).collect()
     reports = [report for row in rows for report in json.loads(row.r)]
     log.debug(
         "compaction tasks in the JVM: %d, reading %.2f s, writing %.2f s (summed over partitions)",
-        len(tasks),
+        len(rows),
         sum(r.pop("read_seconds", 0.0) for r in reports),
         sum(r.pop("write_seconds", 0.0) for r in reports),
     )

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from compactd import maven
 from compactd.errors import CompactdError
-from compactd.kafka.config import KafkaConnection, KafkaValue
+from compactd.kafka.config import SECRET_KEYS, KafkaConnection, KafkaValue
 from compactd.policy.thresholds import SOURCE_GROUP_PREFIX
 from compactd.streaming import udfs
 
@@ -27,7 +27,15 @@ log = logging.getLogger("compactd.source")
 
 # The driver's offset requests: Spark's default reader (Admin) drops internal topics, so `__consumer_offsets` would
 # yield no partition; the consumer-based one reads it (a session setting: every Kafka source of the session uses it).
-SESSION_CONF = {"spark.sql.streaming.kafka.useDeprecatedOffsetFetching": "true"}
+# Spark shows a source's options in its plans (UI, event logs, `explain`), masking those whose key or value matches
+# its redaction patterns: the default ones miss `kafka.ssl.keystore.key` (the PEM private key `java_options`
+# inlines) and librdkafka's `kafka.ssl.key.pem`. The options' pattern gets compactd's secret keys too, and any plan
+# text a PEM private key (whatever carried it there).
+SESSION_CONF = {
+    "spark.sql.streaming.kafka.useDeprecatedOffsetFetching": "true",
+    "spark.sql.redaction.options.regex": f"(?i)url|{SECRET_KEYS.pattern}",
+    "spark.sql.redaction.string.regex": r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
+}
 # The consumer-based offset reader subscribes with a group of its own (it never commits); its id starts with this, so
 # the group is recognisably compactd's: it never counts as a reader (`policy.thresholds.group_counts`).
 GROUP_ID_PREFIX = SOURCE_GROUP_PREFIX
