@@ -34,6 +34,10 @@ from compactd.kafka.watermarks import watermarks
 
 log = logging.getLogger("compactd.compaction")
 OFFSET_HEADER = "compactd.offset"  # a view record's source offset (decimal ASCII)
+# a winner's own timestamp where the view record cannot carry it (0, or none: -1), decimal ASCII. librdkafka writes
+# a timestamp of 0 as the time of writing; read back as "now", it would outrank, under `timestamp`, every newer source
+# record produced before the run (ViewRun.java writes the same header)
+TIMESTAMP_HEADER = "compactd.timestamp"
 DROP_NULL = -2  # nk of the one group per partition that collects null keys to drop (their count is kept)
 CHUNK = 1_000_000  # offsets per read task: large partitions are read in parallel
 HELD_MAX = 250_000  # winners a reading task holds before it hands them to Spark (its memory bound)
@@ -199,7 +203,10 @@ def message_fields(m: Any, from_view: bool, where: ReadRange) -> tuple[int, int,
         if not source or source[-1] is None or not source[-1].isdigit():
             raise ViewCorrupt(f"{where.topic}/{where.partition}@{offset} has no {OFFSET_HEADER}")
         offset = int(source[-1])
-        headers = [(k, v) for k, v in headers if k != OFFSET_HEADER]
+        stamped = [v for k, v in headers if k == TIMESTAMP_HEADER]
+        headers = [(k, v) for k, v in headers if k not in (OFFSET_HEADER, TIMESTAMP_HEADER)]
+        if stamped and stamped[-1] is not None and stamped[-1].lstrip(b"-").isdigit() and len(stamped[-1]) < 20:
+            return offset, int(stamped[-1]), headers
     kind, ts = m.timestamp()
     return offset, ts if kind != 0 else -1, headers
 
@@ -446,6 +453,8 @@ def write_view(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[p
                     st["tombstones"] += 1
                 else:
                     st["keys"] += 1
+                if ts <= 0:  # librdkafka writes 0 as the time of writing: the winner's own time goes in a header
+                    headers.append((TIMESTAMP_HEADER, str(ts).encode()))
                 headers.append((OFFSET_HEADER, str(offset).encode()))
                 while True:
                     try:

@@ -16,7 +16,15 @@ from compactd.compaction.service import Compactor, Overrides, RunFailed
 from compactd.compaction.store import Lease, RunInProgress
 from compactd.compaction.strategy import Strategy
 from compactd.compaction.view import CompactedReader, table
-from tests.support.compaction import STATUS_KEYS, Event, history, last_record_wins, produce, read_plain
+from tests.support.compaction import (
+    STATUS_KEYS,
+    Event,
+    history,
+    last_record_wins,
+    produce,
+    produce_stamped,
+    read_plain,
+)
 
 
 def make(
@@ -311,3 +319,31 @@ def test_a_plain_reader_of_the_view_reads_each_keys_kip280_winner_after_every_ru
         comp.run(topic, overrides, killed)
     assert comp.run(topic, overrides)["generation"] == 3  # over the dead run's writes
     check(3)
+
+
+@pytest.mark.parametrize(("task_records", "map_mb"), [(250_000, 256), (9, 1)], ids=["jvm", "shuffle"])
+def test_a_winner_stamped_0_keeps_its_timestamp_in_the_view(
+    cluster, job_settings, redis_url, spark, task_records: int, map_mb: int
+) -> None:
+    """Issue 49, item 9: a record stamped 0 (a Java producer's choice; librdkafka cannot write 0, it means "now")
+    written into the view as "now" outranks, under `timestamp`, every newer source record produced before the run.
+    The view keeps its winner's own timestamp (header `compactd.timestamp` where the record cannot carry it)."""
+    topic = cluster.name("zero")
+    cluster.create(topic, 1, {"retention.ms": "-1"})  # records of 1970 are kept
+    comp = make(job_settings, redis_url, spark, {"global": {"compaction.view.grace.ms": 0}},
+                compaction_task_records=task_records, compaction_task_map_mb=map_mb)  # fmt: skip
+    strategy, overrides = Strategy.of("timestamp"), Overrides("timestamp")
+    keys = [(0, b"k%d" % i, b"zero%d" % i, 0) for i in range(12)]
+    sent = produce_stamped(cluster, topic, keys)[0]
+    assert [r.timestamp for r in read_plain(cluster, topic)[0]] == [0] * 12  # the broker holds 0
+    assert comp.run(topic, overrides)["generation"] == 1
+    now = int(time.time() * 1000)
+    sent += produce(cluster, topic, [Event(0, b"k%d" % i, b"new%d" % i, now - 60_000 + i) for i in range(6)], 1)[0]
+    assert comp.run(topic, overrides)["generation"] == 2
+    manifest = comp.log.read(topic)
+    assert manifest is not None
+    want = {r.key: r.value for r in table(sent, strategy)}
+    assert want[b"k0"] == b"new0" and want[b"k11"] == b"zero11"
+    assert last_record_wins(read_plain(cluster, manifest.view)[0]) == want
+    got = {r.key: (r.value, r.timestamp) for r in view_of(comp, topic, table_mode=True)[0]}
+    assert got == {r.key: (r.value, r.timestamp) for r in table(sent, strategy)}

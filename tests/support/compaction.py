@@ -111,3 +111,25 @@ def read_plain(cluster, topic: str, timeout_s: float = 30.0) -> dict[int, list[R
         return out
     finally:
         c.close()
+
+
+def produce_stamped(cluster, topic: str, records: list[tuple[int, bytes, bytes, int]]) -> dict[int, list[Record]]:
+    """(partition, key, value, timestamp) sent by Kafka's Java producer (tests/support/jvm/StampedProducer.java),
+    which writes a timestamp of 0 as 0 where librdkafka writes the time of sending; the records as stored."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from compactd.demo.broker import ensure_jars
+
+    source = Path(__file__).parent / "jvm" / "StampedProducer.java"
+    argv = [shutil.which("java") or "java", "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", f"{ensure_jars()}/*",
+            str(source), cluster.bootstrap, topic]  # fmt: skip
+    lines = "".join(f"{p} {k.decode()} {v.decode()} {ts}\n" for p, k, v, ts in records)
+    proc = subprocess.run(argv, input=lines, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"the Java producer failed: {(proc.stdout + proc.stderr)[-800:]}"
+    offsets = [int(x) for x in proc.stdout.split()]
+    out: dict[int, list[Record]] = {}
+    for (p, k, v, ts), offset in zip(records, offsets, strict=True):
+        out.setdefault(p, []).append(Record(offset, ts, k, v))
+    return out

@@ -135,6 +135,10 @@ public final class ViewRun implements UDF1<String, String> {
   }
 
   static final String OFFSET_HEADER = "compactd.offset";
+  // a winner's own timestamp where the view record cannot carry it: 0 or none (-1), which a producer writes as the
+  // time of writing (librdkafka always, so the shuffle path; one header for both paths). Read back, it is the rank
+  // `timestamp` compares: "now" would outrank every newer source record produced before the run
+  static final String TIMESTAMP_HEADER = "compactd.timestamp";
   static final String DELETED_AT = "compactd.deleted_at";
   private static final ObjectMapper JSON = new ObjectMapper();
 
@@ -588,8 +592,12 @@ public final class ViewRun implements UDF1<String, String> {
       } else {
         c.keys++;
       }
+      Long ts = r.ts;
+      if (r.ts <= 0) {
+        headers.add(new RecordHeader(TIMESTAMP_HEADER, Long.toString(r.ts).getBytes(StandardCharsets.US_ASCII)));
+        ts = null;
+      }
       headers.add(new RecordHeader(OFFSET_HEADER, Long.toString(r.offset).getBytes(StandardCharsets.US_ASCII)));
-      Long ts = r.ts > 0 ? r.ts : null; // as librdkafka: no timestamp (or 0) is the time of writing
       producer.send(
           new ProducerRecord<>(view, p, ts, r.key, r.value, headers),
           (meta, err) -> {
@@ -616,7 +624,14 @@ public final class ViewRun implements UDF1<String, String> {
     }
     List<Header> headers = new ArrayList<>();
     for (Header h : m.headers()) {
-      if (!h.key().equals(OFFSET_HEADER)) {
+      if (h.key().equals(TIMESTAMP_HEADER)) {
+        byte[] v = h.value();
+        boolean negative = v != null && v.length > 1 && v[0] == '-';
+        byte[] digits = negative ? Arrays.copyOfRange(v, 1, v.length) : v;
+        if (v != null && digits(digits) && digits.length < 19) {
+          ts = negative ? -Long.parseLong(ascii(digits)) : Long.parseLong(ascii(digits));
+        }
+      } else if (!h.key().equals(OFFSET_HEADER)) {
         headers.add(h);
       }
     }
