@@ -29,7 +29,7 @@ from compactd.control.readers import Readers
 from compactd.control.runtime_config import RuntimeConfig
 from compactd.control.state_guard import StateGuard
 from compactd.control.view_caps import ViewCaps
-from compactd.errors import ConfigError, DependencyUnavailable, ForcedStop
+from compactd.errors import ConfigError, DependencyUnavailable, ForcedStop, forced_by
 from compactd.kafka.admin import check_reachable, ensure_topics
 from compactd.kafka.groups import ClusterGroupOffsets
 from compactd.kafka.share_state import ShareStateTail
@@ -150,6 +150,7 @@ class Application(DeleteGate, RunLoop):
         self._admin: Any = None
         self._kafka_options: dict[str, str] | None = None  # Spark's Kafka connector's (streaming/connector.py)
         self.forced = False  # a second signal: leave without waiting for the running batch
+        self._stop: object = None  # the event `run` stops on (the CLI's StopEvent records a second signal)
         self._sampled_at = 0.0
         self._topics_checked_at = 0.0
         self._agent_checked_at = 0.0
@@ -291,7 +292,10 @@ class Application(DeleteGate, RunLoop):
                 self.forced = True
                 forced = exc
             except Exception as exc:  # keep closing the rest; report the first problem
-                errors.append(f"{type(exc).__name__}: {exc}")
+                if (by_signal := forced_by(self._stop)) is not None:  # the second signal, wrapped by Py4J
+                    self.forced, forced = True, by_signal
+                else:
+                    errors.append(f"{type(exc).__name__}: {exc}")
         if errors:
             log.warning("while stopping: %s", "; ".join(errors))
         if forced is not None:

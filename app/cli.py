@@ -260,16 +260,23 @@ def _settings(args: argparse.Namespace, options: Sequence[str] = JOB_OPTIONS) ->
     return load_settings(args.config, **flags)
 
 
-def _stop_on_signals() -> threading.Event:
+class StopEvent(threading.Event):
+    """Set by the first SIGTERM/SIGINT; `forced` holds the second (`errors.forced_by`)."""
+
+    forced: ForcedStop | None = None
+
+
+def _stop_on_signals() -> StopEvent:
     """First SIGTERM/SIGINT: stop gracefully (finish the batch, drain the outbox). Second: leave at once."""
-    stop = threading.Event()
+    stop = StopEvent()
 
     def on_signal(signum: int, _frame: object) -> None:
         if stop.is_set():
-            raise ForcedStop(
+            stop.forced = ForcedStop(
                 f"stopped by a second {signal.Signals(signum).name} before the running batch finished; "
                 "the checkpoint replays it on the next start"
             )
+            raise stop.forced
         log.info("%s: stopping after the running batch (send it again to stop at once)", signal.Signals(signum).name)
         stop.set()
 

@@ -17,7 +17,7 @@ from compactd.clock import now_ms
 from compactd.control.controller import RunShares
 from compactd.control.runtime_config import ConfigOutcome
 from compactd.control.share import Layers, ShareResult
-from compactd.errors import ForcedStop, QueryFailed, StopTimeout
+from compactd.errors import ForcedStop, QueryFailed, StopTimeout, forced_by
 from compactd.kafka.admin import admin_client, list_end_offsets
 from compactd.state.outage import REDIS_DOWN
 from compactd.streaming.checkpoint import adopt_source, batch_end_offsets, completed_end_offsets
@@ -231,6 +231,7 @@ class RunLoop:
             self._drain(time.monotonic() + ONCE_DRAIN_S)
             return self.summary.line(self.controller.outcomes)
         stop = stop or threading.Event()
+        self._stop = stop
         interval = self.settings.trigger_interval_ms / 1000
         last_error, said_at = "", 0.0
         warming = True
@@ -275,6 +276,11 @@ class RunLoop:
         except ForcedStop:
             self.forced = True
             raise
+        except Exception:
+            if (forced := forced_by(stop)) is not None:  # the second signal, wrapped by the Py4J call it met
+                self.forced = True
+                raise forced from None
+            raise
         return self.summary.line(self.controller.outcomes)
 
     def _compact_once(self) -> None:
@@ -313,9 +319,14 @@ class RunLoop:
         self.controller.tick()  # decisions due now go out before we leave
         self._drain(until)
 
+    def _forced(self) -> bool:
+        """A second signal came: nothing waits for the running batch any more."""
+        self.forced = self.forced or forced_by(self._stop) is not None
+        return self.forced
+
     def _stop_job(self) -> None:
         """Closer for the query: between batches, unless a forced stop left it to die with the process."""
-        if self.job is not None and not self.forced:
+        if self.job is not None and not self._forced():
             self.job.stop(timeout_s=self.settings.stop_timeout_ms / 1000)
 
     def _stop_spark(self) -> None:
@@ -324,7 +335,7 @@ class RunLoop:
         from compactd.streaming.session import stop_spark
 
         if self.spark is not None:
-            stop_spark(self.spark, timeout_s=SPARK_EXIT_S, graceful=not self.forced)
+            stop_spark(self.spark, timeout_s=SPARK_EXIT_S, graceful=not self._forced())
 
     def _nothing_to_read(self) -> bool:
         """True when the last batch Spark planned is complete and ends at the last stable offset of every source

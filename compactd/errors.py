@@ -66,5 +66,13 @@ class ForcedStop(CompactdError):
     """A second SIGTERM/SIGINT while stopping: exit now; the checkpoint replays the batch that was running."""
 
 
+def forced_by(stop: object) -> ForcedStop | None:
+    """The second signal a stop event (the CLI's `StopEvent`) recorded. Raised by a signal handler inside a Py4J call,
+    ForcedStop reaches the caller as Py4J's own error ("An error occurred while calling o111.isActive"): whoever
+    catches that asks here whether it was the second signal."""
+    forced = getattr(stop, "forced", None)
+    return forced if isinstance(forced, ForcedStop) else None
+
+
 class StopTimeout(CompactdError):
     """The running batch did not finish within stop_timeout_ms after a stop was asked for."""
