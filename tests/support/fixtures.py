@@ -6,18 +6,20 @@ import gc
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic, ResourceType
 
 from compactd.demo.broker import KafkaBroker, kafka_broker
 from compactd.demo.embedded import Service, redis_server
 from compactd.kafka.config import KafkaConnection
 from compactd.keys import partition_key
+from tests.support import kraft
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture(scope="session")
@@ -101,26 +103,36 @@ class Cluster:
     def create(
         self, topic: str, partitions: int = 1, config: dict[str, str] | None = None, exist_ok: bool = False
     ) -> None:
+        """Create `topic` and return once the broker shows it (kraft.until_visible): KRaft's metadata reaches the
+        broker's cache a moment after CreateTopics answers."""
+        want: int | None = partitions
         for fut in self.admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})]).values():
             try:
                 fut.result(30)
             except KafkaException as exc:
                 if not (exist_ok and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS):
                     raise
+                want = None  # theirs, whatever it is
+        kraft.until_visible(self.conn, topic, want)
 
-    def recreate(self, topic: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
-        """Delete `topic` and create it again: a new, empty log under the same name."""
+    def delete(self, topic: str) -> None:
+        """Delete `topic` and return once Metadata no longer lists it."""
         for fut in self.admin.delete_topics([topic]).values():
             fut.result(30)
-        deadline = time.monotonic() + 10
-        while True:  # the broker may refuse the name for a moment while the old topic goes
-            try:
-                self.create(topic, partitions, config)
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        kraft.until_gone(self.conn, topic)
+
+    def recreate(self, topic: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+        """Delete `topic` and create it again: a new, empty log under the same name. Returns once the new incarnation
+        is what the broker serves (kraft.until_recreated): records written before that may land in the old log."""
+        old = kraft.look(self.conn, topic).id
+        self.delete(topic)
+        for fut in self.admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})]).values():
+            fut.result(30)
+        kraft.until_recreated(self.conn, topic, old, partitions)
+
+    def alter(self, topic: str, changes: dict[str, str | None]) -> None:
+        """Set (a value) or delete (None) configs of `topic`; returns once DescribeConfigs shows them."""
+        kraft.alter(self.conn, ResourceType.TOPIC, topic, changes)
 
     def send(self, topic: str, events: list[dict], key: str | bytes | None = None) -> None:
         for ev in events:
@@ -156,7 +168,14 @@ class Cluster:
         )
         md = c.list_topics(topic, timeout=10).topics[topic]
         parts = [TopicPartition(topic, p, 0) for p in md.partitions]
-        ends = {p.partition: _led(lambda p=p: c.get_watermark_offsets(p, timeout=10))[1] for p in parts}
+        ends = {
+            p.partition: wait_until(
+                f"{topic}[{p.partition}]'s watermarks",
+                lambda p=p: c.get_watermark_offsets(p, timeout=10),
+                tolerate=kraft.not_yet,
+            )[1]
+            for p in parts
+        }
         c.assign(parts)
         out: list[dict] = []
         seen = {p: 0 for p in ends}
@@ -173,31 +192,15 @@ class Cluster:
         """(log start, log end): the high watermark, not the last stable offset a read_committed client gets."""
         c = Consumer(self.conn.client("consumer", forced={"group.id": "wm", "isolation.level": "read_uncommitted"}))
         try:
-            return _led(lambda: c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False))
+            # asked again while the partition has no leader (yet): a restarted broker, or a topic the job under
+            # test just created, leads its partitions a moment after it first answers
+            return wait_until(
+                f"{topic}[{partition}]'s watermarks",
+                lambda: c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False),
+                tolerate=kraft.not_yet,
+            )
         finally:
             c.close()
-
-
-_LEADING = {
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._TRANSPORT,
-    KafkaError._TIMED_OUT,
-}
-
-
-def _led(ask: Callable[[], tuple[int, int]], within_s: float = 10.0) -> tuple[int, int]:
-    """Watermarks, asked again while the partition has no leader yet: a restarted broker, or a topic just created
-    (by the job under test), leads its partitions a moment after it first answers."""
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            return ask()
-        except KafkaException as exc:
-            if exc.args[0].code() not in _LEADING or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 def event_key(ev: dict) -> str:
