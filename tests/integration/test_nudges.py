@@ -4,14 +4,11 @@ as the broker describes it)."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
 from confluent_kafka.admin import (
     AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
     ConfigResource,
     ConfigSource,
     ResourceType,
@@ -33,8 +30,8 @@ from compactd.sinks.nudge_ledger import LifecycleRecords, NudgeLedger
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
 from tests.integration.test_sinks_and_controller import topic_config
+from tests.support import kraft
 from tests.support.fixtures import Cluster
-from tests.support.waiting import wait_for
 
 H = 3_600_000
 T0 = 1_800_000_000_000
@@ -129,7 +126,7 @@ def test_with_nothing_remembered_anywhere_the_default_goes_back(cluster, rclient
     c = BatchChanges()
     c.topic(topic).compacted.append((0, 100))
     job.ctl.on_batch("s", 1, c)
-    wait_for("the override gone", lambda: topic_config(cluster.bootstrap, topic, LAG)[1], 10)  # the broker's default
+    kraft.until_config(cluster.conn, ResourceType.TOPIC, topic, LAG, lambda e: e.is_default, "the broker's default")
 
 
 def test_an_unanswered_nudge_is_put_back_after_its_max_time_and_rests(cluster, rclient) -> None:
@@ -213,16 +210,12 @@ def test_a_restore_leaves_a_broker_wide_default_to_the_broker_and_an_operators_v
     broker = kafka_broker(tmp_path / "broker")
     try:
         cluster = Cluster(broker.bootstrap)
-        default = ConfigResource(
-            ResourceType.BROKER,
-            "1",
-            incremental_configs=[
-                ConfigEntry("log.cleaner.max.compaction.lag.ms", str(H), incremental_operation=AlterConfigOpType.SET)
-            ],
-        )
-        cluster.admin.incremental_alter_configs([default])[default].result(30)
+        conn = KafkaConnection(broker.bootstrap)
+        kraft.alter(conn, ResourceType.BROKER, "1", {"log.cleaner.max.compaction.lag.ms": str(H)})
         dynamic_default = ConfigSource.DYNAMIC_BROKER_CONFIG.value
-        wait_for("the broker's value", lambda: topic_default_seen(cluster, dynamic_default), 10)
+        probe = cluster.name("probe")  # the broker's value reaches its topics a moment after DescribeConfigs shows it
+        cluster.create(probe, 1)
+        kraft.until_config(conn, ResourceType.TOPIC, probe, LAG, lambda e: e.source == dynamic_default, "the broker's")
         topic = cluster.name("follows")
         cluster.create(topic, 1, {"cleanup.policy": "compact"})
         assert topic_config_source(broker.bootstrap, topic, LAG) == (str(H), dynamic_default)
@@ -236,10 +229,8 @@ def test_a_restore_leaves_a_broker_wide_default_to_the_broker_and_an_operators_v
         c = BatchChanges()
         c.topic(topic).compacted.append((0, 100))
         job.ctl.on_batch("s", 1, c)
-        wait_for(
-            "compactd's override deleted",
-            lambda: topic_config_source(broker.bootstrap, topic, LAG)[1] == dynamic_default,
-            10,
+        kraft.until_config(
+            conn, ResourceType.TOPIC, topic, LAG, lambda e: e.source == dynamic_default, "compactd's override deleted"
         )
         assert topic_config_source(broker.bootstrap, topic, LAG) == (str(H), dynamic_default)
 
@@ -248,28 +239,16 @@ def test_a_restore_leaves_a_broker_wide_default_to_the_broker_and_an_operators_v
         c.topic(topic).segments.append((0, Segment(100, 200, T0 - 2 * H, 1, T0 - 2 * H)))
         job.later(H)
         job.ctl.on_batch("s", 2, c)
-        wait_for("nudged again", lambda: topic_config_source(broker.bootstrap, topic, LAG)[0] == "1", 10)
-        mine = ConfigResource(
-            ResourceType.TOPIC,
-            topic,
-            incremental_configs=[ConfigEntry(LAG, "5000", incremental_operation=AlterConfigOpType.SET)],
-        )
-        cluster.admin.incremental_alter_configs([mine])[mine].result(30)
-        wait_for("the operator's value", lambda: topic_config_source(broker.bootstrap, topic, LAG)[0] == "5000", 10)
+        kraft.until_config(conn, ResourceType.TOPIC, topic, LAG, lambda e: e.value == "1", "nudged again")
+        cluster.alter(topic, {LAG: "5000"})  # the operator's value
         c = BatchChanges()
         c.topic(topic).compacted.append((0, 200))
         job.ctl.on_batch("s", 3, c)
-        time.sleep(1)
+        kraft.settled(conn)  # a restore the controller was sent would show by now
         assert topic_config_source(broker.bootstrap, topic, LAG) == ("5000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
         assert job.ctl.state.nudges() == [] and job.sink.ledger.load() == []
     finally:
         broker.stop()
-
-
-def topic_default_seen(cluster, source: int) -> bool:
-    probe = cluster.name("probe")
-    cluster.create(probe, 1, exist_ok=True)
-    return topic_config_source(cluster.bootstrap, probe, LAG)[1] == source
 
 
 def test_a_nudge_kafka_would_refuse_is_raised_to_the_topics_min_compaction_lag(cluster, rclient) -> None:
@@ -311,22 +290,10 @@ def test_a_topic_deleted_for_good_takes_its_nudges_original_with_it(cluster, rcl
         records=LifecycleRecords(job.sink.ledger, dict),
     )
     ctl.sweep_topics()  # records the topic's ID
-    for fut in cluster.admin.delete_topics([topic]).values():
-        fut.result(30)
-    topics = ClusterTopics(conn)
-    wait_for("the topic gone", lambda: topic in topics.describe([topic]).missing, 10)
+    cluster.delete(topic)
     ctl.sweep_topics()
     ctl.sweep_topics()  # missing twice: forgotten
     assert job.ctl.state.nudges() == [] and job.sink.ledger.load() == []
-    wait_for("created again", lambda: _created(cluster, topic, {"cleanup.policy": "compact", LAG: "5000"}), 10)
+    cluster.create(topic, 1, {"cleanup.policy": "compact", LAG: "5000"})  # again, under the same name
     assert job.sink.recover_nudges() == 0
     assert topic_config(cluster.bootstrap, topic, LAG, want=("5000", False)) == ("5000", False)
-
-
-def _created(cluster, topic: str, config: dict[str, str]) -> bool:
-    """Create `topic`; False while the broker still refuses the name of one just deleted."""
-    try:
-        cluster.create(topic, 1, config)
-        return True
-    except Exception:
-        return False

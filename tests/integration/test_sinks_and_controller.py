@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from confluent_kafka.admin import ResourceType
 from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import Controller
@@ -17,23 +15,24 @@ from compactd.sinks.audit import AuditLog
 from compactd.sinks.kafka_admin import KafkaAdminSink
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
+from tests.support import kraft
 
 H = 3_600_000
 T0 = 1_800_000_000_000
 
 
 def topic_config(bootstrap: str, topic: str, key: str, want: tuple[str, bool] | None = None) -> tuple[str, bool]:
-    """(value, is it the broker's default) of a topic config as the broker describes it. `want`: asked again for up
-    to 10 s until the answer is that: a KRaft broker answers DescribeConfigs from its metadata cache, which takes the
-    change a moment after IncrementalAlterConfigs has answered."""
-    res = ConfigResource(ResourceType.TOPIC, topic)
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
-    deadline = time.monotonic() + 10
-    while True:
-        entry = admin.describe_configs([res])[res].result(30)[key]
-        if want is None or (entry.value, entry.is_default) == want or time.monotonic() > deadline:
-            return entry.value, entry.is_default
-        time.sleep(0.05)
+    """(value, is it the broker's default) of a topic config as the broker describes it. `want`: asked again until
+    the answer is that (kraft.until_config): a KRaft broker answers DescribeConfigs from its metadata cache, which
+    takes the change a moment after IncrementalAlterConfigs has answered."""
+    conn = KafkaConnection(bootstrap)
+    if want is None:
+        entry = kraft.configs(conn, ResourceType.TOPIC, topic)[key]
+    else:
+        entry = kraft.until_config(
+            conn, ResourceType.TOPIC, topic, key, lambda e: (e.value, e.is_default) == want, f"(value, default) {want}"
+        )
+    return entry.value, entry.is_default
 
 
 def delete(topic: str, before: int, partition: int = 0) -> ActionRecord:
