@@ -29,7 +29,6 @@ from compactd.state.redis_store import RedisState
 from compactd.streaming.aggregate import collect_changes, keyed
 from compactd.streaming.decode import DECODED_SCHEMA, Decoder, reduce_table
 from tests.support.fixtures import Cluster
-from tests.support.waiting import wait_for
 
 H = 3_600_000
 M = 60_000
@@ -65,18 +64,12 @@ def batch(topic: str, segs: list[Segment], log_start: int | None = None, offsets
     return c
 
 
-def delete_topic(cluster, topic: str) -> None:
-    """Delete `topic` and wait until DescribeTopics says it does not exist: a KRaft broker answers from its
-    metadata cache, which drops the topic a moment after DeleteTopics has answered."""
-    for fut in cluster.admin.delete_topics([topic]).values():
-        fut.result(30)
-    topics = ClusterTopics(KafkaConnection(cluster.bootstrap))
-    wait_for("the topic gone", lambda: topic in topics.describe([topic]).missing, 10)
-
-
 def recreate(cluster, topic: str, records: int) -> None:
+    """Re-create `topic` with `records` new ones, all of them on the new log before the test goes on: a later read
+    of fewer is compactd's doing, never a write that landed in the old incarnation."""
     cluster.recreate(topic, 1, {"cleanup.policy": "delete"})
     cluster.fill(topic, records)
+    assert cluster.watermarks(topic) == (0, records), f"the new {topic} does not hold the {records} records written"
 
 
 class WithoutIds(ClusterTopics):
@@ -191,7 +184,7 @@ def test_a_deleted_topic_is_forgotten(cluster, rclient) -> None:
     for i, t in enumerate((topic, kept)):
         ctl.on_batch("s", i, batch(t, [Segment(0, 10, T0, 1, T0)]))
     assert ctl.metrics.partitions.describe() is not None and (topic, 0) in ctl.metrics.partitions
-    delete_topic(cluster, topic)
+    cluster.delete(topic)
     ctl.sweep_topics()  # missing once: may be a re-creation under way
     assert ctl.state.partitions(topic) == [0]
     ctl.sweep_topics()
@@ -252,7 +245,7 @@ def test_a_rebuild_binds_its_state_to_the_topic_ids_on_the_ledger(cluster, rclie
     assert cluster.watermarks(topic) == (0, 3000)
     assert ctl.metrics.registry.get_sample_value("compactd_topic_resets_total") == 1
     assert ledger.load_ids() == {topic: second_id}  # the reset bound the state to the topic as it is now
-    delete_topic(cluster, topic)
+    cluster.delete(topic)
     ctl.sweep_topics()
     ctl.sweep_topics()
     assert ledger.load_ids() == {}  # forgotten: a topic created later under the name binds afresh
