@@ -7,6 +7,7 @@ import time
 import pytest
 
 from compactd.app.application import Application
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.spark
 HOUR = 3_600_000
@@ -153,6 +154,9 @@ def test_bad_input_goes_to_dlq_and_changes_nothing(spark, cluster, job_settings,
     assert [k for k in rclient.keys("cd:*") if b"{state}" not in k] == []
 
 
+SEGMENT = {"type": "segment_rolled", "partition": 0, "base_offset": 0, "end_offset": 50, "size_bytes": 1}
+
+
 def test_deadline_fires_without_new_events_within_one_trigger(spark, cluster, job_settings, redis_url) -> None:
     import threading
 
@@ -161,30 +165,24 @@ def test_deadline_fires_without_new_events_within_one_trigger(spark, cluster, jo
     settings = job_settings(
         trigger_interval_ms=interval, thresholds={f"topic:{ctopic}": {"max.compaction.lag.ms": lag}}
     )
-    first_batch_max_ts = int(time.time() * 1000)
+    warm = cluster.name("warm")  # a first segment event, on a topic without rules: the job's first batch
+    cluster.create(warm)
     cluster.create(settings.topics.segments)
-    cluster.send(
-        settings.topics.segments,
-        [
-            {
-                "type": "segment_rolled",
-                "topic": ctopic,
-                "partition": 0,
-                "base_offset": 0,
-                "end_offset": 50,
-                "first_batch_max_ts": first_batch_max_ts,
-                "size_bytes": 1,
-                "ts": first_batch_max_ts,
-            }
-        ],
-    )
-    deadline = first_batch_max_ts + lag + 1
+    an_hour_ago = int(time.time() * 1000) - 3_600_000
+    cluster.send(settings.topics.segments, [dict(SEGMENT, topic=warm, first_batch_max_ts=an_hour_ago, ts=an_hour_ago)])
     state = settings.redis_state()
     stop = threading.Event()
     with Application(settings, spark=spark) as job:
         runner = threading.Thread(target=job.run, kwargs={"stop": stop})
         runner.start()
         try:
+            # the segment is sent once the job has merged a first batch: a started job merges it within a trigger or
+            # two, well before its deadline, however long Spark took to start the query on this machine
+            wait_for("the job's first batch merged", lambda: state.view(warm, 0).segments, 180)
+            first_batch_max_ts = int(time.time() * 1000)
+            deadline = first_batch_max_ts + lag + 1
+            cluster.send(settings.topics.segments, [dict(SEGMENT, topic=ctopic, first_batch_max_ts=first_batch_max_ts,
+                                                         ts=first_batch_max_ts)])  # fmt: skip
             # the merge and the deadline it schedules are two writes of one batch: wait for the second
             while state.deadline(ctopic, 0) is None:
                 assert time.time() * 1000 < deadline, "segment event not merged and scheduled before its deadline"

@@ -100,7 +100,7 @@ def test_recreated_topics_lose_none_of_their_new_records(cluster, job_settings, 
         now = int(time.time() * 1000)
         cluster.send(s.topics.segments, [segment(orders, 0, 1000, now - 5 * MIN), segment(orders, 1000, 1500, now)])
         wait_until("the new topic's due segment deleted", lambda: cluster.watermarks(orders)[0] == 1000, proc, log)
-        time.sleep(2)
+        time.sleep(2)  # a few triggers (500 ms) pass: the delete goes no further (a slow job only proves less)
         assert cluster.watermarks(orders) == (1000, 2000) and cluster.watermarks(trimmed) == (0, 2600)
 
         # Redis loses everything: the rebuild reads the sources from their start, the old logs' events included,
@@ -109,7 +109,7 @@ def test_recreated_topics_lose_none_of_their_new_records(cluster, job_settings, 
         wait_until("the rebuild", lambda: "state rebuilt from the sources" in log.read_text(), proc, log)
         assert [(x.base_offset, x.end_offset) for x in state.view(orders, 0).segments] == [(0, 1000), (1000, 1500)]
         assert state.partitions(trimmed) == []  # it only ever had the old log's events
-        time.sleep(3)
+        time.sleep(3)  # the rebuilt state's triggers pass: none deletes a new record
         assert cluster.watermarks(orders) == (1000, 2000) and cluster.watermarks(trimmed) == (0, 2600)
     finally:
         stop(proc)

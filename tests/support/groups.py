@@ -49,11 +49,19 @@ def share_acknowledge(bootstrap: str, group: str, topic: str, upto: int, extra: 
     from confluent_kafka import AcknowledgeType, ShareConsumer
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
+    from compactd.kafka.config import KafkaConnection
+    from tests.support import kraft
+
     conf = {**(extra or {}), "bootstrap.servers": bootstrap}
     admin = AdminClient(conf)
     earliest = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
     resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[earliest])
     admin.incremental_alter_configs([resource])[resource].result(30)
+    conn = KafkaConnection(bootstrap, {k: v for k, v in conf.items() if k != "bootstrap.servers"})
+    # a member that joins before the broker shows the setting starts at the log end
+    kraft.until_config(
+        conn, ResourceType.GROUP, group, "share.auto.offset.reset", lambda e: e.value == "earliest", "earliest"
+    )
     c = ShareConsumer({**conf, "group.id": group, "share.acknowledgement.mode": "explicit"})
     try:
         c.subscribe([topic])
