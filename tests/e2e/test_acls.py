@@ -14,10 +14,8 @@ import pytest
 import yaml
 from confluent_kafka.admin import (
     AclBinding,
-    AclBindingFilter,
     AclOperation,
     AclPermissionType,
-    AdminClient,
     ConfigResource,
     ResourcePatternType,
     ResourceType,
@@ -28,9 +26,11 @@ from compactd.app.application import Application
 from compactd.app.cli import main
 from compactd.app.settings import Settings, TopicNames
 from compactd.demo.broker import KafkaBroker
+from tests.support import kraft
 from tests.support.events import old_segments
 from tests.support.fixtures import Cluster
 from tests.support.groups import consume_and_commit
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.spark
 H = 3_600_000
@@ -84,15 +84,9 @@ def covered(binding: AclBinding, others: list[AclBinding]) -> bool:
     return False
 
 
-def apply(admin: AdminClient, add: list[AclBinding] = (), remove: list[AclBinding] = ()) -> None:  # type: ignore[assignment]
-    for fut in admin.create_acls(list(add)).values() if add else []:
-        fut.result(30)
-    if remove:
-        filters = [AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation,
-                                    b.permission_type) for b in remove]  # fmt: skip
-        for fut in admin.delete_acls(filters).values():
-            fut.result(30)
-    time.sleep(0.2)  # the authorizer applies ACL records from the metadata log a moment after the answer
+def apply(cluster: Cluster, add: list[AclBinding] = (), remove: list[AclBinding] = ()) -> None:  # type: ignore[assignment]
+    """ACLs created and deleted; returns once the broker's authorizer shows them (kraft.apply_acls)."""
+    kraft.apply_acls(cluster.conn, add, remove)
 
 
 def test_the_acl_table_is_what_compactd_needs_and_each_missing_grant_is_named(
@@ -112,7 +106,7 @@ def test_the_acl_table_is_what_compactd_needs_and_each_missing_grant_is_named(
     group = admin_cluster.name("billing")
     consume_and_commit(sasl_broker.bootstrap, group, data, 400, "consumer", extra=sasl_broker.client())
     bindings = grants(f"compactd-{prefix}.")
-    apply(admin, add=bindings)
+    apply(admin_cluster, add=bindings)
 
     creds = {k: v for k, v in sasl_broker.client("compactd").items() if k != "bootstrap.servers"}
     own = ("segments", "commits", "config", "actions", "dlq", "compactions", "nudges", "agent")
@@ -156,19 +150,18 @@ def test_the_acl_table_is_what_compactd_needs_and_each_missing_grant_is_named(
     # each grant taken away in turn: the doctor names it, in one line (unless another row grants it too)
     tried: list[tuple[AclBinding, str]] = []
     for binding in bindings:
-        apply(admin, remove=[binding])
+        apply(admin_cluster, remove=[binding])
         try:
             expect = binding.name != "__share_group_state" and not covered(
                 binding, [b for b in bindings if b is not binding]
             )
-            deadline = time.monotonic() + 5
-            while True:  # until the broker's authorizer has applied the removal
-                missing = [f for f in check(settings) if f.state == "missing"]
-                if bool(missing) == expect or time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
+            missing = wait_until(  # the authorizer shows the removal; the check's own client may answer later
+                f"the check {'naming' if expect else 'not naming'} {binding} missing",
+                lambda: [f for f in check(settings) if f.state == "missing"],
+                lambda m, expect=expect: bool(m) == expect,
+            )
         finally:
-            apply(admin, add=[binding])
+            apply(admin_cluster, add=[binding])
         lines = [f.line() for f in missing]
         if binding.name == "__share_group_state":  # it does not exist here: unknown, never missing
             assert lines == []
@@ -198,7 +191,7 @@ def test_the_acl_table_is_what_compactd_needs_and_each_missing_grant_is_named(
     # Kafka's ACLs only add up: a DENY takes Describe on this one group away, `*` stays for compactd's own consumers
     deny = AclBinding(ResourceType.GROUP, group, ResourcePatternType.LITERAL, USER, "*", AclOperation.DESCRIBE,
                       AclPermissionType.DENY)  # fmt: skip
-    apply(admin, add=[deny])
+    apply(admin_cluster, add=[deny])
     with caplog.at_level(logging.WARNING), Application(settings, spark=spark) as job:
         job.run(once=True)
     assert admin_cluster.watermarks(data) == (400, 500)
@@ -206,7 +199,7 @@ def test_the_acl_table_is_what_compactd_needs_and_each_missing_grant_is_named(
     # delete waits, one line names the group, the broker's answer and the setting
     held = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and group in r.getMessage()]
     assert held and "Group authorization failed" in held[0] and "check the groups' ACLs" in held[0], held
-    apply(admin, remove=[deny])
+    apply(admin_cluster, remove=[deny])
 
     # the same check as an operator runs it (last: the CLI sets up logging), from a config file: exit 0, a summary line
     config = tmp_path / "compactd.yaml"
@@ -225,7 +218,7 @@ def test_the_acl_table_is_what_compactd_needs_and_each_missing_grant_is_named(
     service += [
         AclBinding(ResourceType.TOPIC, view, ResourcePatternType.LITERAL, USER, "*", op, ANY) for op in view_ops
     ]
-    apply(admin, add=service)
+    apply(admin_cluster, add=service)
     assert main(["compact", compact, "--config", str(config)]) == 0
     summary = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert (summary["status"], summary["records_in"], summary["records_out"]) == ("SUCCESS", 2, 1)
@@ -269,7 +262,7 @@ def test_a_compaction_run_as_a_principal_granted_its_rows(spark, sasl_broker, re
         (t, f"{topic}.compacted", lit, view_ops),
         (t, f"compactd-{prefix}.", pre, view_ops),
     ]
-    apply(admin_cluster.admin, add=[AclBinding(kind, name, pattern, USER, "*", op, ANY)
+    apply(admin_cluster, add=[AclBinding(kind, name, pattern, USER, "*", op, ANY)
                                     for kind, name, pattern, ops in rows for op in ops])  # fmt: skip
     creds = {k: v for k, v in sasl_broker.client("compactd").items() if k != "bootstrap.servers"}
     names = {k: f"compactd-{prefix}.{k}" for k in ("segments", "commits", "config", "actions", "dlq", "compactions")}

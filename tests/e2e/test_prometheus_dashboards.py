@@ -17,7 +17,9 @@ from compactd.dashboards.build import BUILDERS
 from compactd.dashboards.render import panel_results, render
 from compactd.demo.embedded import free_port, prometheus_server
 from compactd.metrics import Metrics
+from tests.support import waiting
 from tests.support.compaction import history, produce
+from tests.support.waiting import wait_until
 
 H = 3_600_000
 
@@ -28,15 +30,8 @@ def query(url: str, expr: str) -> list:
 
 
 def wait_for(what: str, check, timeout_s: float) -> None:
-    until = time.monotonic() + timeout_s
-    while True:
-        try:
-            if check():
-                return
-        except OSError:
-            pass  # Prometheus still starting
-        assert time.monotonic() < until, what
-        time.sleep(0.5)
+    """tests.support.waiting's, with Prometheus still starting (refused connections) as an answer not there yet."""
+    waiting.wait_for(what, check, timeout_s, 0.5, tolerate=lambda exc: isinstance(exc, OSError))
 
 
 @pytest.mark.spark
@@ -113,17 +108,15 @@ def test_every_panel_query_returns_series_from_a_real_prometheus(
                     ),
                     180,
                 )
-                time.sleep(5)  # a few more scrapes, so rate() has two points in every window
-
                 variables = {"topic": topic, "partition": "0", "cluster": "default"}
-                empty: dict[str, int] = {}
-                for _ in range(20):
+
+                def panels() -> tuple[dict[str, int], dict]:
+                    """(the queries without a series, every panel's results)."""
                     results = {n: panel_results(prom_url, n, variables) for n in BUILDERS}
-                    empty = {f"{n}/{q}": c for n, qs in results.items() for q, c in qs.items() if c == 0}
-                    if not empty:
-                        break
-                    time.sleep(1)
-                assert not empty, empty
+                    return {f"{n}/{q}": c for n, qs in results.items() for q, c in qs.items() if c == 0}, results
+
+                # a few more scrapes: rate() needs two points in every window
+                _, results = wait_until("every panel query returning series", panels, lambda seen: not seen[0], 90, 1.0)
                 total = sum(len(qs) for qs in results.values())
                 assert total >= 35  # every query of the three dashboards ran
                 png = render(prom_url, tmp_path / "img", "overview", range_s=300)
