@@ -15,12 +15,13 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from confluent_kafka.admin import ConfigResource, ResourceType
 
 from compactd.compaction.service import Compactor, Overrides
 from compactd.compaction.strategy import Strategy
 from compactd.compaction.view import CompactedReader, table
 from compactd.demo.broker import KafkaBroker, kafka_broker
+from tests.support import kraft
 from tests.support.compaction import Event, last_record_wins, produce, read_plain
 from tests.support.fixtures import Cluster
 
@@ -70,9 +71,7 @@ def test_a_view_keeps_its_winners_timestamps_on_a_broker_that_stamps_log_append_
     assert view_configs(cluster, manifest.view)["message.timestamp.type"] == "CreateTime"
 
     # a view created before compactd set these (or altered since) gets them at a process's first run over it
-    entry = ConfigEntry("message.timestamp.type", "LogAppendTime", incremental_operation=AlterConfigOpType.SET)
-    res = ConfigResource(ResourceType.TOPIC, manifest.view, incremental_configs=[entry])
-    cluster.admin.incremental_alter_configs([res])[res].result(30)
+    cluster.alter(manifest.view, {"message.timestamp.type": "LogAppendTime"})  # shown before the run reads it
     fresh = compactor(broker, job_settings, redis_url, spark)
     sent[0] += produce(
         cluster, topic, [Event(0, b"k%d" % i, b"newer%d" % i, now - DAY + 100 + i) for i in range(5)], 1
@@ -108,6 +107,4 @@ def view_configs(cluster: Cluster, topic: str) -> dict[str, str]:
 
 def alter_default(cluster: Cluster, key: str, value: str) -> None:
     """A broker's default for its topics (a dynamic config of node 1, as `kafka-configs --entity-type brokers` sets)."""
-    entry = ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
-    res = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[entry])
-    cluster.admin.incremental_alter_configs([res])[res].result(30)
+    kraft.alter(cluster.conn, ResourceType.BROKER, "1", {key: value})  # returns once the broker describes it
