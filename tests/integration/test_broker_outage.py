@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import redis
-from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import Controller
@@ -17,6 +16,7 @@ from compactd.sinks.audit import AuditLog
 from compactd.sinks.kafka_admin import KafkaAdminSink
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
+from tests.support import kraft
 from tests.support.fixtures import Cluster
 
 H = 3_600_000
@@ -27,9 +27,8 @@ def test_actions_wait_in_the_outbox_while_the_broker_is_down(tmp_path: Path, rcl
     broker = kafka_broker(tmp_path / "broker")
     bootstrap = f"127.0.0.1:{broker.port}"
     cluster = Cluster(bootstrap)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
     for name in ("t", "actions"):
-        admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+        cluster.create(name)
     cluster.fill("t", 100)
     conn = KafkaConnection(bootstrap, {"socket.timeout.ms": 2000, "message.timeout.ms": 600_000})
     state, clock = RedisState(rclient), [T0]
@@ -56,6 +55,8 @@ def test_actions_wait_in_the_outbox_while_the_broker_is_down(tmp_path: Path, rcl
     finally:
         broker.start()  # same log dir, same address
     try:
+        for name in ("t", "actions"):  # a restarted broker leads its partitions a moment after it first answers
+            kraft.until_visible(cluster.conn, name, 1)
         clock[0] += 2000
         ctl.tick()
         assert state.outbox() == []

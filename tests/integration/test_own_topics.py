@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from compactd.kafka.admin import ensure_topics
 from tests.integration.test_sinks_and_controller import topic_config
+from tests.support import kraft
 
 
 def test_sources_a_rebuild_reads_are_kept_and_the_cluster_picks_the_replicas(cluster, job_settings) -> None:
     s = job_settings()
     ensure_topics(cluster.conn, s.own_topics(), configs=s.own_topic_configs(), replication_factor=-1)
     t = s.topics
+    for topic in s.own_topics():  # the broker describes a topic a moment after CreateTopics answered
+        kraft.until_visible(cluster.conn, topic)
     # compacted: the last commit per (group, topic, partition) and every nudge not yet put back stay for a rebuild
     assert topic_config(cluster.bootstrap, t.commits, "cleanup.policy")[0] == "compact"
     assert topic_config(cluster.bootstrap, t.nudges, "cleanup.policy")[0] == "compact"
