@@ -25,8 +25,10 @@ from compactd.compaction.spark_run import ReadRange, RunInput, WriteSpec, run_in
 from compactd.kafka.range_read import READER_DEFAULTS, KafkaRange, read_messages
 from compactd.streaming.connector import java_options
 
-STALL_MS = 1_500
-AT_ONCE, TRICKLED, EVERY_S = 10, 20, 0.25  # 20 records 0.25 s apart: 5 s of reading, more than 3 stall deadlines
+# a stall deadline 10 times the records' pace, so a loaded machine's slow fetch is not a stall; the range still takes
+# longer than two deadlines in all (the last record comes 7.2 s after the first)
+STALL_MS = 3_000
+AT_ONCE, TRICKLED, EVERY_S = 10, 24, 0.3
 NOW = 1_800_000_000_000
 
 
