@@ -28,7 +28,7 @@ from compactd.codec.streams_group import MEMBER, TOPOLOGY, Topology, decode_key,
 from compactd.errors import DecodeError, DependencyUnavailable
 from compactd.kafka.admin import admin_client
 from compactd.kafka.config import KafkaConnection
-from compactd.kafka.share_state import read_to_ends
+from compactd.kafka.share_state import read_to_ends, tail_consumer
 
 # group -> partition -> committed offset, for one topic
 TopicCommits = dict[str, dict[int, int]]
@@ -353,17 +353,10 @@ class StreamsGroups:
         return out
 
     def _read(self, groups: list[str]) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
         if self._consumer is None:
-            self._consumer = Consumer(
-                self.conn.client(
-                    "consumer",
-                    forced={"group.id": "compactd-streams-groups", "enable.auto.commit": False,
-                            "isolation.level": "read_committed", "enable.partition.eof": False,
-                            "fetch.wait.max.ms": 10, "auto.offset.reset": "earliest"},
-                )
-            )  # fmt: skip
+            self._consumer = tail_consumer(self.conn, "compactd-streams-groups", "earliest")
         meta = self._consumer.list_topics(OFFSETS_TOPIC, timeout=self.timeout_s).topics.get(OFFSETS_TOPIC)
         if meta is None or meta.error is not None:
             raise KafkaException(meta.error) if meta is not None else RuntimeError(f"no metadata for {OFFSETS_TOPIC}")

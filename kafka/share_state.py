@@ -114,18 +114,10 @@ class ShareStateTail:
 
     def _drain(self) -> None:
         """Read every partition of the topic up to its high watermark as of now."""
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
-        if self._consumer is None:
-            self._consumer = Consumer(
-                self.conn.client(
-                    "consumer",
-                    forced={"group.id": "compactd-share-state", "enable.auto.commit": False,
-                            "isolation.level": "read_committed", "enable.partition.eof": False,
-                            "fetch.wait.max.ms": 10,  # a drain to the end, not a wait for new records
-                            "auto.offset.reset": "error"},  # out of range: told, and read again from the start
-                )
-            )  # fmt: skip
+        if self._consumer is None:  # out of range: told (`_reread`), and read again from the start
+            self._consumer = tail_consumer(self.conn, "compactd-share-state", "error")
         meta = self._consumer.list_topics(STATE_TOPIC, timeout=self.timeout_s).topics.get(STATE_TOPIC)
         if meta is None or meta.error is not None:
             raise KafkaException(meta.error) if meta is not None else RuntimeError("no metadata")
@@ -204,6 +196,21 @@ class ShareStateTail:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+
+def tail_consumer(conn: KafkaConnection, group: str, reset: str) -> Any:
+    """A consumer of one of Kafka's internal topics, read to its end now and then (`read_to_ends`): it commits nothing
+    (`group` only names it), reads committed records, and its fetch at the end returns at once (10 ms: a drain to the
+    end, not a wait for new records). `reset`: what falling out of range does."""
+    from confluent_kafka import Consumer
+
+    return Consumer(
+        conn.client(
+            "consumer",
+            forced={"group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed",
+                    "enable.partition.eof": False, "fetch.wait.max.ms": 10, "auto.offset.reset": reset},
+        )
+    )  # fmt: skip
 
 
 def read_to_ends(
