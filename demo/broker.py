@@ -1,4 +1,5 @@
-"""Apache Kafka for the test suite, `compactd demo` and the benchmarks: one combined KRaft node on loopback.
+"""Apache Kafka for the test suite, `compactd demo` and the benchmarks: combined KRaft nodes on loopback, one
+(`KafkaBroker`) or several with replication (`KafkaCluster`: three nodes, replication factor 3, min ISR 2).
 
 The jars come from Maven Central through the pom beside this module (`jvm/pom.xml`), copied by
 `mvn -B dependency:copy-dependencies` into a cache directory named after the pom's hash, so a version change is a
@@ -24,6 +25,7 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -67,6 +69,20 @@ TEST_SETTINGS: dict[str, str] = {
     # a test can stamp records with the wall clock of a simulated future; Kafka refuses > 1 h ahead by default
     "log.message.timestamp.after.max.ms": str(365 * 24 * 3600 * 1000),
 }
+# A replicated cluster's defaults on top of TEST_SETTINGS: what platform teams run (replication factor 3,
+# min.insync.replicas 2) for the topics tests create and Kafka's own; a follower out of the ISR after 5 s instead of
+# 30 s, so a stopped follower shows within a test's time; no automatic preferred-leader election (a test elects).
+REPLICATED: dict[str, str] = {
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "share.coordinator.state.topic.replication.factor": "3",
+    "share.coordinator.state.topic.min.isr": "2",
+    "replica.lag.time.max.ms": "5000",
+    "auto.leader.rebalance.enable": "false",
+}
 HEAP = "512m"
 ADMIN_PASSWORD = "admin-secret"  # the super user of a broker started with `users` (tests only, loopback)
 # A test broker's JVM: the serial collector and the client compiler only. On 2 cores shared with Spark they cost less
@@ -101,6 +117,23 @@ def _free_port() -> int:
     return free_port()
 
 
+@dataclass(frozen=True)
+class Quorum:
+    """The KRaft controllers every node of one cluster names (`controller.quorum.voters`), and the cluster's ID its
+    log dirs are formatted with."""
+
+    cluster_id: str
+    voters: Mapping[int, int]  # node id -> controller port
+
+    @classmethod
+    def of(cls, nodes: int) -> Quorum:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]
+        return cls(cluster_id, {n: _free_port() for n in range(1, nodes + 1)})
+
+    def voters_config(self) -> str:
+        return ",".join(f"{n}@127.0.0.1:{port}" for n, port in sorted(self.voters.items()))
+
+
 class KafkaBroker:
     """One Apache Kafka process (broker and controller in one, KRaft) on 127.0.0.1, its data under `workdir`.
 
@@ -121,11 +154,19 @@ class KafkaBroker:
         port: int | None = None,
         extra: Mapping[str, str] | None = None,
         users: Mapping[str, str] | None = None,
+        node_id: int = 1,
+        quorum: Quorum | None = None,
+        start: bool = True,
     ) -> None:
+        """`node_id` and `quorum`: this node's place in a cluster of several (KafkaCluster); alone by default.
+        `start` False: the process starts with `launch()` and is ready after `wait_ready()` (a cluster starts every
+        node first, since none is ready before a majority of the quorum runs)."""
         self.workdir = workdir
         self.users = None if users is None else {"admin": ADMIN_PASSWORD, **users}
         self.port = port or _free_port()
-        self.controller_port = _free_port()
+        self.node_id = node_id
+        self.quorum = quorum or Quorum.of(1)
+        self.controller_port = self.quorum.voters[node_id]
         self.log_dir = workdir / "data"
         self.logs = workdir / "logs"
         self.log = self.logs / "server.log"
@@ -137,7 +178,8 @@ class KafkaBroker:
         if not (self.log_dir / "meta.properties").exists():
             self._format()
         self.proc: subprocess.Popen | None = None
-        self.start()
+        if start:
+            self.start()
 
     @property
     def bootstrap(self) -> str:
@@ -146,8 +188,8 @@ class KafkaBroker:
     def _write_config(self) -> None:
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": self.quorum.voters_config(),
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "controller.listener.names": "CONTROLLER",
@@ -210,7 +252,7 @@ class KafkaBroker:
         ]
 
     def _format(self) -> None:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]  # may start with "-": one argument
+        cluster_id = self.quorum.cluster_id  # may start with "-": one argument
         argv = self._java(
             "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(self.config), heap="64m"
         )
@@ -218,8 +260,23 @@ class KafkaBroker:
         if proc.returncode != 0:
             raise CompactdError(f"formatting Kafka's log dir {self.log_dir} failed: {proc.stderr.strip()[-300:]}")
 
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def start(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        if self.running:
+            return
+        self.launch()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.kill()
+            raise
+
+    def launch(self) -> None:
+        """The process started, not yet ready."""
+        if self.running:
             return
         with open(self.logs / "stdout.log", "ab") as out:
             self.proc = subprocess.Popen(
@@ -229,23 +286,18 @@ class KafkaBroker:
                 start_new_session=True,
             )
         self.started_at = time.monotonic()
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.kill()
-            raise
 
-    def _wait_ready(self) -> None:
-        """Ready = a metadata request answers with this broker in it and every partition led (the port alone opens
-        before the broker is unfenced and may refuse to create topics; after a crash, partitions are led only once
-        their logs are recovered)."""
+    def wait_ready(self, brokers: int = 1) -> None:
+        """Ready = a metadata request to this node answers with this node and `brokers` brokers in all, a controller,
+        and every partition led (the port alone opens before the broker is unfenced and may refuse to create topics;
+        after a crash, partitions are led only once their logs are recovered)."""
         from confluent_kafka.admin import AdminClient
 
         from compactd.demo.embedded import wait_port
 
         assert self.proc is not None
         wait_port(self.port, self.proc, "kafka", READY_TIMEOUT_S)
-        probe = AdminClient({**self.client(), "log_level": 0, "logger": _SILENT})
+        probe = AdminClient({**self.client(), "log_level": 0, "logger": _SILENT})  # this node's address only
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             if self.proc.poll() is not None:
@@ -253,7 +305,7 @@ class KafkaBroker:
             with contextlib.suppress(Exception):
                 md = probe.list_topics(timeout=2)
                 led = all(p.leader >= 0 and p.error is None for t in md.topics.values() for p in t.partitions.values())
-                if 1 in md.brokers and md.controller_id >= 0 and led:
+                if self.node_id in md.brokers and len(md.brokers) >= brokers and md.controller_id >= 0 and led:
                     return
             if time.monotonic() > deadline:
                 raise CompactdError(f"kafka did not become ready within {READY_TIMEOUT_S:.0f}s; see {self.log}")
@@ -291,6 +343,52 @@ class KafkaBroker:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
         return 0
+
+
+class KafkaCluster:
+    """Several Apache Kafka nodes (each broker and controller, KRaft) that form one cluster on 127.0.0.1, with
+    REPLICATED's defaults: replication factor 3 and min ISR 2 for every topic, Kafka's own included.
+
+    Started by the constructor and ready when it returns: every node's metadata lists every broker. Each node is a
+    `KafkaBroker` (`nodes[i]`, node id i + 1) that stops, is killed or restarts on its own; `node(id)` finds one by
+    its node id, as Metadata names leaders."""
+
+    name = "kafka"
+
+    def __init__(self, workdir: Path, nodes: int = 3, extra: Mapping[str, str] | None = None) -> None:
+        self.workdir = workdir
+        self.quorum = Quorum.of(nodes)
+        settings = {**REPLICATED, **(extra or {})}
+        self.nodes = [
+            KafkaBroker(workdir / f"node{n}", extra=settings, node_id=n, quorum=self.quorum, start=False)
+            for n in range(1, nodes + 1)
+        ]
+        try:
+            for node in self.nodes:  # none is ready before a majority of the quorum runs
+                node.launch()
+            for node in self.nodes:
+                node.wait_ready(brokers=nodes)
+        except BaseException:
+            self.kill()
+            raise
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.bootstrap for node in self.nodes)
+
+    def client(self) -> dict[str, str]:
+        return {"bootstrap.servers": self.bootstrap}
+
+    def node(self, node_id: int) -> KafkaBroker:
+        return next(n for n in self.nodes if n.node_id == node_id)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        for node in self.nodes:
+            node.stop(timeout)
+
+    def kill(self) -> None:
+        for node in self.nodes:
+            node.kill()
 
 
 # librdkafka's logger for the readiness probe: a broker still starting is expected, not news

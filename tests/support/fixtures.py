@@ -89,12 +89,14 @@ def spark():
 class Cluster:
     """Test helper around the broker: topics, JSON events, reading topics back."""
 
-    def __init__(self, bootstrap: str, extra: dict[str, str] | None = None) -> None:
-        """`extra`: librdkafka settings of every client (a SASL broker's credentials)."""
+    def __init__(self, bootstrap: str, extra: dict[str, str] | None = None, replication: int = 1) -> None:
+        """`extra`: librdkafka settings of every client (a SASL broker's credentials). `replication`: the
+        replication factor of the topics `create` makes (3 on a KafkaCluster)."""
         self.bootstrap = bootstrap
+        self.replication = replication
         self.conn = KafkaConnection(bootstrap, dict(extra or {}))
         self.admin = AdminClient(self.conn.client("admin"))
-        self.producer = Producer(self.conn.client("producer", {"linger.ms": 1}))
+        self.producer = Producer(self.conn.client("producer", {"linger.ms": 1, "acks": "all"}))
         self.prefix = f"t{uuid.uuid4().hex[:8]}"
 
     def name(self, base: str) -> str:
@@ -106,7 +108,8 @@ class Cluster:
         """Create `topic` and return once the broker shows it (kraft.until_visible): KRaft's metadata reaches the
         broker's cache a moment after CreateTopics answers."""
         want: int | None = partitions
-        for fut in self.admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})]).values():
+        new = NewTopic(topic, partitions, self.replication, config=config or {})
+        for fut in self.admin.create_topics([new]).values():
             try:
                 fut.result(30)
             except KafkaException as exc:
@@ -126,7 +129,8 @@ class Cluster:
         is what the broker serves (kraft.until_recreated): records written before that may land in the old log."""
         old = kraft.look(self.conn, topic).id
         self.delete(topic)
-        for fut in self.admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})]).values():
+        new = NewTopic(topic, partitions, self.replication, config=config or {})
+        for fut in self.admin.create_topics([new]).values():
             fut.result(30)
         kraft.until_recreated(self.conn, topic, old, partitions)
 
