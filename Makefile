@@ -64,7 +64,7 @@ test-slow: deps
 	  [ $$rc = 0 ] || exit $$rc; \
 	done
 
-# The safety property test with many more generated histories than `make test` runs (100), and the unit suite's
+# The safety property test with many more generated histories than `make test` runs (40 to 100 each), and the unit suite's
 # fuzz and property tests at 10 times their nominal examples (`make test` runs half of them).
 soak: deps
 	COMPACTD_PROPERTY_EXAMPLES=$${EXAMPLES:-5000} $(BIN)/pytest -q tests/integration/test_safety_property.py \

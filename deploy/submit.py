@@ -219,7 +219,7 @@ def client_command(
         ns.master,
         *spark_confs(archive, connector_jars(env)),
         "--driver-java-options",
-        quiet_log4j(env),
+        " ".join([*os.environ.get("COMPACTD_SPARK_JVM_OPTIONS", "").split(), quiet_log4j(env)]),
         *spark_opts,
         "pyspark-shell",
     ]

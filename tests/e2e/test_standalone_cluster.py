@@ -18,7 +18,7 @@ import yaml
 
 from compactd.control.share import share_of
 from tests.support import processes
-from tests.support.spark_standalone import standalone_cluster
+from tests.support.spark_standalone import EXECUTOR_JAVA_OPTIONS, standalone_cluster
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,6 +93,7 @@ def test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster(cluster, j
         proc = subprocess.Popen(
             [
                 *(str(ROOT / "deploy" / "submit"), "--master", spark.master_url, "--config", str(config)),
+                *("--conf", f"spark.executor.extraJavaOptions={EXECUTOR_JAVA_OPTIONS}"),
                 *(("--conf", "spark.executor.cores=1") if SHARES else ()),  # two executors on the worker's two cores
             ],
             stdout=subprocess.DEVNULL,

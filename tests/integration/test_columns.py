@@ -143,7 +143,7 @@ def reduced_both(spark: Any, records: list[Record]) -> tuple[list[dict], list[di
     return rows(fast), rows(ref)
 
 
-@slow(60)
+@slow(40)
 @given(st.lists(record(), max_size=150))
 def test_offsets_records_decode_and_reduce_as_the_reference(spark: Any, pairs: list) -> None:
     records = offsets_records(pairs)
@@ -165,7 +165,7 @@ values = st.lists(
 )
 
 
-@slow(60)
+@slow(40)
 @given(values)
 def test_json_events_decode_and_reduce_as_the_reference(spark: Any, raw: list[bytes | None]) -> None:
     records = json_records(raw)

@@ -44,7 +44,7 @@ T0 = 1_800_000_000_000
 TOPIC = "orders"
 GROUPS = ("billing", "etl")
 FORCED, CONSUMED = 6 * H, H
-EXAMPLES = int(os.environ.get("COMPACTD_PROPERTY_EXAMPLES", "200"))
+EXAMPLES = int(os.environ.get("COMPACTD_PROPERTY_EXAMPLES", "100"))
 
 
 @dataclass

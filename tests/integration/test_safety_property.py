@@ -11,7 +11,7 @@ independent model:
 - every action the sink reports sent was handed to the sink exactly once (retries happen only after a failure),
   between two losses of the Redis state (a lost outbox cannot remember what it sent).
 
-COMPACTD_PROPERTY_EXAMPLES raises the number of generated histories (default 70 in each mode; the soak runs thousands).
+COMPACTD_PROPERTY_EXAMPLES raises the number of generated histories (default 40 in each mode; the soak runs thousands).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ T0 = 1_800_000_000_000
 TOPIC = "orders"
 PARTS = (0, 1)
 GROUPS = ("billing", "batch-etl")
-EXAMPLES = int(os.environ.get("COMPACTD_PROPERTY_EXAMPLES", "70"))
+EXAMPLES = int(os.environ.get("COMPACTD_PROPERTY_EXAMPLES", "40"))
 
 
 @dataclass

@@ -18,7 +18,7 @@ from compactd.policy.forecast import partition_stats, stats_rows
 from compactd.policy.plan import plan_partition, plans
 from compactd.policy.rules import Evaluation, Limits
 from compactd.policy.thresholds import Thresholds
-from tests.support.examples import examples
+from tests.support.examples import examples, seeds
 from tests.support.partition_cases import T0, Case, H, cases, make_case, numbers, view_of
 
 
@@ -130,7 +130,7 @@ def test_the_rules_decide_as_the_contract_says(data: st.DataObject, size: int, s
     check([data.draw(cases(n)) for n in range(size)], T0 + shift)
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", seeds(4))
 def test_a_large_chunk_has_quiet_and_busy_rows_and_every_one_is_decided_as_the_contract_says(seed: int) -> None:
     """One chunk of 3,000 partitions (what the controller evaluates at once): both kinds of rows occur, so neither
     side is vacuous, and segment-less rows sit between the others."""
