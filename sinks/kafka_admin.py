@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -35,6 +36,13 @@ from compactd.sinks.nudge_ledger import NudgeLedger, ledger_key
 from compactd.state.protocols import NudgeMemory
 
 log = logging.getLogger("compactd.sinks")
+# librdkafka's errors of a client whose metadata no longer matches the cluster (a leader that moved, a broker that
+# died and came back): on three nodes it answered "Local: Unknown partition" for minutes after a restart, and
+# FENCED_LEADER_EPOCH for 150 s. The sink's clients are made again after one of these.
+STALE_METADATA = frozenset(
+    {"_UNKNOWN_PARTITION", "_UNKNOWN_TOPIC", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH", "NOT_LEADER_OR_FOLLOWER",
+     "NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_NOENT"}
+)  # fmt: skip
 # Values that make KIP-354's check fire immediately, or make the cleaner see the log as dirty enough.
 NUDGE_VALUES = {"max.compaction.lag.ms": "1", "min.cleanable.dirty.ratio": "0", "segment.ms": "1000"}
 # Only a value set on the topic itself is the topic's own: one from the broker (static, dynamic per broker or
@@ -102,6 +110,8 @@ class KafkaAdminSink:
                 return self._restore(rec)
             return rec.with_status("skipped", why=f"unknown action {rec.action}")
         except KafkaException as exc:
+            if exc.args[0].name() in STALE_METADATA:
+                self._drop_clients()
             return rec.with_status("failed", error=str(exc.args[0]))
         except Exception as exc:  # a sink must answer with a status, never take the job down
             return rec.with_status("failed", error=f"{type(exc).__name__}: {exc}")
@@ -124,9 +134,28 @@ class KafkaAdminSink:
             [TopicPartition(rec.topic, rec.partition, before)], request_timeout=self.timeout_s
         )
         for fut in futures.values():
-            result = fut.result(timeout=self.timeout_s)
+            try:
+                result = fut.result(timeout=self.timeout_s)
+            except (KafkaException, concurrent.futures.TimeoutError) as exc:
+                return self._unanswered(rec, before, exc)
             return rec.with_status("sent", low_watermark=getattr(result, "low_watermark", None))
         return rec.with_status("failed", error="no result from delete_records")
+
+    def _unanswered(self, rec: ActionRecord, before: int, exc: Exception) -> ActionRecord:
+        """A DeleteRecords without an answer may still have happened: the leader moves its log start at once and
+        answers only when every in-sync follower has moved its own, so a stalled follower (until it leaves the ISR,
+        `replica.lag.time.max.ms`) times the request out after the delete. The log start says which: at `before` or
+        past it, the delete is done and audited as sent, saying so; below, it failed and is retried (the same
+        offset: a retry never deletes more than was decided)."""
+        answer = str(exc.args[0]) if isinstance(exc, KafkaException) else f"no answer within {self.timeout_s:g} s"
+        try:
+            low, _ = watermarks(self._watermarks, rec.topic, rec.partition, self.timeout_s)
+        except KafkaException:
+            return rec.with_status("failed", error=answer)
+        if low >= before:
+            why = f"the broker moved the log start to {low}; its answer timed out waiting for in-sync followers"
+            return rec.with_status("sent", low_watermark=low, why=why, answer=answer)
+        return rec.with_status("failed", error=answer, low_watermark=low)
 
     def cleanup_policy(self, topic: str) -> str:
         """The topic's cleanup.policy as the cluster has it, cached for `policy_ttl_s`."""
@@ -221,10 +250,14 @@ class KafkaAdminSink:
                 self.ledger.record(nudge)
         return len(self.state.nudges())
 
-    def close(self) -> None:
-        if self.ledger is not None:
-            self.ledger.close()
+    def _drop_clients(self) -> None:
+        """The next action starts with new clients, which ask the cluster where its leaders are from scratch."""
         if self._watermarks is not None:
             self._watermarks.close()
         # the admin handle, and its broker connections, go with the last reference
         self.admin = self._watermarks = None
+
+    def close(self) -> None:
+        if self.ledger is not None:
+            self.ledger.close()
+        self._drop_clients()

@@ -11,13 +11,11 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, TopicCollection, TopicPartition
 
 from compactd.app.application import Application
-from compactd.demo.broker import KafkaCluster
 from tests.support import kraft
 from tests.support.events import old_segments
 from tests.support.fixtures import Cluster
@@ -27,13 +25,6 @@ pytestmark = pytest.mark.spark
 H = 3_600_000
 PARTITIONS = 3
 RESUME_S = 60  # the bound stated in docs/safety.md: a delete due on a partition whose leader died goes within it
-
-
-@pytest.fixture(scope="module")
-def kafka3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    nodes = KafkaCluster(tmp_path_factory.mktemp("kafka3"), nodes=3)
-    yield nodes
-    nodes.stop()
 
 
 def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:

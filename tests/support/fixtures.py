@@ -14,7 +14,7 @@ import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, ResourceType
 
-from compactd.demo.broker import KafkaBroker, kafka_broker
+from compactd.demo.broker import KafkaBroker, KafkaCluster, kafka_broker
 from compactd.demo.embedded import Service, redis_server
 from compactd.kafka.config import KafkaConnection
 from compactd.keys import partition_key
@@ -39,6 +39,16 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     gc.collect()
     time.sleep(0.5)
     svc.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """Three Apache Kafka nodes, replication factor 3 and min ISR 2, started for this worker's first test that asks
+    for them and shared by its others: where replication is what a test proves."""
+    nodes = KafkaCluster(tmp_path_factory.mktemp("kafka3"), nodes=3)
+    yield nodes
+    gc.collect()
+    nodes.stop()
 
 
 @pytest.fixture(scope="session")
