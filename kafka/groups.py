@@ -158,6 +158,8 @@ class GroupReader:
                 out[group] = offsets
             except Exception as exc:
                 out[group] = exc
+        if any(isinstance(got, Exception) for got in out.values()):
+            self.close()  # a coordinator that moved (its broker died): the next round asks with a new client
         return out
 
     def assignments(self, groups: Iterable[str]) -> dict[str, frozenset[str] | Exception]:
@@ -177,9 +179,14 @@ class GroupReader:
                 )
             except Exception as exc:
                 out[group] = exc
+        if any(isinstance(got, Exception) for got in out.values()):
+            self.close()
         return out
 
     def close(self) -> None:
+        """The admin client goes; the next request makes a new one, which learns the cluster's leaders and
+        coordinators afresh. After a broker of a replicated cluster died, the old one kept sending a moved group's
+        OffsetFetch towards the dead node: every delete held a minute and more (measured on three nodes)."""
         self._admin = None  # its broker connections go with the last reference
 
 
@@ -233,6 +240,7 @@ class ClusterGroupOffsets:
             except DependencyUnavailable:
                 raise
             except Exception as exc:
+                self.reader.close()
                 raise self._unavailable(exc) from None
             for gone in self._fetched.keys() - listed:
                 del self._fetched[gone]
@@ -393,4 +401,5 @@ def _text(exc: Exception) -> str:
     from confluent_kafka import KafkaException
 
     cause = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
-    return cause.str() if hasattr(cause, "str") else str(cause)
+    text = cause.str() if hasattr(cause, "str") else str(cause)
+    return text or f"{type(exc).__name__}: no answer in time"  # a future's TimeoutError says nothing itself

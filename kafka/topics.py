@@ -75,6 +75,8 @@ class ClusterTopics:
                         out.unknown[topic] = err.str()
                     continue
                 out.ids[topic] = str(desc.topic_id) if desc.topic_id is not None else ""
+        if out.unknown:  # e.g. "Timed out waiting for controller": the next call asks with new clients
+            self.close()
         return out
 
     def names(self) -> list[str]:
@@ -98,6 +100,7 @@ class ClusterTopics:
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 return None
+            self.close()  # a leader that moved: the next call asks with new clients
             raise
         return LogFacts(now.ids.get(topic) or None, low, high)
 
