@@ -75,6 +75,7 @@ soak: deps
 	  tests/integration/test_compaction_jvm.py
 	COMPACTD_STANDALONE_SHARES=2 $(BIN)/pytest -q -s tests/e2e/test_standalone_cluster.py -k core_scenario
 	COMPACTD_COMPACTION_EXAMPLES=$${COMPACTION_EXAMPLES:-30} $(BIN)/pytest -q tests/integration/test_compaction_property.py
+	COMPACTD_SOAK=1 $(BIN)/pytest -q -m soak tests
 
 lint: deps
 	$(BIN)/ruff check .

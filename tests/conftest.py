@@ -28,8 +28,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         warmup.done()
 
 
+SOAK = os.environ.get("COMPACTD_SOAK") == "1"  # `make soak` sets it
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("soak") is not None and not SOAK:
+        pytest.skip("a long fault run: `make soak` runs it")
     if not starts_no_spark(item):
         warmup.wait()
 

@@ -4,18 +4,30 @@ nodes). What a single node cannot show: a node killed with -9 moves the leadersh
 the group coordinators and the controller quorum) to the other two while the job runs.
 
 Ground truth is the cluster's low watermark of every partition, sampled all along: it never passes the group's
-committed offset, and it moves again after the kill without the node coming back."""
+committed offset, and it moves again after the kill without the node coming back.
+
+DeleteRecords on a replicated partition: the leader moves its log start at once, but answers only when every in-sync
+replica has moved its own. A follower that stopped answering makes the request time out while the delete has
+happened (the follower leaves the ISR after `replica.lag.time.max.ms`, and the delete is then complete): the audit
+must say what the broker did, not "failed", and a retry must never delete more than was decided."""
 
 from __future__ import annotations
 
 import collections
+import os
+import signal
 import threading
 import time
 
 import pytest
+import redis
 from confluent_kafka import Consumer, TopicCollection, TopicPartition
 
 from compactd.app.application import Application
+from compactd.kafka.config import KafkaConnection
+from compactd.model import ActionRecord
+from compactd.sinks.kafka_admin import KafkaAdminSink
+from compactd.state.redis_store import RedisState
 from tests.support import kraft
 from tests.support.events import old_segments
 from tests.support.fixtures import Cluster
@@ -140,3 +152,158 @@ def test_the_node_leading_most_partitions_killed_under_a_running_job(spark, kafk
     assert job.metrics.registry.get_sample_value("compactd_topic_resets_total") in (None, 0)
     print(f"node {victim.node_id} (leader of {sorted(p for p, n in before.items() if n == victim.node_id)}) killed; "
           f"deletes resumed {resumed:.1f} s later")  # fmt: skip
+
+
+def in_sync(cluster: Cluster, topic: str) -> bool:
+    """Every partition of `topic` with all three replicas in its ISR."""
+    a = kraft.admin(cluster.conn)  # must outlive the future
+    d = a.describe_topics(TopicCollection([topic]), request_timeout=5)[topic].result(10)
+    return all(len(p.isr) == 3 for p in d.partitions)
+
+
+@pytest.mark.soak
+def test_a_rolling_restart_then_a_preferred_leader_election_under_a_running_job(spark, kafka3, job_settings) -> None:
+    """Each node stopped with SIGTERM (Kafka's controlled shutdown) and started again, one at a time as operators
+    roll a cluster, the next only once every replica is back in sync; then a preferred-leader election moves the
+    leadership back to where the restarts took it from. Deletes go on at every step, never past the group."""
+    from confluent_kafka import ElectionType
+
+    cluster = Cluster(kafka3.bootstrap, replication=3)
+    topic = cluster.name("rolled")
+    ends = [1000 * (i + 1) for i in range(6)]
+    cluster.create(topic, PARTITIONS, {"cleanup.policy": "delete"})
+    for p in range(PARTITIONS):
+        cluster.fill(topic, ends[-1], partition=p)
+    group = cluster.name("billing")
+    settings = job_settings(
+        bootstrap_servers=kafka3.bootstrap,
+        offsets_source="consumer_offsets",
+        thresholds={
+            "global": {"dry.run": False, "action.retry.ms": 1000},
+            f"topic:{topic}": {"consumed.retention.ms": H},
+        },
+    )
+    cluster.create(settings.topics.segments)
+    now = int(time.time() * 1000)
+    for p in range(PARTITIONS):
+        cluster.send(settings.topics.segments, old_segments(topic, ends, now, partition=p))
+    committed = [0]
+    lows: dict[int, list[int]] = collections.defaultdict(list)
+
+    def low(p: int) -> int:
+        lw = cluster.watermarks(topic, p)[0]
+        lows[p].append(lw)
+        return lw
+
+    def step(offset: int, what: str) -> float:
+        """The group commits `offset` on every partition; returns how long until every partition was deleted up to
+        the segment end below it."""
+        commit(kafka3.bootstrap, group, topic, dict.fromkeys(range(PARTITIONS), offset))
+        committed.append(offset)
+        started = time.monotonic()
+        target = max(e for e in ends if e <= offset)
+        wait_for(what, lambda: all(low(p) == target for p in range(PARTITIONS)), RESUME_S)
+        return time.monotonic() - started
+
+    stop = threading.Event()
+    failed: list[BaseException] = []
+
+    def run(job: Application) -> None:
+        try:
+            job.run(stop=stop)
+        except BaseException as exc:
+            failed.append(exc)
+
+    took: dict[str, float] = {}
+    with Application(settings, spark=spark) as job:
+        runner = threading.Thread(target=run, args=(job,))
+        runner.start()
+        try:
+            took["start"] = step(1500, "every partition's first delete")
+            for n, node in enumerate(kafka3.nodes):
+                node.stop()  # SIGTERM: controlled shutdown, leadership handed over first
+                took[f"node {node.node_id} down"] = step(2500 + 1000 * n, f"the deletes with node {node.node_id} down")
+                node.start()
+                wait_until(f"node {node.node_id} back in every ISR", lambda: in_sync(cluster, topic), bool, 120,
+                           tolerate=unanswered)  # fmt: skip
+                assert runner.is_alive() and not failed, failed
+            skewed = leaders(cluster, topic)
+            a = kraft.admin(cluster.conn)
+            a.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, p) for p in range(PARTITIONS)]).result(30)
+            wait_until("the preferred leaders back", lambda: leaders(cluster, topic),
+                       lambda now: len(set(now.values())) == PARTITIONS, 60, tolerate=unanswered)  # fmt: skip
+            took["after the election"] = step(5500, "the deletes after the election")
+            assert runner.is_alive() and not failed, failed
+        finally:
+            stop.set()
+            runner.join(120)
+    assert not failed, failed
+    for p, seen in lows.items():
+        assert set(seen) <= {0, *ends}, (p, seen)
+        assert max(seen) <= max(committed), (p, seen)
+    assert job.metrics.registry.get_sample_value("compactd_topic_resets_total") in (None, 0)
+    print(
+        f"leaders before the election {skewed}; commit to delete: "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in took.items())
+    )
+
+
+def replicas(cluster: Cluster, topic: str) -> tuple[int, list[int], list[int]]:
+    """(leader, replicas, in-sync replicas) of partition 0, by a fresh client."""
+    a = kraft.admin(cluster.conn)  # must outlive the future
+    [p] = a.describe_topics(TopicCollection([topic]), request_timeout=5)[topic].result(10).partitions
+    return p.leader.id, [r.id for r in p.replicas], [r.id for r in p.isr]
+
+
+def delete(topic: str, before: int) -> ActionRecord:
+    return ActionRecord(
+        id=f"del-{before}",
+        action="delete_records",
+        topic=topic,
+        partition=0,
+        reason="consumed_retention",
+        dry_run=False,
+        decided_at=0,
+        status="pending",
+        before_offset=before,
+    )
+
+
+def test_a_delete_whose_answer_times_out_on_a_stopped_follower_is_audited_as_the_broker_did_it(
+    kafka3, rclient: redis.Redis
+) -> None:
+    for node in kafka3.nodes:  # a node another test of the module left stopped
+        node.start()
+    cluster = Cluster(kafka3.bootstrap, replication=3)
+    topic = cluster.name("orders")
+    cluster.create(topic, 1, {"cleanup.policy": "delete"})
+    cluster.fill(topic, 1000)
+    leader, nodes, _ = wait_until(
+        f"{topic}[0] with all three replicas in sync",
+        lambda: replicas(cluster, topic),
+        lambda r: len(r[2]) == 3,
+        tolerate=kraft.not_yet,
+    )
+    follower = kafka3.node(next(n for n in nodes if n != leader))
+    sink = KafkaAdminSink(KafkaConnection(kafka3.bootstrap), RedisState(rclient), timeout_s=2.0)
+    try:
+        assert follower.proc is not None
+        os.kill(follower.proc.pid, signal.SIGSTOP)  # alive to the others, answering nothing: a stalled follower
+        try:
+            done = sink.execute(delete(topic, 500))
+        finally:
+            os.kill(follower.proc.pid, signal.SIGCONT)
+        # the leader moved its log start; the answer waited for the follower longer than the request's 2 s
+        assert cluster.watermarks(topic)[0] == 500
+        assert done.status == "sent", done
+        assert done.detail["low_watermark"] == 500 and "timed out" in done.detail["why"], done.detail
+        wait_until(
+            "the follower back in sync", lambda: replicas(cluster, topic), lambda r: len(r[2]) == 3, 60,
+            tolerate=kraft.not_yet,
+        )  # fmt: skip
+        # the same decision again (a retry after a crash): nothing more is deleted
+        again = sink.execute(delete(topic, 500))
+        assert (again.status, again.detail.get("why")) == ("sent", "already below log start"), again
+        assert cluster.watermarks(topic)[0] == 500
+    finally:
+        sink.close()

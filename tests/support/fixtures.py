@@ -41,10 +41,10 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     svc.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kafka3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    """Three Apache Kafka nodes, replication factor 3 and min ISR 2, started for this worker's first test that asks
-    for them and shared by its others: where replication is what a test proves."""
+    """Three Apache Kafka nodes, replication factor 3 and min ISR 2, where replication is what a test proves: shared
+    by a module's tests, stopped after its last (three idle JVMs cost a tenth of a core)."""
     nodes = KafkaCluster(tmp_path_factory.mktemp("kafka3"), nodes=3)
     yield nodes
     gc.collect()
