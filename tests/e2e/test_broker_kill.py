@@ -5,7 +5,6 @@ Ground truth is the broker's low watermark, sampled all along: it never passes t
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from compactd.app.application import Application
 from compactd.demo.broker import kafka_broker
 from tests.support.events import old_segments
 from tests.support.fixtures import Cluster
+from tests.support.running import Running
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.spark
@@ -55,38 +55,23 @@ def test_broker_killed_and_restarted_under_a_running_job(spark, job_settings, tm
             lows.append(lw)
             return lw
 
-        stop = threading.Event()
-        failed: list[BaseException] = []
-
-        def run(job: Application) -> None:
-            try:
-                job.run(stop=stop)
-            except BaseException as exc:
-                failed.append(exc)
-
-        with Application(settings, spark=spark) as job:
-            runner = threading.Thread(target=run, args=(job,))
-            runner.start()
-            try:
-                wait_for("the first delete", lambda: low() == 1000, 120)
-                broker.kill()  # kill -9: no controlled shutdown, the log dir as a crash leaves it
-                time.sleep(5)  # the job's triggers, sweeps and outbox meet a dead broker
-                assert runner.is_alive() and not failed
-                broker.start()  # same log dir, same address
-                # Kafka checkpoints a deleteRecords' log start every second here (a minute by default): killed before
-                # that, it starts again with the older one, and the deleted records are readable again
-                assert low() in (0, 1000) and cluster.watermarks(topic)[1] == 4000
-                now = int(time.time() * 1000)
-                cluster.send(t.commits, [commit("billing", topic, 2500, now)])
-                held.append(2500)
-                wait_for("the delete after the restart", lambda: low() == 2000, 120)
-                time.sleep(2)  # a few more triggers: nothing goes further
-                assert low() == 2000
-                assert runner.is_alive() and not failed, failed
-            finally:
-                stop.set()
-                runner.join(120)
-        assert not failed, failed
+        with Application(settings, spark=spark) as job, Running(job) as running:
+            wait_for("the first delete", lambda: low() == 1000, 120)
+            broker.kill()  # kill -9: no controlled shutdown, the log dir as a crash leaves it
+            time.sleep(5)  # the job's triggers, sweeps and outbox meet a dead broker
+            running.assert_alive()
+            broker.start()  # same log dir, same address
+            # Kafka checkpoints a deleteRecords' log start every second here (a minute by default): killed before
+            # that, it starts again with the older one, and the deleted records are readable again
+            assert low() in (0, 1000) and cluster.watermarks(topic)[1] == 4000
+            now = int(time.time() * 1000)
+            cluster.send(t.commits, [commit("billing", topic, 2500, now)])
+            held.append(2500)
+            wait_for("the delete after the restart", lambda: low() == 2000, 120)
+            time.sleep(2)  # a few more triggers: nothing goes further
+            assert low() == 2000
+            running.assert_alive()
+        assert not running.failed, running.failed
         # never past the group: the low watermark only ever reached segment ends at or below its committed offset
         assert max(lows) == 2000 and all(lw <= max(held) for lw in lows)
         assert set(lows) <= {0, 1000, 2000}

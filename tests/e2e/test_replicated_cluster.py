@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import os
 import signal
-import threading
 import time
 
 import pytest
@@ -31,6 +30,7 @@ from compactd.state.redis_store import RedisState
 from tests.support import kraft
 from tests.support.events import old_segments
 from tests.support.fixtures import Cluster
+from tests.support.running import Running
 from tests.support.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.spark
@@ -93,57 +93,42 @@ def test_the_node_leading_most_partitions_killed_under_a_running_job(spark, kafk
     def all_at(offset: int) -> bool:
         return all(low(p) == offset for p in range(PARTITIONS))
 
-    stop = threading.Event()
-    failed: list[BaseException] = []
-
-    def run(job: Application) -> None:
-        try:
-            job.run(stop=stop)
-        except BaseException as exc:
-            failed.append(exc)
-
-    with Application(settings, spark=spark) as job:
-        runner = threading.Thread(target=run, args=(job,))
-        runner.start()
-        try:
-            wait_for("every partition's first delete", lambda: all_at(1000), 120)
-            # the node that leads most partitions, Kafka's own included (the group coordinators and the share and
-            # transaction state): as in the run the issue reports
-            led = collections.Counter(
-                p.leader
-                for md in [kraft.admin(cluster.conn).list_topics(timeout=30)]
-                for tm in md.topics.values()
-                for p in tm.partitions.values()
-            )
-            victim = kafka3.node(led.most_common(1)[0][0])
-            before = leaders(cluster, topic)
-            victim.kill()  # kill -9: leadership of what it led moves to the other two
-            killed = time.monotonic()
-            wait_until(
-                f"the partitions node {victim.node_id} led led by another node",
-                lambda: leaders(cluster, topic),
-                lambda now: all(leader not in (-1, victim.node_id) for leader in now.values()),
-                60,
-                tolerate=unanswered,
-            )
-            commit(kafka3.bootstrap, group, topic, dict.fromkeys(range(PARTITIONS), 2500))
-            for p in held:
-                held[p].append(2500)
-            wait_for("every partition's delete after the kill, the node still down", lambda: all_at(2000), RESUME_S)
-            resumed = time.monotonic() - killed
-            assert runner.is_alive() and not failed, failed
-            victim.start()  # same log dir and ports: it catches up as a follower
-            commit(kafka3.bootstrap, group, topic, dict.fromkeys(range(PARTITIONS), 3500))
-            for p in held:
-                held[p].append(3500)
-            wait_for("every partition's delete after the restart", lambda: all_at(3000), RESUME_S)
-            cluster_settled = [low(p) for p in range(PARTITIONS)]
-            assert cluster_settled == [3000] * PARTITIONS
-            assert runner.is_alive() and not failed, failed
-        finally:
-            stop.set()
-            runner.join(120)
-    assert not failed, failed
+    with Application(settings, spark=spark) as job, Running(job) as running:
+        wait_for("every partition's first delete", lambda: all_at(1000), 120)
+        # the node that leads most partitions, Kafka's own included (the group coordinators and the share and
+        # transaction state): as in the run the issue reports
+        led = collections.Counter(
+            p.leader
+            for md in [kraft.admin(cluster.conn).list_topics(timeout=30)]
+            for tm in md.topics.values()
+            for p in tm.partitions.values()
+        )
+        victim = kafka3.node(led.most_common(1)[0][0])
+        before = leaders(cluster, topic)
+        victim.kill()  # kill -9: leadership of what it led moves to the other two
+        killed = time.monotonic()
+        wait_until(
+            f"the partitions node {victim.node_id} led led by another node",
+            lambda: leaders(cluster, topic),
+            lambda now: all(leader not in (-1, victim.node_id) for leader in now.values()),
+            60,
+            tolerate=unanswered,
+        )
+        commit(kafka3.bootstrap, group, topic, dict.fromkeys(range(PARTITIONS), 2500))
+        for p in held:
+            held[p].append(2500)
+        wait_for("every partition's delete after the kill, the node still down", lambda: all_at(2000), RESUME_S)
+        resumed = time.monotonic() - killed
+        running.assert_alive()
+        victim.start()  # same log dir and ports: it catches up as a follower
+        commit(kafka3.bootstrap, group, topic, dict.fromkeys(range(PARTITIONS), 3500))
+        for p in held:
+            held[p].append(3500)
+        wait_for("every partition's delete after the restart", lambda: all_at(3000), RESUME_S)
+        cluster_settled = [low(p) for p in range(PARTITIONS)]
+        assert cluster_settled == [3000] * PARTITIONS
+        running.assert_alive()
+    assert not running.failed, running.failed
     # never past the group: each partition's low watermark only ever reached segment ends at or below its commit
     for p, seen in lows.items():
         assert set(seen) <= {0, 1000, 2000, 3000}, (p, seen)
@@ -205,39 +190,24 @@ def test_a_rolling_restart_then_a_preferred_leader_election_under_a_running_job(
         wait_for(what, lambda: all(low(p) == target for p in range(PARTITIONS)), RESUME_S)
         return time.monotonic() - started
 
-    stop = threading.Event()
-    failed: list[BaseException] = []
-
-    def run(job: Application) -> None:
-        try:
-            job.run(stop=stop)
-        except BaseException as exc:
-            failed.append(exc)
-
     took: dict[str, float] = {}
-    with Application(settings, spark=spark) as job:
-        runner = threading.Thread(target=run, args=(job,))
-        runner.start()
-        try:
-            took["start"] = step(1500, "every partition's first delete")
-            for n, node in enumerate(kafka3.nodes):
-                node.stop()  # SIGTERM: controlled shutdown, leadership handed over first
-                took[f"node {node.node_id} down"] = step(2500 + 1000 * n, f"the deletes with node {node.node_id} down")
-                node.start()
-                wait_until(f"node {node.node_id} back in every ISR", lambda: in_sync(cluster, topic), bool, 120,
-                           tolerate=unanswered)  # fmt: skip
-                assert runner.is_alive() and not failed, failed
-            skewed = leaders(cluster, topic)
-            a = kraft.admin(cluster.conn)
-            a.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, p) for p in range(PARTITIONS)]).result(30)
-            wait_until("the preferred leaders back", lambda: leaders(cluster, topic),
-                       lambda now: len(set(now.values())) == PARTITIONS, 60, tolerate=unanswered)  # fmt: skip
-            took["after the election"] = step(5500, "the deletes after the election")
-            assert runner.is_alive() and not failed, failed
-        finally:
-            stop.set()
-            runner.join(120)
-    assert not failed, failed
+    with Application(settings, spark=spark) as job, Running(job) as running:
+        took["start"] = step(1500, "every partition's first delete")
+        for n, node in enumerate(kafka3.nodes):
+            node.stop()  # SIGTERM: controlled shutdown, leadership handed over first
+            took[f"node {node.node_id} down"] = step(2500 + 1000 * n, f"the deletes with node {node.node_id} down")
+            node.start()
+            wait_until(f"node {node.node_id} back in every ISR", lambda: in_sync(cluster, topic), bool, 120,
+                       tolerate=unanswered)  # fmt: skip
+            running.assert_alive()
+        skewed = leaders(cluster, topic)
+        a = kraft.admin(cluster.conn)
+        a.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, p) for p in range(PARTITIONS)]).result(30)
+        wait_until("the preferred leaders back", lambda: leaders(cluster, topic),
+                   lambda now: len(set(now.values())) == PARTITIONS, 60, tolerate=unanswered)  # fmt: skip
+        took["after the election"] = step(5500, "the deletes after the election")
+        running.assert_alive()
+    assert not running.failed, running.failed
     for p, seen in lows.items():
         assert set(seen) <= {0, *ends}, (p, seen)
         assert max(seen) <= max(committed), (p, seen)

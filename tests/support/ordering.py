@@ -27,7 +27,6 @@ SLOW: dict[str, float] = {
     "test_replicated_cluster.py::test_the_node_leading_most_partitions_killed_under_a_running_job": 100,
     "::test_a_delete_whose_answer_times_out_on_a_stopped_follower_is_audited_as_the_broker_did_it": 15,
     "test_lifecycle.py::test_nudges_are_put_back_after_kill_9_and_state_loss": 51,
-    "test_broker_kill.py::test_broker_killed_and_restarted_under_a_running_job": 46,
     "::test_a_log_start_that_goes_back_after_a_broker_kill_keeps_the_views_lineage_and_its_keys": 18,
     "test_compaction_memory.py::test_two_tasks_over_large_values_share_one_byte_budget_in_a_small_driver": 21,
     "test_cli.py::test_demo_closes_both_loops": 36,
