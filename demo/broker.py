@@ -376,9 +376,6 @@ class KafkaCluster:
     def bootstrap(self) -> str:
         return ",".join(node.bootstrap for node in self.nodes)
 
-    def client(self) -> dict[str, str]:
-        return {"bootstrap.servers": self.bootstrap}
-
     def node(self, node_id: int) -> KafkaBroker:
         return next(n for n in self.nodes if n.node_id == node_id)
 

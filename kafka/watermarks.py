@@ -22,6 +22,14 @@ LEADER_MOVING = frozenset(
     }
 )
 
+# The errors of a client whose metadata no longer matches the cluster: a leader moving, and what librdkafka answers
+# from a cache that still names a dead or moved broker. On three nodes it answered "Local: Unknown partition" for
+# minutes after a restart, FENCED_LEADER_EPOCH for 150 s, and "No leaders found" (_NOENT) after a kill: a client that
+# meets one of these is made again (sinks/kafka_admin.py).
+STALE_METADATA = LEADER_MOVING | {
+    "_UNKNOWN_PARTITION", "_UNKNOWN_TOPIC", "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_NOENT"
+}  # fmt: skip
+
 
 def watermarks(consumer: Any, topic: str, partition: int, timeout_s: float) -> tuple[int, int]:
     """(low, high) of `topic`/`partition`; raises KafkaException as the client does once `timeout_s` is spent or

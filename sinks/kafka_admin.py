@@ -29,20 +29,13 @@ from confluent_kafka.admin import (
 from compactd.clock import now_ms
 from compactd.kafka.admin import admin_client
 from compactd.kafka.config import KafkaConnection
-from compactd.kafka.watermarks import watermarks
+from compactd.kafka.watermarks import STALE_METADATA, watermarks
 from compactd.model import ActionRecord, Nudge
 from compactd.policy.identity import STALE
 from compactd.sinks.nudge_ledger import NudgeLedger, ledger_key
 from compactd.state.protocols import NudgeMemory
 
 log = logging.getLogger("compactd.sinks")
-# librdkafka's errors of a client whose metadata no longer matches the cluster (a leader that moved, a broker that
-# died and came back): on three nodes it answered "Local: Unknown partition" for minutes after a restart, and
-# FENCED_LEADER_EPOCH for 150 s. The sink's clients are made again after one of these.
-STALE_METADATA = frozenset(
-    {"_UNKNOWN_PARTITION", "_UNKNOWN_TOPIC", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH", "NOT_LEADER_OR_FOLLOWER",
-     "NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_NOENT"}
-)  # fmt: skip
 # Values that make KIP-354's check fire immediately, or make the cleaner see the log as dirty enough.
 NUDGE_VALUES = {"max.compaction.lag.ms": "1", "min.cleanable.dirty.ratio": "0", "segment.ms": "1000"}
 # Only a value set on the topic itself is the topic's own: one from the broker (static, dynamic per broker or
