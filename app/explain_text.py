@@ -6,6 +6,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from compactd.policy.identity import TRUNCATED
+
 
 def fmt_dur(ms: int) -> str:
     """A duration for people: 250ms, 45s, 12m30s, 3h05m, 2d04h."""
@@ -188,9 +190,8 @@ def format_text(e: Mapping[str, Any]) -> str:
             lines.append(f"    next: {fmt_at(r['next']['at'], now)}: {r['next']['what']}")
     if e.get("reset"):
         reset = e["reset"]
-        lines.append(
-            f"  reset     {fmt_at(reset['at'], now)}: topic re-created ({reset['why']}); state re-learned since"
-        )
+        what = "log truncated" if TRUNCATED in reset["why"] else "topic re-created"
+        lines.append(f"  reset     {fmt_at(reset['at'], now)}: {what} ({reset['why']}); state re-learned since")
     if e.get("unlisted_groups"):
         u = e["unlisted_groups"]
         lines.append(

@@ -114,7 +114,8 @@ class Metrics:
         )
         self.topic_resets = Counter(
             "compactd_topic_resets",
-            "Times a topic's state was reset because its log is not the one the state described (re-created topic)",
+            "Times a topic's state was reset because its log is not the one the state described (re-created topic, or "
+            "a log truncated below it)",
             registry=registry,
         )
         self.topics_forgotten = Counter(
@@ -150,6 +151,12 @@ class Metrics:
         self.actions_held = Gauge(
             "compactd_actions_held",
             "Due actions the last dispatch held back (actions.per.second, compaction.max.concurrent, a failed send)",
+            registry=registry,
+        )
+        self.deletes_behind_hw = Gauge(
+            "compactd_deletes_behind_high_watermark",
+            "Deletes the last dispatch held because they go past the partition's high watermark on the log the state "
+            "describes: a follower is catching up (a gap lasting 120 s counts as a truncated log: the topic is reset)",
             registry=registry,
         )
         self.config_events = Counter(

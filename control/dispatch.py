@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from compactd.control.lifecycle import BehindHighWatermark
 from compactd.control.share import Layers
 from compactd.errors import DeliveryTimeout, DependencyUnavailable
 from compactd.model import ActionRecord
@@ -69,6 +70,7 @@ class Dispatch:
     held_back: int
     outcomes: Counter[str]
     _nudges_checked_at: int
+    _behind_logged: set[tuple[str, int]]  # partitions whose delete the last round held behind the high watermark
 
     def thresholds(self, topic: str, partition: int | None = None) -> Thresholds: ...
 
@@ -139,6 +141,7 @@ class Dispatch:
         in_flight: int | None = None
         failed_round = False
         sending, held, rate_held = True, 0, 0
+        behind: dict[tuple[str, int], str] = {}
         finished: list[ActionRecord] = []
         # the pager asks, between pages, whether this round may still send: late binding is the point
         for rec in self._due(now, lambda: sending):  # noqa: B023
@@ -166,7 +169,11 @@ class Dispatch:
                         held += 1  # waits in the outbox until a nudged partition shows up compacted
                         continue
                 try:
-                    why = self._stale(rec) or self._cluster_says_no(rec, th)
+                    why = self._stale(rec, now) or self._cluster_says_no(rec, th)
+                except BehindHighWatermark as exc:  # the followers have not caught up: it waits, the round goes on
+                    held += 1
+                    behind[(rec.topic, rec.partition)] = str(exc)
+                    continue
                 except DependencyUnavailable as exc:  # the cluster cannot vouch for the action: not now
                     done, why = rec.with_status("failed", error=str(exc)), None
                 else:
@@ -191,6 +198,11 @@ class Dispatch:
             finished.append(done)
         self.held_back = rate_held
         self.metrics.actions_held.set(held)
+        self.metrics.deletes_behind_hw.set(len(behind))
+        for key, why in behind.items():
+            if key not in self._behind_logged:
+                log.warning("delete held until the followers catch up: %s", why)
+        self._behind_logged = set(behind)
         self._finish(finished)
         self.lifecycle.settle(now)  # after the records went: a reset drops them from the live set
         self.metrics.outbox_depth.set(self.state.outbox_depth())
@@ -244,15 +256,18 @@ class Dispatch:
         cap = None if self.view_caps is None else self.view_caps.cap(rec.topic, rec.partition, th, now, fresh=True)
         return send_check(rec, view, th, now, excluded, cap)
 
-    def _stale(self, rec: ActionRecord) -> str | None:
-        """Why `rec` must not go because its topic is not the log its state describes (control/lifecycle.py)."""
+    def _stale(self, rec: ActionRecord, now: int) -> str | None:
+        """Why `rec` must not go because its topic is not the log its state describes (control/lifecycle.py).
+        BehindHighWatermark passes through: the delete waits for the followers."""
         if rec.action not in ("delete_records", "compact"):
             return None
         # a delete is judged by the log's evidence too; a nudge (put back whatever happens) by the topic ID alone
         deleting = self.lifecycle.reader is not None and rec.action == "delete_records"
         view = self.state.views([(rec.topic, rec.partition)])[0] if deleting else None
         try:
-            return self.lifecycle.check(rec, view)
+            return self.lifecycle.check(rec, view, now)
+        except BehindHighWatermark:
+            raise
         except Exception as exc:  # the cluster cannot say which log it holds: hold the action
             why = str(exc)
             raise DependencyUnavailable("Kafka (topic check)", rec.topic, "the topic's Describe ACL", why) from None

@@ -3,6 +3,9 @@
 The rule (`policy.identity.identity_changed`) is pure; this applies it where the cluster can be asked:
 - right before an action goes to the cluster (`check`): the action's topic ID and the partition's watermarks. A state
   that describes another log skips the action as stale and resets the topic;
+- on a log whose topic ID is unchanged, a high watermark below what the state holds is a follower catching up: a
+  delete past it waits (`BehindHighWatermark`), and the state is kept. The gap lasting TRUNCATION_GRACE_MS means the
+  log was truncated (a failover with `acks=1`, an unclean leader election): the topic is reset then;
 - every `topic_check_interval_ms` over every known topic (`sweep`): one DescribeTopics round. A changed topic ID resets
   the topic; a topic missing from two sweeps in a row is forgotten (its state goes, its metrics stop).
 
@@ -19,10 +22,29 @@ from typing import Protocol
 from compactd.kafka.topics import TopicsNow
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord, PartitionView
-from compactd.policy.identity import STALE, LogFacts, identity_changed, known_id
+from compactd.policy.identity import (
+    STALE,
+    TRUNCATED,
+    LogFacts,
+    behind_high_watermark,
+    identity_changed,
+    known_id,
+    same_log,
+)
 from compactd.state.protocols import TopicStore
 
 log = logging.getLogger("compactd.lifecycle")
+
+# How long a high watermark may stay below what the state holds before the log counts as truncated. A follower
+# stalled in the ISR holds the high watermark back for at most `replica.lag.time.max.ms` (30 s by Kafka's default),
+# then leaves the ISR and the high watermark catches up with the leader's log end; four times that is no longer a
+# follower catching up.
+TRUNCATION_GRACE_MS = 120_000
+
+
+class BehindHighWatermark(Exception):
+    """A delete past the partition's high watermark on the log the state describes: it waits in the outbox, as a
+    delete over the rate cap does, until the followers have caught up."""
 
 
 class TopicReader(Protocol):
@@ -72,6 +94,8 @@ class Lifecycle:
         # topic -> (why, gone, its ID now) to reset (or forget) at `settle`
         self._pending: dict[str, tuple[str, bool, str | None]] = {}
         self._learned: set[str] = set()  # topics whose ID this process recorded or found recorded (or none reported)
+        # (topic, partition) -> when its high watermark was first seen below what the state holds (this process)
+        self._behind: dict[tuple[str, int], int] = {}
 
     def learn(self, topics: Iterable[str]) -> None:
         """Bind the state of topics just merged to the incarnation the cluster holds now: the topic ID of each topic
@@ -108,10 +132,10 @@ class Lifecycle:
             self.records.record_ids(ids)
         self.state.set_topic_ids({t: i for t, i in ids.items() if i is not None})
 
-    def check(self, rec: ActionRecord, view: PartitionView | None) -> str | None:
+    def check(self, rec: ActionRecord, view: PartitionView | None, now: int) -> str | None:
         """Why `rec` must not go because its topic is not the log its state describes (None: it may go); the topic
-        is reset (or forgotten, when it no longer exists) at the next `settle`. Raises the reader's error when the
-        cluster cannot answer."""
+        is reset (or forgotten, when it no longer exists) at the next `settle`. Raises BehindHighWatermark for a
+        delete that must wait for the followers, and the reader's error when the cluster cannot answer."""
         if rec.topic in self._pending:
             return f"{STALE}: {self._pending[rec.topic][0]}"
         if self.reader is None:
@@ -124,12 +148,34 @@ class Lifecycle:
         if view is not None:
             before = rec.before_offset if rec.action == "delete_records" else None
             why = identity_changed(view, facts, stored, before)
+            if why is None and same_log(facts, stored):
+                why = self._behind_high_watermark(rec, view, facts, before, now)
         else:
             why = f"topic ID {stored} is now {now_id}" if None not in (now_id, stored) and now_id != stored else None
         if why is not None:
             return self.stale(rec.topic, f"{rec.topic}/{rec.partition}: {why}", now_id=now_id)
         if stored is None and now_id is not None:
             self._bind({rec.topic: now_id})
+        return None
+
+    def _behind_high_watermark(
+        self, rec: ActionRecord, view: PartitionView, facts: LogFacts, before: int | None, now: int
+    ) -> str | None:
+        """On the log the state describes: None when the high watermark is at or past what the state holds and
+        where the delete goes. Below it for TRUNCATION_GRACE_MS: why the log counts as truncated (the topic is
+        reset). Below it for less: a delete past it raises BehindHighWatermark, one below it may go."""
+        key = (rec.topic, rec.partition)
+        behind = behind_high_watermark(view, facts, before)
+        if behind is None:
+            self._behind.pop(key, None)
+            return None
+        since = self._behind.setdefault(key, now)
+        if now - since >= TRUNCATION_GRACE_MS:
+            self._behind.pop(key, None)
+            held_for = f"{(now - since) / 1000:.0f} s"
+            return f"{behind} for {held_for}: {TRUNCATED} (a failover with acks=1, an unclean leader election)"
+        if before is not None and before > facts.high:
+            raise BehindHighWatermark(f"{rec.topic}/{rec.partition}: {behind}: the followers are catching up")
         return None
 
     def stale(self, topic: str, why: str, gone: bool = False, now_id: str | None = None) -> str:
@@ -177,11 +223,13 @@ class Lifecycle:
             self.records.record_reset(topic, why, now)
         parts = self.state.reset_topic(topic, why, now)
         self._learned.discard(topic)
+        self._behind = {k: v for k, v in self._behind.items() if k[0] != topic}
         self.metrics.topic_resets.inc()
         self.on_change(topic, parts)
         log.error(
-            "topic re-created: %s (%s); its state was reset: %d partitions re-learn from their next events, "
+            "%s: %s (%s); its state was reset: %d partitions re-learn from their next events, "
             "and no delete goes there until they have",
+            "log truncated" if TRUNCATED in why else "topic re-created",
             topic,
             why,
             len(parts),

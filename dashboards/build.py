@@ -536,7 +536,11 @@ def health() -> db.Dashboard:
     d = d.with_panel(
         ts(
             "Outbox and held actions",
-            [Query("sum(compactd_outbox_depth)", "outbox"), Query("sum(compactd_actions_held)", "held by caps")],
+            [
+                Query("sum(compactd_outbox_depth)", "outbox"),
+                Query("sum(compactd_actions_held)", "held by caps"),
+                Query("sum(compactd_deletes_behind_high_watermark)", "behind the high watermark"),
+            ],
         )
     )
     d = d.with_panel(

@@ -20,6 +20,7 @@ import msgspec
 from compactd.model import PartitionView
 
 STALE = "stale state"  # how the `why` of an action skipped because its state describes another log begins
+TRUNCATED = "the log was truncated"  # a reset's `why` for a log cut below what the state holds, under the same ID
 ZERO_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # the all-zero topic ID, base64 as the Admin API prints it: "no ID"
 
 
@@ -65,23 +66,53 @@ def other_incarnation(commit_id: str | None, stored_id: str | None) -> bool:
     return a is not None and b is not None and a != b
 
 
+def held_offset(view: PartitionView) -> int:
+    """The highest offset the state holds for the partition: its log start, what its cleaner cleaned, its segments'
+    ends."""
+    return max([view.log_start, view.cleaned_up_to or 0, *(s.end_offset for s in view.segments)])
+
+
+def same_log(facts: LogFacts, stored_id: str | None) -> bool:
+    """The cluster and the state both name a topic ID, and it is the same: this log, whatever its watermarks say."""
+    now_id = known_id(facts.topic_id)
+    return now_id is not None and now_id == stored_id
+
+
 def identity_changed(
     view: PartitionView, facts: LogFacts, stored_id: str | None, before_offset: int | None = None
 ) -> str | None:
     """Why the state of `view` cannot describe the log the cluster holds now (None: nothing says so).
 
     `stored_id`: the topic ID recorded when compactd first saw the topic; `before_offset`: the offset a delete
-    would go to (a delete aimed past the log end can only come from stale state; it is never clamped)."""
+    would go to (a delete aimed past the log end can only come from stale state; it is never clamped).
+
+    Where both IDs are known and equal, the watermarks are no evidence of another log: on a replicated partition the
+    high watermark trails the leader's log end, where segments roll, while a follower catches up
+    (`behind_high_watermark` says what then waits)."""
     now_id = known_id(facts.topic_id)
     if now_id is not None and stored_id is not None and now_id != stored_id:
         return f"topic ID {stored_id} is now {now_id}"
+    if same_log(facts, stored_id):
+        return None
     if before_offset is not None and before_offset > facts.high:
         return f"a delete to offset {before_offset} is past the log end {facts.high}"
-    ends = [s.end_offset for s in view.segments]
-    held = max([view.log_start, view.cleaned_up_to or 0, *ends])
+    held = held_offset(view)
     if facts.high < held:
         return f"the log ends at {facts.high}, below offset {held} compactd holds"
-    same_log = now_id is not None and stored_id is not None  # and equal: a different ID returned above
-    if facts.low < view.log_start and not same_log:
+    if facts.low < view.log_start:
         return f"the log starts at {facts.low}, below the log start {view.log_start} compactd holds"
+    return None
+
+
+def behind_high_watermark(view: PartitionView, facts: LogFacts, before_offset: int | None = None) -> str | None:
+    """On the log the state describes (same topic ID): why the high watermark is below what compactd holds (None: it
+    is not). The leader's segments roll at its log end, and the high watermark (what every in-sync replica holds)
+    trails it while a follower catches up, up to `replica.lag.time.max.ms`; a failover with `acks=1` or an unclean
+    leader election truncates the log below it instead. Which of the two only time tells: a delete past the high
+    watermark waits, and a gap that lasts is a truncation (control/lifecycle.py)."""
+    if before_offset is not None and before_offset > facts.high:
+        return f"a delete to offset {before_offset} is past the high watermark {facts.high}"
+    held = held_offset(view)
+    if facts.high < held:
+        return f"the high watermark {facts.high} is below offset {held} compactd holds"
     return None

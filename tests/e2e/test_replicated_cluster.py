@@ -20,12 +20,18 @@ import time
 
 import pytest
 import redis
-from confluent_kafka import Consumer, TopicCollection, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicCollection, TopicPartition
+from prometheus_client import CollectorRegistry
 
 from compactd.app.application import Application
+from compactd.control.controller import Controller
 from compactd.kafka.config import KafkaConnection
-from compactd.model import ActionRecord
+from compactd.kafka.topics import ClusterTopics
+from compactd.metrics import Metrics
+from compactd.model import ActionRecord, Segment
+from compactd.sinks.audit import AuditLog
 from compactd.sinks.kafka_admin import KafkaAdminSink
+from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
 from tests.support import kraft
 from tests.support.events import old_segments
@@ -279,3 +285,78 @@ def test_a_delete_whose_answer_times_out_on_a_stopped_follower_is_audited_as_the
         assert cluster.watermarks(topic)[0] == 500
     finally:
         sink.close()
+
+
+def test_a_delete_past_a_high_watermark_that_trails_the_log_end_waits_and_the_state_is_kept(
+    kafka3, rclient: redis.Redis
+) -> None:
+    """Records written with acks=1 while both followers of the partition are stopped: the leader's log end (where its
+    segments roll, and what the agent describes) runs ahead of the high watermark, which waits for them. With the
+    followers (two of the three KRaft voters) stopped, no controller can take them out of the ISR, so the high
+    watermark stays behind until they resume: the window is the test's, not the broker's 5 s. A delete past the
+    high watermark on the same topic ID must wait in the outbox, and the topic must not be taken for re-created
+    (before: reset as "the log ends at 1000, below offset 2000 compactd holds", its state and groups dropped)."""
+    for node in kafka3.nodes:
+        node.start()
+    cluster = Cluster(kafka3.bootstrap, replication=3)
+    topic = cluster.name("orders")
+    cluster.create(topic, 1, {"cleanup.policy": "delete"})
+    cluster.fill(topic, 1000)
+    leader, nodes, _ = wait_until(
+        f"{topic}[0] with all three replicas in sync",
+        lambda: replicas(cluster, topic),
+        lambda r: len(r[2]) == 3,
+        tolerate=kraft.not_yet,
+    )
+    lead, followers = kafka3.node(leader), [kafka3.node(n) for n in nodes if n != leader]
+    actions = cluster.name("actions")
+    cluster.create(actions)
+    # the controller's clients know only the leader: the stopped nodes would answer none of their requests
+    conn = KafkaConnection(lead.bootstrap)
+    state = RedisState(rclient)
+    now = int(time.time() * 1000)
+    ctl = Controller(
+        state,
+        {"global": {"dry.run": False}, f"topic:{topic}": {"forced.retention.ms": H}},
+        KafkaAdminSink(conn, state),
+        AuditLog(conn, actions),
+        Metrics(CollectorRegistry()),
+        clock=lambda: now,
+        topics=(topics := ClusterTopics(conn)),
+    )
+    first = BatchChanges()
+    first.topic(topic).log_start.append((0, 0))
+    ctl.on_batch("s", 0, first)  # the topic first merged, long before the fault: its ID bound to its state
+    assert state.topic_id(topic) is not None
+    producer = Producer({"bootstrap.servers": lead.bootstrap, "acks": 1, "linger.ms": 5})
+    pids = [f.proc.pid for f in followers if f.proc is not None]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    # a client connected to a stopped node waits on it: the topic check's clients start again from the leader alone
+    topics.close()
+    try:
+        for i in range(1000):
+            producer.produce(topic, b"v", f"k{i}".encode(), partition=0)
+        assert producer.flush(30) == 0
+        assert cluster.watermarks(topic) == (0, 1000)  # the leader holds 2000 records; the followers 1000
+        closed = now - 2 * H
+        changes = BatchChanges()
+        changes.topic(topic).segments.extend((0, Segment(b, b + 1000, closed, 100, closed)) for b in (0, 1000))
+        ctl.on_batch("s", 1, changes)  # forced retention: a delete to 2000, due at once
+        held = ctl.metrics.registry.get_sample_value("compactd_deletes_behind_high_watermark")
+        low, high = cluster.watermarks(topic)
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert (low, high, held) == (0, 1000, 1), "the delete to 2000 did not wait for the high watermark"
+    assert state.outbox_depth() == 1 and cluster.read_all(actions) == []
+    assert ctl.metrics.registry.get_sample_value("compactd_topic_resets_total") == 0
+    assert state.reset_cause(topic) is None and state.partitions(topic) == [0]
+
+    wait_until("the followers caught up", lambda: cluster.watermarks(topic), lambda w: w[1] == 2000, 60)
+    ctl.tick()
+    [sent] = cluster.read_all(actions)
+    assert (sent["status"], sent["before_offset"], sent["reason"]) == ("sent", 2000, "forced_retention"), sent
+    assert cluster.watermarks(topic) == (2000, 2000)
+    assert ctl.metrics.registry.get_sample_value("compactd_deletes_behind_high_watermark") == 0
+    ctl.sink.close()

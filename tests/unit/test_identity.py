@@ -8,13 +8,21 @@ import base64
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
+import pytest
 from prometheus_client import CollectorRegistry
 
-from compactd.control.lifecycle import Lifecycle
+from compactd.control.lifecycle import TRUNCATION_GRACE_MS, BehindHighWatermark, Lifecycle
 from compactd.kafka.topics import TopicsNow
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord, PartitionView, Segment
-from compactd.policy.identity import ZERO_ID, LogFacts, identity_changed, other_incarnation, topic_id_bytes
+from compactd.policy.identity import (
+    ZERO_ID,
+    LogFacts,
+    behind_high_watermark,
+    identity_changed,
+    other_incarnation,
+    topic_id_bytes,
+)
 
 VIEW = PartitionView("t", 0, (Segment(0, 1000, 1, 1, 1), Segment(1000, 2000, 1, 1, 1)), 500, 100)
 
@@ -25,6 +33,20 @@ def test_the_same_log_gives_no_evidence() -> None:
     assert identity_changed(VIEW, LogFacts(ZERO_ID, 100, 2000), "id1") is None  # no ID now: nothing compared
     # a broker killed before it checkpointed a deleteRecords starts again with the older log start: same ID, same log
     assert identity_changed(VIEW, LogFacts("id1", 0, 2500), "id1") is None
+
+
+def test_the_same_topic_id_makes_a_high_watermark_below_the_state_no_evidence_of_another_log() -> None:
+    """A replicated partition's high watermark trails the leader's log end, where its segments roll: under the same
+    ID that is a follower catching up (or a truncation), which `behind_high_watermark` tells, not a new log."""
+    assert identity_changed(VIEW, LogFacts("id1", 100, 1500), "id1", 2000) is None
+    assert identity_changed(VIEW, LogFacts(None, 100, 1500), None, 2000) is not None  # no ID: only the log tells
+    assert behind_high_watermark(VIEW, LogFacts("id1", 100, 1500), 2000) == (
+        "a delete to offset 2000 is past the high watermark 1500"
+    )
+    assert behind_high_watermark(VIEW, LogFacts("id1", 100, 1500), 1000) == (
+        "the high watermark 1500 is below offset 2000 compactd holds"
+    )
+    assert behind_high_watermark(VIEW, LogFacts("id1", 100, 2000), 2000) is None
 
 
 def test_each_kind_of_evidence() -> None:
@@ -113,15 +135,15 @@ def test_an_action_on_a_changed_topic_is_stale_and_its_topic_reset_once() -> Non
     store.ids = {"a": "A1"}
     reader.ids = {"a": "A2"}
     rec = ActionRecord("x", "compact", "a", 0, "max_compaction_lag", False, 0, "pending")
-    why = lc.check(rec, None)
+    why = lc.check(rec, None, 0)
     assert why == "stale state: a/0: topic ID A1 is now A2"
-    assert lc.check(ActionRecord("y", "compact", "a", 1, "max_compaction_lag", False, 0, "pending"), None)
+    assert lc.check(ActionRecord("y", "compact", "a", 1, "max_compaction_lag", False, 0, "pending"), None, 0)
     assert store.resets == []  # only at settle: after the round's records are written
     lc.settle(5)
     lc.settle(6)
     assert store.resets == ["a"]
     reader.missing = {"b"}
-    assert "no longer exists" in str(lc.check(ActionRecord("z", "compact", "b", 0, "r", False, 0, "pending"), None))
+    assert "no longer exists" in str(lc.check(ActionRecord("z", "compact", "b", 0, "r", False, 0, "pending"), None, 0))
     lc.settle(7)
     assert store.forgotten == ["b"]
 
@@ -137,7 +159,35 @@ def test_ids_are_bound_when_a_topic_is_first_merged() -> None:
     lc.learn(["a"])  # learned once per process: no request, nothing overwritten
     assert store.ids == {"a": "A1"}
     rec = ActionRecord("x", "compact", "a", 0, "max_compaction_lag", False, 0, "pending")
-    assert lc.check(rec, None) == "stale state: a/0: topic ID A1 is now A2"
+    assert lc.check(rec, None, 0) == "stale state: a/0: topic ID A1 is now A2"
+
+
+def test_a_delete_past_the_high_watermark_waits_and_a_gap_that_lasts_is_a_truncation() -> None:
+    """Under the same topic ID: a delete past the high watermark waits (held, the state kept), one below it goes, and
+    a high watermark below the state for TRUNCATION_GRACE_MS resets the topic as a truncated log."""
+    lc, reader, store, _ = lifecycle()
+    store.ids = reader.ids = {"a": "A1"}
+    reader.facts = lambda topic, partition: LogFacts("A1", 0, 1500)  # type: ignore[method-assign]
+
+    def delete(before: int) -> ActionRecord:
+        return ActionRecord("d", "delete_records", "a", 0, "forced_retention", False, 0, "pending", before)
+
+    with pytest.raises(BehindHighWatermark, match="past the high watermark 1500"):
+        lc.check(delete(2000), VIEW, 10)
+    assert lc.check(delete(1000), VIEW, 20) is None  # below it: goes, the segment past it notwithstanding
+    lc.settle(30)
+    assert store.resets == []
+    reader.facts = lambda topic, partition: LogFacts("A1", 0, 2000)  # type: ignore[method-assign]
+    assert lc.check(delete(2000), VIEW, 40) is None  # caught up: the gap's clock starts again at the next one
+    reader.facts = lambda topic, partition: LogFacts("A1", 0, 1500)  # type: ignore[method-assign]
+    assert lc.check(delete(1000), VIEW, 50) is None
+    why = lc.check(delete(1000), VIEW, 50 + TRUNCATION_GRACE_MS)
+    assert why == (
+        "stale state: a/0: the high watermark 1500 is below offset 2000 compactd holds for 120 s: the log was "
+        "truncated (a failover with acks=1, an unclean leader election)"
+    )
+    lc.settle(60 + TRUNCATION_GRACE_MS)
+    assert store.resets == ["a"]
 
 
 class Ledger:
@@ -165,12 +215,12 @@ def test_a_stale_topic_is_reset_bound_to_its_id_now_and_a_ledger_that_fails_keep
     lc = Lifecycle(store, reader, Metrics(CollectorRegistry()), lambda t, p: None, ledger)
     store.ids, reader.ids = {"a": "A1", "b": "B1"}, {"a": "A2", "b": "B2"}
     for topic in ("a", "b"):
-        assert lc.check(ActionRecord("x", "compact", topic, 0, "max_compaction_lag", False, 0, "pending"), None)
+        assert lc.check(ActionRecord("x", "compact", topic, 0, "max_compaction_lag", False, 0, "pending"), None, 0)
     ledger.down = True  # a's new ID cannot be recorded: b is reset all the same
     lc.settle(5)
     assert store.resets == ["a", "b"] and ledger.resets == ["a", "b"] and store.ids == {}
     ledger.down = False
-    assert lc.check(ActionRecord("y", "compact", "a", 0, "max_compaction_lag", False, 0, "pending"), None) is None
+    assert lc.check(ActionRecord("y", "compact", "a", 0, "max_compaction_lag", False, 0, "pending"), None, 0) is None
     assert store.ids == {"a": "A2"} and ledger.ids == {"a": "A2"}  # bound at the next check, beyond Redis first
 
 
