@@ -67,6 +67,11 @@ class ClusterTopics:
             for topic, fut in futures.items():
                 try:
                     desc = fut.result(self.timeout_s)
+                except TimeoutError:
+                    # no answer: a request may sit on a node that stopped answering (a stalled broker the client
+                    # still counts among the cluster's); the next call asks with new clients
+                    self.close()
+                    raise
                 except KafkaException as exc:
                     err = exc.args[0]
                     if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
