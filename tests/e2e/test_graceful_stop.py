@@ -67,7 +67,12 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 120) -> None
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm-group", "sigint-group"])
+@pytest.mark.parametrize(
+    "sig",
+    # SIGINT's graceful stop is also the first of test_second_sigint_exits_1_at_once's two: `make soak` runs it here
+    [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.soak)],
+    ids=["sigterm-group", "sigint-group"],
+)
 def test_signal_finishes_the_batch_and_drains_then_exits_0(cluster, job_settings, redis_url, tmp_path, sig) -> None:
     topic = cluster.name("gdpr")
     s = job_settings(thresholds={f"topic:{topic}": {"max.compaction.lag.ms": HOUR}})
