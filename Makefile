@@ -36,8 +36,9 @@ deps: system-deps $(STAMP)
 	@$(BIN)/python -m compactd.demo.broker --fetch
 	@$(BIN)/python -m compactd.streaming.connector --fetch
 
+# CLUSTER=3: three Kafka nodes, an agent per node, and one node killed with -9 and started again while it runs
 demo: deps
-	$(BIN)/compactd demo $(if $(DURATION),--duration $(DURATION))
+	$(BIN)/compactd demo $(if $(DURATION),--duration $(DURATION)) $(if $(CLUSTER),--nodes $(CLUSTER))
 
 # Tests run in TEST_WORKERS pytest processes, each with its own Redis, broker and Spark session, work-stealing so the
 # long tests do not queue up. On 2 cores the suite keeps both busy (Spark's JVMs and Python workers, jobs started as

@@ -47,5 +47,6 @@ class Leaders:
             topics = self._admin.list_topics(timeout=self.timeout_s).topics
         except Exception as exc:  # unknown: nothing published this scan
             log.debug("leaders not read this scan: %s", exc)
+            self._admin = None  # a client waiting on a node that died or stalled: the next scan asks with a new one
             return None
         return {(name, p) for name, md in topics.items() for p, pm in md.partitions.items() if pm.leader == self.node}

@@ -150,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop once a compaction and a delete have both been carried out and answered (--duration still caps)",
     )
     demo.add_argument(
+        "--nodes",
+        type=int,
+        default=int(_env("nodes") or 1),
+        help="Kafka nodes (3: replication factor 3, an agent per node, and the node leading most partitions killed "
+        "with -9 and started again while the demo runs)",
+    )
+    demo.add_argument(
         "--render",
         default=None,
         metavar="DIR",
@@ -370,7 +377,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from compactd.demo.demo import run_demo
 
     return run_demo(
-        duration_s=args.duration, workdir=args.workdir, render_dir=args.render, until_closed=args.until_closed
+        duration_s=args.duration,
+        workdir=args.workdir,
+        render_dir=args.render,
+        until_closed=args.until_closed,
+        nodes=args.nodes,
     )
 
 

@@ -165,7 +165,7 @@ class Controller(Dispatch):
         self.scheduled = Scheduled()
         self.lifecycle = Lifecycle(state, topics, metrics, self._forget_partitions, records)
         self._nudges_checked_at = -NUDGE_CHECK_MS
-        self._behind_logged: set[tuple[str, int]] = set()
+        self._behind: dict[tuple[str, int], tuple[int, str]] = {}
 
     # ---- configuration ----
 

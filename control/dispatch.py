@@ -43,6 +43,9 @@ BLIND_SETTING = {"share_group": "Describe and Read on topic __share_group_state"
                  "spark_checkpoint": "the reader's spark_checkpoint (readers: / reader:<name>)"}  # fmt: skip
 OUTBOX_PAGE = 1000  # due records read per round trip
 OUTBOX_PAGES = 100  # at most this many pages a round: 100,000 records, then the next round goes on
+# how long a delete held behind the high watermark waits before its partition is asked again: a follower catches up
+# within `replica.lag.time.max.ms` (30 s by default), and a thousand held partitions are not asked every round
+BEHIND_RECHECK_MS = 5_000
 NUDGE_CHECK_MS = 15_000  # how often nudges still on are checked for a restore (Kafka's cleaner backoff)
 
 
@@ -70,7 +73,8 @@ class Dispatch:
     held_back: int
     outcomes: Counter[str]
     _nudges_checked_at: int
-    _behind_logged: set[tuple[str, int]]  # partitions whose delete the last round held behind the high watermark
+    # partitions whose delete a round held behind the high watermark: when it is asked again, and why it waits
+    _behind: dict[tuple[str, int], tuple[int, str]]
 
     def thresholds(self, topic: str, partition: int | None = None) -> Thresholds: ...
 
@@ -161,6 +165,10 @@ class Dispatch:
                 held += 1
                 rate_held += not failed_round
                 continue
+            elif (wait := self._behind.get((rec.topic, rec.partition))) is not None and now < wait[0]:
+                held += 1  # asked again at wait[0]: one ListOffsets per partition held, not one per round
+                behind[(rec.topic, rec.partition)] = wait[1]
+                continue
             else:
                 if rec.action == "compact":
                     if in_flight is None:
@@ -173,6 +181,9 @@ class Dispatch:
                 except BehindHighWatermark as exc:  # the followers have not caught up: it waits, the round goes on
                     held += 1
                     behind[(rec.topic, rec.partition)] = str(exc)
+                    if (rec.topic, rec.partition) not in self._behind:
+                        log.warning("delete held until the followers catch up: %s", exc)
+                    self._behind[(rec.topic, rec.partition)] = (now + BEHIND_RECHECK_MS, str(exc))
                     continue
                 except DependencyUnavailable as exc:  # the cluster cannot vouch for the action: not now
                     done, why = rec.with_status("failed", error=str(exc)), None
@@ -199,10 +210,7 @@ class Dispatch:
         self.held_back = rate_held
         self.metrics.actions_held.set(held)
         self.metrics.deletes_behind_hw.set(len(behind))
-        for key, why in behind.items():
-            if key not in self._behind_logged:
-                log.warning("delete held until the followers catch up: %s", why)
-        self._behind_logged = set(behind)
+        self._behind = {k: v for k, v in self._behind.items() if k in behind}  # the others went, or were dropped
         self._finish(finished)
         self.lifecycle.settle(now)  # after the records went: a reset drops them from the live set
         self.metrics.outbox_depth.set(self.state.outbox_depth())

@@ -13,6 +13,11 @@ consumer groups, the segment agent on the broker's live log dir, and the job. No
   and the screen shows the last one and a few of its keys.
 
 On a terminal the screen is a live table; piped, the demo is an event log: each change once, the table at the end.
+
+`--nodes 3` (`make demo CLUSTER=3`): three KRaft nodes, replication factor 3 and `min.insync.replicas` 2, one agent
+per node publishing only the partitions its node leads. Once both loops have closed, the node leading most demo
+partitions is killed with -9 and started again 20 s later: leadership moves, the other nodes' agents take over, and
+both loops close again after the restart.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,12 +40,14 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource, NewTopic
 
 from compactd.agent.agent import Event, KafkaPublisher, SegmentAgent
+from compactd.agent.leaders import Leaders
 from compactd.app.settings import Settings
 from compactd.app.status import print_table, rich_table, status_rows
 from compactd.clock import now_ms
-from compactd.demo.broker import KafkaBroker, kafka_broker
+from compactd.demo.broker import KafkaBroker, KafkaCluster, kafka_broker
 from compactd.demo.embedded import Service, free_port, prometheus_server, redis_server
 from compactd.kafka.admin import admin_client, ensure_topics
+from compactd.kafka.config import KafkaConnection
 
 PARTITIONS = 2
 ROLL_MS = 4_000  # segment.ms of both topics: a segment closes on the first append 4 s after it opened
@@ -52,6 +60,7 @@ DEMO_TOPICS = {
     "clicks": {"cleanup.policy": "delete", "segment.ms": str(ROLL_MS)},
 }
 NUDGED = "max.compaction.lag.ms"
+DOWN_S = 20.0  # how long the killed node stays down (`--nodes 3`)
 
 
 def demo_settings(bootstrap: str, redis_url: str, checkpoint: Path) -> Settings:
@@ -112,13 +121,18 @@ class DemoCluster:
     """Producers and consumer groups on the demo topics, the segment agent on the broker's log dir, and a watch on
     what compactd does: its action records, and the `orders` config its nudge changes."""
 
-    def __init__(self, settings: Settings, broker: KafkaBroker, log: EventLog) -> None:
+    def __init__(self, settings: Settings, nodes: list[KafkaBroker], log: EventLog) -> None:
         self.s = settings
         self.log = log
         conn = settings.kafka_connection()
         self.admin = admin_client(conn)
         self.producer = Producer(conn.client("producer", {"linger.ms": 5}))
-        self.agent = SegmentAgent([broker.log_dir])
+        self.replication = min(3, len(nodes))
+        # one agent per node; on several, each publishes only what its node leads (agent/leaders.py)
+        self.agents = [
+            SegmentAgent([n.log_dir], leads=Leaders(conn, n.node_id, timeout_s=5.0) if len(nodes) > 1 else None)
+            for n in nodes
+        ]
         self.publisher = AgentPublisher(settings, log)
         self.actions = Consumer(
             conn.client(
@@ -144,7 +158,7 @@ class DemoCluster:
         self.seq = 0
 
     def create_topics(self) -> None:
-        new = [NewTopic(t, PARTITIONS, 1, config=c) for t, c in DEMO_TOPICS.items()]
+        new = [NewTopic(t, PARTITIONS, self.replication, config=c) for t, c in DEMO_TOPICS.items()]
         for fut in self.admin.create_topics(new).values():
             with contextlib.suppress(Exception):
                 fut.result(30)
@@ -168,7 +182,8 @@ class DemoCluster:
         # the nudge and the actions before the log dir: what compactd did is told before what Kafka did about it
         self._watch_nudge()
         self._watch_actions()
-        self.publisher.publish(self.agent.scan())
+        for agent in self.agents:
+            self.publisher.publish(agent.scan())
 
     def _consume(self, group: str, most: int) -> None:
         """Read up to `most` records and commit the position: what the group has read, as an application does."""
@@ -343,32 +358,65 @@ def _live_screen(
 
 
 CLOSED = ("the nudge put back", "log start moved", "compaction service:")
+RESTARTED = "started again"  # the event log's line once the killed node is back (`--nodes 3`)
 
 
-def _until_closed(log: EventLog, stop: threading.Event) -> None:
+def closed(text: str) -> bool:
+    return all(mark in text for mark in CLOSED)
+
+
+def _until_closed(log: EventLog, stop: threading.Event, after: str | None = None) -> None:
     """Stop once both loops have closed — Kafka's cleaner answered a nudge and the nudge was put back, and the
-    broker's log start moved after a delete_records — and the compaction service published a generation; then
-    a few more seconds so the final table shows the answers."""
+    broker's log start moved after a delete_records — and the compaction service published a generation (all of it
+    after the line holding `after`, when given); then a few more seconds so the final table shows the answers."""
     while not stop.wait(0.5):
         text = log.text()
-        if all(mark in text for mark in CLOSED):
+        if after is not None:
+            text = text.split(after, 1)[1] if after in text else ""
+        if closed(text):
             stop.wait(4.0)
             stop.set()
 
 
+def _kill_and_restart(kafka: KafkaCluster, log: EventLog, stop: threading.Event) -> None:
+    """Once both loops have closed: kill -9 the node leading most of the demo's partitions, start it again DOWN_S
+    later. compactd is never told: its clients find the new leaders, the other nodes' agents take over."""
+    while not stop.wait(0.5) and not closed(log.text()):
+        pass
+    if stop.is_set():
+        return
+    admin = admin_client(KafkaConnection(kafka.bootstrap))
+    led = Counter(
+        pm.leader for t in DEMO_TOPICS for pm in admin.list_topics(t, timeout=10).topics[t].partitions.values()
+    )
+    node_id, count = led.most_common(1)[0]
+    victim = kafka.node(node_id)
+    victim.kill()
+    log.append(f"demo: kill -9 of Kafka node {node_id}, leader of {count} demo partitions; back in {DOWN_S:.0f} s")
+    if stop.wait(DOWN_S):
+        return
+    victim.start()
+    log.append(f"demo: Kafka node {node_id} {RESTARTED}")
+
+
 def run_demo(
-    duration_s: float = 0, workdir: str | None = None, render_dir: str | None = None, until_closed: bool = False
+    duration_s: float = 0,
+    workdir: str | None = None,
+    render_dir: str | None = None,
+    until_closed: bool = False,
+    nodes: int = 1,
 ) -> int:
     """Run until Ctrl-C or `duration_s`; a temp dir is removed at the end, a given `workdir` is kept.
 
-    `until_closed`: also stop as soon as both loops (compaction, deletion) have been carried out and answered.
+    `until_closed`: also stop as soon as both loops (compaction, deletion) have been carried out and answered (with
+    several `nodes`: again after the killed node was started again).
 
     `render_dir`: also scrape the job with a local Prometheus and draw the dashboards there when the demo ends.
     """
     from compactd.app.application import Application
 
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="compactd-demo-"))
-    services: list[Service | KafkaBroker] = []
+    services: list[Service | KafkaBroker | KafkaCluster] = []
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -376,9 +424,16 @@ def run_demo(
     try:
         redis = redis_server(root / "redis")
         services.append(redis)
-        broker = kafka_broker(root / "broker")
-        services.append(broker)
-        settings = demo_settings(broker.bootstrap, f"redis://127.0.0.1:{redis.port}/0", root / "checkpoint")
+        kafka: KafkaCluster | None = None
+        if nodes > 1:
+            kafka = KafkaCluster(root / "kafka", nodes)
+            services.append(kafka)
+            brokers, bootstrap = kafka.nodes, kafka.bootstrap
+        else:
+            broker = kafka_broker(root / "broker")
+            services.append(broker)
+            brokers, bootstrap = [broker], broker.bootstrap
+        settings = demo_settings(bootstrap, f"redis://127.0.0.1:{redis.port}/0", root / "checkpoint")
         prometheus_url = None
         if render_dir:
             settings.metrics_port = free_port()
@@ -387,14 +442,14 @@ def run_demo(
             services.append(prom)
             prometheus_url = f"http://127.0.0.1:{prom.port}"
             print(f"demo: Prometheus {prometheus_url} scrapes the job every second", flush=True)
+        dirs = ", ".join(str(b.log_dir) for b in brokers)
         print(
-            f"demo: Apache Kafka {broker.bootstrap} (log dir {broker.log_dir}), redis 127.0.0.1:{redis.port}, "
-            f"data in {root}",
+            f"demo: Apache Kafka {bootstrap} (log dir {dirs}), redis 127.0.0.1:{redis.port}, data in {root}",
             flush=True,
         )
         ensure_topics(settings.kafka_connection(), settings.own_topics(), configs=settings.own_topic_configs())
         log = EventLog()
-        cluster = DemoCluster(settings, broker, log)
+        cluster = DemoCluster(settings, brokers, log)
         cluster.create_topics()
         started = time.monotonic()
         watch = ViewWatch(settings, log)
@@ -404,8 +459,11 @@ def run_demo(
         ]
         if duration_s:
             threads.append(threading.Thread(target=lambda: stop.wait(duration_s) or stop.set(), daemon=True))
+        if kafka is not None:
+            threads.append(threading.Thread(target=_kill_and_restart, args=(kafka, log, stop), daemon=True))
         if until_closed:
-            threads.append(threading.Thread(target=_until_closed, args=(log, stop), daemon=True))
+            after = RESTARTED if kafka is not None else None
+            threads.append(threading.Thread(target=_until_closed, args=(log, stop, after), daemon=True))
         for t in threads:
             t.start()
         with Application(settings) as app:

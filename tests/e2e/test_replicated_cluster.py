@@ -14,17 +14,23 @@ must say what the broker did, not "failed", and a retry must never delete more t
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import signal
+import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import redis
 from confluent_kafka import Consumer, Producer, TopicCollection, TopicPartition
 from prometheus_client import CollectorRegistry
 
+from compactd.agent.agent import KafkaPublisher, SegmentAgent
+from compactd.agent.leaders import Leaders
 from compactd.app.application import Application
 from compactd.control.controller import Controller
+from compactd.control.dispatch import BEHIND_RECHECK_MS
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.topics import ClusterTopics
 from compactd.metrics import Metrics
@@ -62,6 +68,20 @@ def leaders(cluster: Cluster, topic: str) -> dict[int, int]:
     return {p.id: (p.leader.id if p.leader is not None else -1) for p in d.partitions}
 
 
+def consumed_job(job_settings, kafka3, topic: str, retention_ms: int):
+    """The job's settings on the 3-node cluster: groups read from `__consumer_offsets`, a delete retried every second,
+    consumed retention of `retention_ms` on `topic`."""
+    return job_settings(
+        bootstrap_servers=kafka3.bootstrap,
+        offsets_source="consumer_offsets",
+        trigger_interval_ms=500,
+        thresholds={
+            "global": {"dry.run": False, "action.retry.ms": 1000},
+            f"topic:{topic}": {"consumed.retention.ms": retention_ms},
+        },
+    )
+
+
 def unanswered(exc: Exception) -> bool:
     return isinstance(exc, TimeoutError) or kraft.not_yet(exc)
 
@@ -73,15 +93,7 @@ def test_the_node_leading_most_partitions_killed_under_a_running_job(spark, kafk
     for p in range(PARTITIONS):
         cluster.fill(topic, 4000, partition=p)
     group = cluster.name("billing")
-    settings = job_settings(
-        bootstrap_servers=kafka3.bootstrap,
-        offsets_source="consumer_offsets",
-        trigger_interval_ms=500,
-        thresholds={
-            "global": {"dry.run": False, "action.retry.ms": 1000},
-            f"topic:{topic}": {"consumed.retention.ms": H},
-        },
-    )
+    settings = consumed_job(job_settings, kafka3, topic, H)
     t = settings.topics
     cluster.create(t.segments)
     now = int(time.time() * 1000)
@@ -231,6 +243,24 @@ def replicas(cluster: Cluster, topic: str) -> tuple[int, list[int], list[int]]:
     return p.leader.id, [r.id for r in p.replicas], [r.id for r in p.isr]
 
 
+def one_partition_in_sync(kafka3) -> tuple[Cluster, str, int, list[int]]:
+    """A topic of one partition holding 1,000 records, all three replicas in sync (every node running first: another
+    test of the module may have left one stopped): (cluster, topic, its leader, its replicas)."""
+    for node in kafka3.nodes:
+        node.start()
+    cluster = Cluster(kafka3.bootstrap, replication=3)
+    topic = cluster.name("orders")
+    cluster.create(topic, 1, {"cleanup.policy": "delete"})
+    cluster.fill(topic, 1000)
+    leader, nodes, _ = wait_until(
+        f"{topic}[0] with all three replicas in sync",
+        lambda: replicas(cluster, topic),
+        lambda r: len(r[2]) == 3,
+        tolerate=kraft.not_yet,
+    )
+    return cluster, topic, leader, nodes
+
+
 def delete(topic: str, before: int) -> ActionRecord:
     return ActionRecord(
         id=f"del-{before}",
@@ -248,18 +278,7 @@ def delete(topic: str, before: int) -> ActionRecord:
 def test_a_delete_whose_answer_times_out_on_a_stopped_follower_is_audited_as_the_broker_did_it(
     kafka3, rclient: redis.Redis
 ) -> None:
-    for node in kafka3.nodes:  # a node another test of the module left stopped
-        node.start()
-    cluster = Cluster(kafka3.bootstrap, replication=3)
-    topic = cluster.name("orders")
-    cluster.create(topic, 1, {"cleanup.policy": "delete"})
-    cluster.fill(topic, 1000)
-    leader, nodes, _ = wait_until(
-        f"{topic}[0] with all three replicas in sync",
-        lambda: replicas(cluster, topic),
-        lambda r: len(r[2]) == 3,
-        tolerate=kraft.not_yet,
-    )
+    cluster, topic, leader, nodes = one_partition_in_sync(kafka3)
     follower = kafka3.node(next(n for n in nodes if n != leader))
     sink = KafkaAdminSink(KafkaConnection(kafka3.bootstrap), RedisState(rclient), timeout_s=2.0)
     try:
@@ -296,18 +315,7 @@ def test_a_delete_past_a_high_watermark_that_trails_the_log_end_waits_and_the_st
     watermark stays behind until they resume: the window is the test's, not the broker's 5 s. A delete past the
     high watermark on the same topic ID must wait in the outbox, and the topic must not be taken for re-created
     (before: reset as "the log ends at 1000, below offset 2000 compactd holds", its state and groups dropped)."""
-    for node in kafka3.nodes:
-        node.start()
-    cluster = Cluster(kafka3.bootstrap, replication=3)
-    topic = cluster.name("orders")
-    cluster.create(topic, 1, {"cleanup.policy": "delete"})
-    cluster.fill(topic, 1000)
-    leader, nodes, _ = wait_until(
-        f"{topic}[0] with all three replicas in sync",
-        lambda: replicas(cluster, topic),
-        lambda r: len(r[2]) == 3,
-        tolerate=kraft.not_yet,
-    )
+    cluster, topic, leader, nodes = one_partition_in_sync(kafka3)
     lead, followers = kafka3.node(leader), [kafka3.node(n) for n in nodes if n != leader]
     actions = cluster.name("actions")
     cluster.create(actions)
@@ -363,6 +371,9 @@ def test_a_delete_past_a_high_watermark_that_trails_the_log_end_waits_and_the_st
     assert state.reset_cause(topic) is None and state.partitions(topic) == [0]
 
     wait_until("the followers caught up", lambda: cluster.watermarks(topic), lambda w: w[1] == 2000, 60)
+    ctl.tick()  # not asked again before BEHIND_RECHECK_MS: still held
+    assert ctl.metrics.registry.get_sample_value("compactd_deletes_behind_high_watermark") == 1
+    now += BEHIND_RECHECK_MS
     ctl.tick()
     ctl.audit.flush()
     # audited: the one delete, sent (and the tries a stopped node timed out, failed); none skipped as stale
@@ -373,3 +384,176 @@ def test_a_delete_past_a_high_watermark_that_trails_the_log_end_waits_and_the_st
     assert cluster.watermarks(topic) == (2000, 2000)
     assert ctl.metrics.registry.get_sample_value("compactd_deletes_behind_high_watermark") == 0
     ctl.sink.close()
+
+
+class Background:
+    """`_run` on a daemon thread between `with`'s enter and exit, which sets `stop` and waits for it."""
+
+    def __init__(self, name: str) -> None:
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Background:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(30)
+
+
+class NodeAgent(Background):
+    """`compactd agent --log-dir` beside one node: its log dir, the partitions its node leads (agent/leaders.py),
+    scanned every `every_s` on a thread. Every publication is noted: (when, node, partition)."""
+
+    def __init__(self, node, bootstrap: str, segments_topic: str, every_s: float = 1.0) -> None:
+        conn = KafkaConnection(bootstrap)
+        self.node = node
+        self.agent = SegmentAgent([node.log_dir], leads=Leaders(conn, node.node_id))
+        self.publisher = KafkaPublisher(conn, segments_topic)
+        self.every_s = every_s
+        self.published: list[tuple[float, int, int]] = []
+        self.errors: list[str] = []
+        super().__init__(f"agent-{node.node_id}")
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every_s):
+            try:
+                events = self.agent.scan()
+                self.publisher.publish(events)
+            except Exception as exc:  # the agent runs on through a broker's death, as the real one does
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                continue
+            now = time.monotonic()
+            self.published += [(now, self.node.node_id, e["partition"]) for e in events if e["type"] != "log_start"]
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        self.publisher.close()
+
+
+class BillingGroup(Background):
+    """A classic group reading the topic and committing what it read, every second, on a thread; `committed()` is
+    what the broker holds for it now."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.bootstrap, self.group, self.topic = bootstrap, group, topic
+        super().__init__("billing")
+
+    def _run(self) -> None:
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest"})  # fmt: skip
+        c.subscribe([self.topic])
+        try:
+            while not self.stop.is_set():
+                if [m for m in c.consume(500, timeout=1.0) if m.error() is None]:
+                    with contextlib.suppress(Exception):  # a coordinator moving: the next round commits
+                        c.commit(asynchronous=False)
+        finally:
+            c.close()
+
+    def committed(self, admin, partitions: int) -> dict[int, int]:
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        req = ConsumerGroupTopicPartitions(self.group, [TopicPartition(self.topic, p) for p in range(partitions)])
+        [fut] = admin.list_consumer_group_offsets([req], request_timeout=5).values()
+        return {tp.partition: tp.offset for tp in fut.result(10).topic_partitions}
+
+
+@pytest.mark.soak
+def test_an_agent_per_node_publishes_each_partition_from_its_leader_through_a_kill_and_a_restart(
+    spark, kafka3, job_settings
+) -> None:
+    """The deployment docs/deploying.md describes: one `compactd agent --log-dir` beside each of the three nodes, each
+    publishing only what its node leads, the job on `__consumer_offsets`, a real group committing as it reads, records
+    going in all along. The node leading most partitions is killed with -9 (its agent runs on, as on a machine whose
+    broker died), then started again. Each partition moves to another node's agent, which publishes it from its own
+    replica's files, rolled at other offsets: deletes go on, never past the group, and no partition is published by
+    two agents taking turns."""
+    for node in kafka3.nodes:
+        node.start()
+    cluster = Cluster(kafka3.bootstrap, replication=3)
+    topic = cluster.name("clicks")
+    cluster.create(topic, PARTITIONS, {"cleanup.policy": "delete", "segment.ms": "2000"})
+    group = cluster.name("billing")
+    settings = consumed_job(job_settings, kafka3, topic, 1000)
+    cluster.create(settings.topics.segments)
+    stop_writing = threading.Event()
+
+    def write() -> None:
+        producer = Producer({"bootstrap.servers": kafka3.bootstrap, "acks": "all", "linger.ms": 20})
+        while not stop_writing.wait(0.2):
+            for p in range(PARTITIONS):
+                for i in range(20):
+                    producer.produce(topic, b"click", f"u{i}".encode(), partition=p)
+            producer.poll(0)
+        producer.flush(30)
+
+    writer = threading.Thread(target=write, name="writer", daemon=True)
+    writer.start()
+    admin = kraft.admin(cluster.conn)
+    samples: list[tuple[dict[int, int], dict[int, int]]] = []  # (low watermarks, then the group's commits)
+
+    def lows() -> dict[int, int]:
+        return {p: cluster.watermarks(topic, p)[0] for p in range(PARTITIONS)}
+
+    def sample(billing: BillingGroup) -> dict[int, int]:
+        low = lows()
+        samples.append((low, billing.committed(admin, PARTITIONS)))
+        return low
+
+    def moved_past(than: dict[int, int], billing: BillingGroup) -> Callable[[], bool]:
+        return lambda: all(lw > than[p] for p, lw in sample(billing).items())
+
+    agents = [NodeAgent(n, kafka3.bootstrap, settings.topics.segments) for n in kafka3.nodes]
+    try:
+        with contextlib.ExitStack() as stack:
+            for a in agents:
+                stack.enter_context(a)
+            billing = BillingGroup(kafka3.bootstrap, group, topic)
+            stack.enter_context(billing)
+            job = stack.enter_context(Application(settings, spark=spark))
+            running = stack.enter_context(Running(job))
+            first = moved_past(dict.fromkeys(range(PARTITIONS), 0), billing)
+            wait_for("every partition's first delete", first, 120, every_s=1.0)
+            before = leaders(cluster, topic)
+            victim = kafka3.node(collections.Counter(before.values()).most_common(1)[0][0])
+            at_kill = lows()
+            victim.kill()
+            killed = time.monotonic()
+            wait_for("deletes on every partition after the kill, the node down",
+                     moved_past(at_kill, billing), RESUME_S, 1.0, tolerate=unanswered)  # fmt: skip
+            resumed = time.monotonic() - killed
+            running.assert_alive()
+            victim.start()
+            at_restart = lows()
+            restarted = time.monotonic()
+            wait_for("deletes on every partition after the restart", moved_past(at_restart, billing), RESUME_S,
+                     1.0, tolerate=unanswered)  # fmt: skip
+            after_restart = time.monotonic() - restarted
+            running.assert_alive()
+            resets = job.metrics.registry.get_sample_value("compactd_topic_resets_total")
+    finally:
+        stop_writing.set()
+        writer.join(30)
+    assert not running.failed, running.failed
+    # never past the group: each low watermark at or below what the group had committed when it was read
+    for low, committed in samples:
+        for p, lw in low.items():
+            assert lw <= committed.get(p, -1) or lw == 0, (p, low, committed)
+    assert resets in (None, 0)
+    # one agent at a time per partition: the publisher of a partition changes when its leadership moves, and back
+    # at most once (the kill, then the restart's leadership changes: automatic rebalance is off)
+    published = sorted(e for a in agents for e in a.published)
+    owners: dict[int, list[int]] = collections.defaultdict(list)
+    for _, node, p in published:
+        if not owners[p] or owners[p][-1] != node:
+            owners[p].append(node)
+    assert all(len(o) <= 2 for o in owners.values()), dict(owners)
+    assert any(len(o) == 2 for o in owners.values()), dict(owners)  # the kill moved at least one partition
+    assert not [e for a in agents if a.node is not victim for e in a.errors], [a.errors for a in agents]
+    print(f"node {victim.node_id} killed: deletes on every partition {resumed:.1f} s later, the node down; "
+          f"{after_restart:.1f} s after its restart; publishers by partition {dict(owners)}")  # fmt: skip

@@ -103,3 +103,34 @@ def test_demo_closes_both_loops(tmp_path: Path) -> None:
     assert re.search(r"compacted view orders.compacted: generation \d+, .*\n  its table \(1000 live keys", final)
     leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
     assert leftover == "", "demo left processes behind"
+
+
+@pytest.mark.soak
+def test_the_demo_on_three_nodes_goes_on_through_a_node_killed_and_restarted(tmp_path: Path) -> None:
+    """`make demo CLUSTER=3`: once both loops have closed, the node leading most demo partitions is killed with -9
+    and started again 20 s later; both loops close again after that, and deletes move the log start further."""
+    out = subprocess.run(
+        [sys.executable, "-m", "compactd", "demo", "--nodes", "3", "--until-closed", "--duration", "420",
+         "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    log = out.stdout.split("final state:")[0]
+    assert re.search(r"demo: kill -9 of Kafka node \d, leader of \d+ demo partitions", log), log[-3000:]
+    before, after = log.split("started again", 1)
+    assert "the nudge put back" in after and "compaction service: orders generation" in after, after[-3000:]
+    assert re.search(r"compactd: delete_records clicks/\d before \d+ sent", after), after[-3000:]
+
+    def starts(text: str) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for p, offset in re.findall(r"kafka: clicks/(\d) log start moved to (\d+)", text):
+            found[p] = max(found.get(p, 0), int(offset))
+        return found
+
+    was, now = starts(before), starts(after)
+    assert any(now[p] > was.get(p, 0) for p in now), (was, now)  # a log start moved past where it stood
+    assert "Traceback" not in out.stdout + out.stderr
+    leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
+    assert leftover == "", "demo left processes behind"
