@@ -43,6 +43,9 @@ ROLE_DEFAULTS: dict[str, dict[str, KafkaValue]] = {
 # librdkafka's lines for a broker's coordinators still loading after a start (Kafka answers COORDINATOR_LOAD_IN_PROGRESS
 # for a moment): the client retries and succeeds, so they are debug lines, not warnings
 TRANSIENT = ("Coordinator load in progress: retrying",)
+NODE_DOWN = "FAIL "  # librdkafka's line for a connection to one broker that failed or dropped
+_CLIENT = re.compile(r"rdkafka#\w+-\d+")
+_SUPPRESSED = re.compile(r"\(after \d+ms in state \w+(, \d+ identical error\(s\) suppressed)?\)")
 
 
 class _RepeatFilter(logging.Filter):
@@ -58,7 +61,12 @@ class _RepeatFilter(logging.Filter):
         if message.endswith(TRANSIENT):  # librdkafka retries by itself and says so: not news unless it lasts
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
             return LOG.isEnabledFor(logging.DEBUG)
-        shape = re.sub(r"\d+", "#", message)
+        if record.levelno > logging.WARNING and message.startswith(NODE_DOWN):
+            # one node of several refusing or dropping connections (a broker restarting, killed): the clients go on
+            # with the others, and a client with none left says so through its error callback
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        # the same line from every client, and again with librdkafka's count of what it suppressed: one shape
+        shape = re.sub(r"\d+", "#", _SUPPRESSED.sub("", _CLIENT.sub("rdkafka", message)))
         now = time.monotonic()
         last = self._seen.get(shape)
         if last is not None and now - last < self.window_s:

@@ -43,3 +43,16 @@ def test_repeated_librdkafka_lines_pass_once(caplog) -> None:
             LOG.error("FAIL: Connect to ipv4#127.0.0.1:1 failed: Connection refused (after %dms in state CONNECT)", ms)
         LOG.error("FAIL: Failed to resolve 'nohost:9092'")
     assert len(caplog.records) == 2
+
+
+def test_one_node_down_is_one_warning_from_all_clients(caplog) -> None:
+    """A node of a cluster killed: every client says it cannot connect, and says it again with the count of what it
+    suppressed; one WARNING line stays (the clients go on with the other nodes)."""
+    LOG.setLevel(logging.WARNING)
+    line = "FAIL [rdkafka#%s] [thrd:127.0.0.1:4/1]: 127.0.0.1:4/1: Connect to ipv4#127.0.0.1:4 failed: "
+    line += "Connection refused"
+    with caplog.at_level(logging.WARNING, logger=LOG.name):
+        for client in ("producer-6", "consumer-8", "consumer-12"):
+            LOG.error(line + " (after 0ms in state CONNECT)", client)
+            LOG.error(line + " (after 0ms in state CONNECT, 1 identical error(s) suppressed)", client)
+    assert [r.levelname for r in caplog.records] == ["WARNING"], caplog.text
