@@ -310,7 +310,7 @@ class RunLoop:
         until = time.monotonic() + budget
         log.info("stopping: finishing the running batch, then draining the outbox (at most %.0fs)", budget)
         self.compaction.stopping.set()  # a run in progress is left unpublished: its writes are garbage, never seen
-        if not self.job.stop(timeout_s=budget):
+        if not self.job.stop(timeout_s=budget, forced=lambda: forced_by(self._stop)):
             self.forced = True
             raise StopTimeout(
                 f"the running batch did not finish within stop_timeout_ms={self.settings.stop_timeout_ms}; "

@@ -249,16 +249,20 @@ class StreamingJob:
         exc = self.query.exception() if self.query is not None else None
         return None if exc is None else root_cause(str(exc))
 
-    def stop(self, timeout_s: float = 120.0) -> bool:
+    def stop(self, timeout_s: float = 120.0, forced: Callable[[], BaseException | None] | None = None) -> bool:
         """Stop between batches (stopping inside foreachBatch has crashed Spark's stream thread).
 
-        Returns False, leaving the query running, if the running batch did not finish within `timeout_s`.
+        Returns False, leaving the query running, if the running batch did not finish within `timeout_s`. `forced`
+        is asked between polls, and what it returns is raised: a second signal that met a Py4J call here is lost to
+        it (Py4J retries a command its socket read was interrupted in), so the wait asks the stop event itself.
         """
         query = self.query
         if query is None or not query.isActive:
             return True
         deadline = time.monotonic() + timeout_s
         while query.status.get("isTriggerActive"):
+            if forced is not None and (exc := forced()) is not None:
+                raise exc
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.1)
