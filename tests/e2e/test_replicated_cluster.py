@@ -55,8 +55,12 @@ def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> N
     """`group` commits `offsets` (partition -> offset) as a classic group's member does, through its coordinator;
     the broker writes them to `__consumer_offsets`."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    tps = [TopicPartition(topic, p, o) for p, o in offsets.items()]
     try:
-        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+        # a coordinator still loading its `__consumer_offsets` partition (a node just started) or just moved answers
+        # with a retriable error: committed again until the broker takes it
+        wait_until(f"{group}'s commit taken", lambda: c.commit(offsets=tps, asynchronous=False), lambda _: True, 60,
+                   tolerate=kraft.not_yet)  # fmt: skip
     finally:
         c.close()
 

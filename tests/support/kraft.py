@@ -34,6 +34,10 @@ from tests.support.waiting import wait_until
 WITHIN_S = 60.0  # generous: it only bounds a failure, and a slow machine's broker may take seconds
 
 _NOT_YET = {
+    # a group coordinator loading its `__consumer_offsets` partition (a node just started), or just moved
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
