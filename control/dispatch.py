@@ -165,7 +165,11 @@ class Dispatch:
                 held += 1
                 rate_held += not failed_round
                 continue
-            elif (wait := self._behind.get((rec.topic, rec.partition))) is not None and now < wait[0]:
+            elif (
+                rec.action == "delete_records"
+                and (wait := self._behind.get((rec.topic, rec.partition))) is not None
+                and now < wait[0]
+            ):
                 held += 1  # asked again at wait[0]: one ListOffsets per partition held, not one per round
                 behind[(rec.topic, rec.partition)] = wait[1]
                 continue
