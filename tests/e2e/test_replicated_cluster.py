@@ -459,12 +459,31 @@ class BillingGroup(Background):
         finally:
             c.close()
 
-    def committed(self, admin, partitions: int) -> dict[int, int]:
+    def committed(self, cluster: Cluster, partitions: int) -> dict[int, int]:
+        """By a fresh client: one that knew a node killed since may wait on it."""
         from confluent_kafka import ConsumerGroupTopicPartitions
 
+        admin = kraft.admin(cluster.conn)
         req = ConsumerGroupTopicPartitions(self.group, [TopicPartition(self.topic, p) for p in range(partitions)])
         [fut] = admin.list_consumer_group_offsets([req], request_timeout=5).values()
         return {tp.partition: tp.offset for tp in fut.result(10).topic_partitions}
+
+
+LEADS_LAG_S = 5.0
+
+
+class LeaderWatch(Background):
+    """The partitions' leaders as a fresh client sees them, every half second: (when, partition -> node)."""
+
+    def __init__(self, cluster: Cluster, topic: str) -> None:
+        self.cluster, self.topic = cluster, topic
+        self.seen: list[tuple[float, dict[int, int]]] = []
+        super().__init__("leaders")
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.5):
+            with contextlib.suppress(Exception):  # no answer while a node dies: the next look
+                self.seen.append((time.monotonic(), leaders(self.cluster, self.topic)))
 
 
 @pytest.mark.soak
@@ -498,7 +517,6 @@ def test_an_agent_per_node_publishes_each_partition_from_its_leader_through_a_ki
 
     writer = threading.Thread(target=write, name="writer", daemon=True)
     writer.start()
-    admin = kraft.admin(cluster.conn)
     samples: list[tuple[dict[int, int], dict[int, int]]] = []  # (low watermarks, then the group's commits)
 
     def lows() -> dict[int, int]:
@@ -506,15 +524,17 @@ def test_an_agent_per_node_publishes_each_partition_from_its_leader_through_a_ki
 
     def sample(billing: BillingGroup) -> dict[int, int]:
         low = lows()
-        samples.append((low, billing.committed(admin, PARTITIONS)))
+        samples.append((low, billing.committed(cluster, PARTITIONS)))
         return low
 
     def moved_past(than: dict[int, int], billing: BillingGroup) -> Callable[[], bool]:
         return lambda: all(lw > than[p] for p, lw in sample(billing).items())
 
     agents = [NodeAgent(n, kafka3.bootstrap, settings.topics.segments) for n in kafka3.nodes]
+    watch = LeaderWatch(cluster, topic)
     try:
         with contextlib.ExitStack() as stack:
+            stack.enter_context(watch)
             for a in agents:
                 stack.enter_context(a)
             billing = BillingGroup(kafka3.bootstrap, group, topic)
@@ -522,7 +542,7 @@ def test_an_agent_per_node_publishes_each_partition_from_its_leader_through_a_ki
             job = stack.enter_context(Application(settings, spark=spark))
             running = stack.enter_context(Running(job))
             first = moved_past(dict.fromkeys(range(PARTITIONS), 0), billing)
-            wait_for("every partition's first delete", first, 120, every_s=1.0)
+            wait_for("every partition's first delete", first, 120, every_s=1.0, tolerate=unanswered)
             before = leaders(cluster, topic)
             victim = kafka3.node(collections.Counter(before.values()).most_common(1)[0][0])
             at_kill = lows()
@@ -549,15 +569,17 @@ def test_an_agent_per_node_publishes_each_partition_from_its_leader_through_a_ki
         for p, lw in low.items():
             assert lw <= committed.get(p, -1) or lw == 0, (p, low, committed)
     assert resets in (None, 0)
-    # one agent at a time per partition: the publisher of a partition changes when its leadership moves, and back
-    # at most once (the kill, then the restart's leadership changes: automatic rebalance is off)
-    published = sorted(e for a in agents for e in a.published)
+    # each partition published only by the agent of the node leading it then: as the cluster's metadata said within
+    # LEADS_LAG_S of the publication (agents ask once a scan; brokers learn a new leader a moment apart). Leadership
+    # moves more than the kill: a node the controller fenced under the suite's load leaves its partitions too.
+    for at, node, p in sorted(e for a in agents for e in a.published):
+        led_by = {lead.get(p) for t, lead in watch.seen if abs(t - at) <= LEADS_LAG_S}
+        assert node in led_by, (at, node, p, led_by)
     owners: dict[int, list[int]] = collections.defaultdict(list)
-    for _, node, p in published:
+    for _, node, p in sorted(e for a in agents for e in a.published):
         if not owners[p] or owners[p][-1] != node:
             owners[p].append(node)
-    assert all(len(o) <= 2 for o in owners.values()), dict(owners)
-    assert any(len(o) == 2 for o in owners.values()), dict(owners)  # the kill moved at least one partition
+    assert any(len(o) >= 2 for o in owners.values()), dict(owners)  # the kill moved at least one partition
     assert not [e for a in agents if a.node is not victim for e in a.errors], [a.errors for a in agents]
     print(f"node {victim.node_id} killed: deletes on every partition {resumed:.1f} s later, the node down; "
           f"{after_restart:.1f} s after its restart; publishers by partition {dict(owners)}")  # fmt: skip

@@ -52,6 +52,7 @@ _NOT_YET = {
     KafkaError._TRANSPORT,
     KafkaError._TIMED_OUT,
     KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._DESTROY_BROKER,  # a request on the connection to a node that restarted under it
 }
 
 
