@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -17,9 +18,29 @@ from compactd.state.keys import REDIS_CONFIG
 
 
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port free now, below the kernel's ephemeral range: a port the kernel hands out (bind to 0) is handed out
+    again to the next outbound connection of any client, which can take it before the server this port is for
+    binds it ("Address already in use" under a busy test suite). Below the range only another free_port can."""
+    low = _ephemeral_low()
+    for _ in range(50):
+        port = random.randrange(10_000, low) if low > 10_000 else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    with socket.socket() as s:  # every try taken: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    """The low end of the kernel's range for outbound connections' ports (Linux; 32768 elsewhere)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 20.0) -> None:
