@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from compactd.kafka.admin import admin_client
+from compactd.kafka.admin import admin_client, retire
 from compactd.kafka.config import KafkaConnection
 
 log = logging.getLogger("compactd.agent")
@@ -47,6 +47,7 @@ class Leaders:
             topics = self._admin.list_topics(timeout=self.timeout_s).topics
         except Exception as exc:  # unknown: nothing published this scan
             log.debug("leaders not read this scan: %s", exc)
-            self._admin = None  # a client waiting on a node that died or stalled: the next scan asks with a new one
+            retire(self._admin)  # waiting on a node that died or stalled: the next scan asks with a new client
+            self._admin = None
             return None
         return {(name, p) for name, md in topics.items() for p, pm in md.partitions.items() if pm.leader == self.node}

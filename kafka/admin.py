@@ -15,6 +15,22 @@ Offsets = dict[str, dict[str, int]]
 CHECK_STEP_S = 0.25  # how often the start-up check looks at what librdkafka said while it waits
 
 
+RETIRED_KEEP_S = 120.0  # longer than any request compactd makes waits for its answer
+RETIRED_MAX = 16  # and at most this many (each holds its broker threads)
+_retired: list[tuple[float, Any]] = []
+
+
+def retire(client: Any) -> None:
+    """A client dropped for a new one (its metadata may point at a dead node) while a request it sent may still be
+    out: kept referenced RETIRED_KEEP_S, so that the answer never lands in a client already freed (librdkafka's
+    callback into a freed handle takes the process down). Older retired clients go now."""
+    if client is None:
+        return
+    now = time.monotonic()
+    _retired[:] = [(at, c) for at, c in _retired if now - at < RETIRED_KEEP_S][-(RETIRED_MAX - 1) :]
+    _retired.append((now, client))
+
+
 def admin_client(conn: KafkaConnection, timeout_s: float = 10.0) -> Any:
     from confluent_kafka.admin import AdminClient
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from compactd.codec.streams_group import MEMBER, TOPOLOGY, Topology, decode_key, decode_topology
 from compactd.errors import DecodeError, DependencyUnavailable
-from compactd.kafka.admin import admin_client
+from compactd.kafka.admin import admin_client, retire
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.share_state import read_to_ends, tail_consumer
 
@@ -187,7 +187,8 @@ class GroupReader:
         """The admin client goes; the next request makes a new one, which learns the cluster's leaders and
         coordinators afresh. After a broker of a replicated cluster died, the old one kept sending a moved group's
         OffsetFetch towards the dead node: every delete held a minute and more (measured on three nodes)."""
-        self._admin = None  # its broker connections go with the last reference
+        retire(self._admin)  # a request of it may still be out: freed once that has had its answer
+        self._admin = None
 
 
 class ClusterGroupOffsets:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactd.kafka.admin import admin_client
+from compactd.kafka.admin import admin_client, retire
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.watermarks import watermarks
 from compactd.policy.identity import LogFacts
@@ -112,4 +112,5 @@ class ClusterTopics:
     def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
+        retire(self._admin)  # a DescribeTopics of it may still be out: freed once that has had its answer
         self._admin = self._consumer = None

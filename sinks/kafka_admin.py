@@ -27,7 +27,7 @@ from confluent_kafka.admin import (
 )
 
 from compactd.clock import now_ms
-from compactd.kafka.admin import admin_client
+from compactd.kafka.admin import admin_client, retire
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.watermarks import STALE_METADATA, watermarks
 from compactd.model import ActionRecord, Nudge
@@ -247,7 +247,7 @@ class KafkaAdminSink:
         """The next action starts with new clients, which ask the cluster where its leaders are from scratch."""
         if self._watermarks is not None:
             self._watermarks.close()
-        # the admin handle, and its broker connections, go with the last reference
+        retire(self.admin)  # a DeleteRecords of it may still be out: freed once that has had its answer
         self.admin = self._watermarks = None
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ deadline, until the broker shows the change to a fresh client, and a failure say
 
 from __future__ import annotations
 
+import collections
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,9 +86,15 @@ class TopicSeen:
         )
 
 
+_handed_out: collections.deque[AdminClient] = collections.deque(maxlen=32)  # the last ones, kept referenced
+
+
 def admin(conn: KafkaConnection) -> AdminClient:
-    """A fresh client: no metadata cached from before the change it is to see."""
-    return AdminClient(conn.client("admin"))
+    """A fresh client: no metadata cached from before the change it is to see. Retired at once (kept referenced for
+    a while): a caller whose wait for an answer timed out drops it with the request still out."""
+    client = AdminClient(conn.client("admin"))
+    _handed_out.append(client)
+    return client
 
 
 def look(conn: KafkaConnection, topic: str) -> TopicSeen:
