@@ -110,7 +110,8 @@ class ClusterTopics:
         return LogFacts(now.ids.get(topic) or None, low, high)
 
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-        retire(self._admin)  # a DescribeTopics of it may still be out: freed once that has had its answer
+        # retired, not closed: a request of either may still be out, or another thread inside a call on it; freed
+        # once the last reference goes
+        retire(self._admin)
+        retire(self._consumer)
         self._admin = self._consumer = None

@@ -245,9 +245,9 @@ class KafkaAdminSink:
 
     def _drop_clients(self) -> None:
         """The next action starts with new clients, which ask the cluster where its leaders are from scratch."""
-        if self._watermarks is not None:
-            self._watermarks.close()
-        retire(self.admin)  # a DeleteRecords of it may still be out: freed once that has had its answer
+        # retired, not closed: a DeleteRecords or ListOffsets of them may still be out; freed once it has its answer
+        retire(self._watermarks)
+        retire(self.admin)
         self.admin = self._watermarks = None
 
     def close(self) -> None:
