@@ -385,19 +385,18 @@ def write_view(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[p
     the driver checks the range holds exactly the records written before it publishes. So no delivery report is
     needed per record, only for failures.
     """
-    from confluent_kafka import Consumer, Producer
-
     from compactd.compaction.reduce import Record, settle
+    from compactd.kafka.config import new_consumer, new_producer
 
     errors: list[str] = []
-    producer = Producer(
+    producer = new_producer(
         {
             **spec.producer_conf,
             "delivery.report.only.error": True,
             "on_delivery": lambda err, _msg: errors.append(str(err)),
         }
     )
-    meter = Consumer({**spec.consumer_conf, "group.id": "compactd-view-writer"})
+    meter = new_consumer({**spec.consumer_conf, "group.id": "compactd-view-writer"})
     ranges: dict[int, list[int]] = {}
     stats: dict[int, dict[str, int]] = {}
 

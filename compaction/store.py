@@ -35,7 +35,7 @@ from typing import Any
 
 from compactd.compaction.manifest import Manifest
 from compactd.errors import CompactdError, DeliveryTimeout
-from compactd.kafka.config import KafkaConnection
+from compactd.kafka.config import KafkaConnection, new_producer
 
 log = logging.getLogger("compactd.compaction")
 
@@ -137,10 +137,8 @@ class ManifestLog:
         return manifest if key == manifest_key(manifest) else held.manifest
 
     def _produce(self, records: list[tuple[str, bytes | None]], topic: str, timeout_s: float) -> None:
-        from confluent_kafka import Producer
-
         failed: list[str] = []
-        producer = Producer(self.conn.client("producer", {"acks": "all", "linger.ms": 0}))
+        producer = new_producer(self.conn.client("producer", {"acks": "all", "linger.ms": 0}))
         for key, value in records:
             producer.produce(
                 self.topic,

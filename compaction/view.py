@@ -93,9 +93,9 @@ def read_segment(conf: dict[str, Any], seg: Segment, low: Mapping[str, int] | No
 
 def first_offsets(conf: dict[str, Any], seg: Segment) -> dict[str, int]:
     """The view's and the source's first offsets of the segment's partition now (what `read_segment` checks)."""
-    from confluent_kafka import Consumer
+    from compactd.kafka.config import new_consumer
 
-    consumer = Consumer({**conf, "group.id": f"compactd-view-{uuid.uuid4()}"})
+    consumer = new_consumer({**conf, "group.id": f"compactd-view-{uuid.uuid4()}"})
     try:
         out = {"source": watermarks(consumer, seg.topic, seg.partition, 30)[0]}
         if seg.view:

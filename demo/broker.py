@@ -291,13 +291,12 @@ class KafkaBroker:
         """Ready = a metadata request to this node answers with this node and `brokers` brokers in all, a controller,
         and every partition led (the port alone opens before the broker is unfenced and may refuse to create topics;
         after a crash, partitions are led only once their logs are recovered)."""
-        from confluent_kafka.admin import AdminClient
-
         from compactd.demo.embedded import wait_port
+        from compactd.kafka.config import new_admin
 
         assert self.proc is not None
         wait_port(self.port, self.proc, "kafka", READY_TIMEOUT_S)
-        probe = AdminClient({**self.client(), "log_level": 0, "logger": _SILENT})  # this node's address only
+        probe = new_admin({**self.client(), "log_level": 0, "logger": _SILENT})  # this node's address only
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             if self.proc.poll() is not None:

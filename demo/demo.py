@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka.admin import ConfigResource, NewTopic
 
 from compactd.agent.agent import Event, KafkaPublisher, SegmentAgent
@@ -47,7 +47,7 @@ from compactd.clock import now_ms
 from compactd.demo.broker import KafkaBroker, KafkaCluster, kafka_broker
 from compactd.demo.embedded import Service, free_port, prometheus_server, redis_server
 from compactd.kafka.admin import admin_client, ensure_topics
-from compactd.kafka.config import KafkaConnection
+from compactd.kafka.config import KafkaConnection, new_consumer, new_producer
 
 PARTITIONS = 2
 ROLL_MS = 4_000  # segment.ms of both topics: a segment closes on the first append 4 s after it opened
@@ -126,7 +126,7 @@ class DemoCluster:
         self.log = log
         conn = settings.kafka_connection()
         self.admin = admin_client(conn)
-        self.producer = Producer(conn.client("producer", {"linger.ms": 5}))
+        self.producer = new_producer(conn.client("producer", {"linger.ms": 5}))
         self.replication = min(3, len(nodes))
         # one agent per node; on several, each publishes only what its node leads (agent/leaders.py)
         self.agents = [
@@ -134,20 +134,20 @@ class DemoCluster:
             for n in nodes
         ]
         self.publisher = AgentPublisher(settings, log)
-        self.actions = Consumer(
+        self.actions = new_consumer(
             conn.client(
                 "consumer", forced={"group.id": f"demo-actions-{uuid.uuid4()}", "auto.offset.reset": "earliest"}
             )
         )
         self.groups = {
-            "billing": Consumer(
+            "billing": new_consumer(
                 conn.client(
                     "consumer",
                     {"group.protocol": "consumer"},
                     forced={"group.id": "billing", "auto.offset.reset": "earliest", "enable.auto.commit": False},
                 )
             ),
-            "analytics": Consumer(
+            "analytics": new_consumer(
                 conn.client(
                     "consumer",
                     forced={"group.id": "analytics", "auto.offset.reset": "earliest", "enable.auto.commit": False},

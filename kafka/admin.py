@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from compactd.errors import CompactdError, DependencyUnavailable
-from compactd.kafka.config import KafkaConnection
+from compactd.kafka.config import KafkaConnection, new_admin
 from compactd.kafka.watermarks import list_offsets
 
 Offsets = dict[str, dict[str, int]]
@@ -32,10 +32,8 @@ def retire(client: Any) -> None:
 
 
 def admin_client(conn: KafkaConnection, timeout_s: float = 10.0) -> Any:
-    from confluent_kafka.admin import AdminClient
-
     # a dead bootstrap address should fail the first request quickly, not after librdkafka's long defaults
-    return AdminClient(conn.client("admin", {"socket.connection.setup.timeout.ms": int(timeout_s * 1000)}))
+    return new_admin(conn.client("admin", {"socket.connection.setup.timeout.ms": int(timeout_s * 1000)}))
 
 
 def check_reachable(conn: KafkaConnection, timeout_s: float = 5.0) -> None:
@@ -44,14 +42,13 @@ def check_reachable(conn: KafkaConnection, timeout_s: float = 5.0) -> None:
     It fails as soon as librdkafka reports every bootstrap broker down (refused, unresolvable: known at once), and
     after `timeout_s` when no broker answers at all (a dropped connection, a firewall)."""
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient
 
     errors: list[KafkaError] = []
     conf = conn.client("admin", {"socket.connection.setup.timeout.ms": int(timeout_s * 1000)})
     conf["error_cb"] = errors.append
     conf["log_level"] = 0  # the one-line error below says it all
     try:
-        admin = AdminClient(conf)
+        admin = new_admin(conf)
     except (KafkaException, ValueError, TypeError) as exc:  # librdkafka refused a setting of the kafka: map
         raise DependencyUnavailable("Kafka", conn.bootstrap_servers, "the kafka: settings", str(exc)) from None
     until = time.monotonic() + timeout_s

@@ -4,6 +4,9 @@
 security.protocol, sasl.*, ssl.*, ...). Each client asks for a role; the result is our defaults for that role,
 then the user's settings (the user wins), then what the caller must force (a group id, a read mode).
 librdkafka's own log lines go through Python logging (`compactd.librdkafka`), repeated lines folded.
+`new_consumer`, `new_producer` and `new_admin` make the clients themselves: first, the process's garbage collector
+moves to a thread of compactd's own (`compactd/gc_pause.py`: librdkafka aborts a process whose collector frees a
+client on one of librdkafka's threads).
 """
 
 from __future__ import annotations
@@ -13,7 +16,13 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from compactd.gc_pause import collect_on_own_thread
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient
 
 Role = Literal["producer", "consumer", "admin"]
 KafkaValue = str | int | float | bool
@@ -120,3 +129,27 @@ class KafkaConnection:
     def redacted(self) -> dict[str, KafkaValue]:
         """The user's settings with secret values masked, for logs and error lines."""
         return {k: ("***" if SECRET_KEYS.search(k) else v) for k, v in self.extra.items()}
+
+
+def new_consumer(conf: Mapping[str, Any]) -> Consumer:
+    """A Consumer, made after the collector left librdkafka's threads (the module's docstring)."""
+    from confluent_kafka import Consumer
+
+    collect_on_own_thread()
+    return Consumer(dict(conf))
+
+
+def new_producer(conf: Mapping[str, Any]) -> Producer:
+    """A Producer, made after the collector left librdkafka's threads."""
+    from confluent_kafka import Producer
+
+    collect_on_own_thread()
+    return Producer(dict(conf))
+
+
+def new_admin(conf: Mapping[str, Any]) -> AdminClient:
+    """An AdminClient, made after the collector left librdkafka's threads."""
+    from confluent_kafka.admin import AdminClient
+
+    collect_on_own_thread()
+    return AdminClient(dict(conf))

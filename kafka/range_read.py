@@ -54,10 +54,12 @@ def read_messages(
     the source's retention took: what they replaced or deleted would come back); otherwise the read goes on from the
     log start, as a stream does.
     """
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import KafkaError, TopicPartition
+
+    from compactd.kafka.config import new_consumer
 
     # a private group id: progress lives in Spark's checkpoint, nothing is committed
-    consumer = Consumer(
+    consumer = new_consumer(
         {
             **conf,
             "group.id": f"compactd-read-{uuid.uuid4()}",

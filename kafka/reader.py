@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from compactd.errors import DeliveryTimeout
-from compactd.kafka.config import KafkaConnection
+from compactd.kafka.config import KafkaConnection, new_consumer
 from compactd.kafka.watermarks import watermarks
 
 
@@ -18,9 +18,7 @@ def reader(conn: KafkaConnection) -> Any:
     `fetch.wait.max.ms` 10: at a partition's end the broker holds a fetch that long for new records, and the next
     read on this consumer waits for it first (one fetch in flight per broker). At the default 500 ms a run's manifest
     read, 0.3 s after the one before, waited 0.18 s."""
-    from confluent_kafka import Consumer
-
-    return Consumer(
+    return new_consumer(
         conn.client(
             "consumer",
             {"isolation.level": "read_committed", "fetch.wait.max.ms": 10},

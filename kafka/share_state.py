@@ -32,7 +32,7 @@ from typing import Any
 
 from compactd.codec.share_state import SNAPSHOT, advance, decode_key, decode_value
 from compactd.errors import DecodeError
-from compactd.kafka.config import KafkaConnection
+from compactd.kafka.config import KafkaConnection, new_consumer
 from compactd.kafka.topics import ClusterTopics
 from compactd.policy.identity import topic_id_bytes
 
@@ -202,9 +202,7 @@ def tail_consumer(conn: KafkaConnection, group: str, reset: str) -> Any:
     """A consumer of one of Kafka's internal topics, read to its end now and then (`read_to_ends`): it commits nothing
     (`group` only names it), reads committed records, and its fetch at the end returns at once (10 ms: a drain to the
     end, not a wait for new records). `reset`: what falling out of range does."""
-    from confluent_kafka import Consumer
-
-    return Consumer(
+    return new_consumer(
         conn.client(
             "consumer",
             forced={"group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactd.kafka.admin import admin_client, retire
-from compactd.kafka.config import KafkaConnection
+from compactd.kafka.config import KafkaConnection, new_consumer
 from compactd.kafka.watermarks import watermarks
 from compactd.policy.identity import LogFacts
 
@@ -41,12 +41,10 @@ class ClusterTopics:
 
     def _clients(self) -> tuple[Any, Any]:
         if self._admin is None:
-            from confluent_kafka import Consumer
-
             self._admin = admin_client(self.conn, self.timeout_s)
             # read_uncommitted: the log's end is its high watermark. A read_committed client gets the last stable
             # offset, which an open transaction holds below segments the log has (issue 39: read as a re-creation)
-            self._consumer = Consumer(
+            self._consumer = new_consumer(
                 self.conn.client(
                     "consumer", forced={"group.id": "compactd-topic-check", "isolation.level": "read_uncommitted"}
                 )

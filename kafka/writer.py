@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from compactd.errors import DeliveryTimeout
-from compactd.kafka.config import KafkaConnection, KafkaValue
+from compactd.kafka.config import KafkaConnection, KafkaValue, new_producer
 
 
 class JsonTopicWriter:
@@ -28,9 +28,7 @@ class JsonTopicWriter:
 
     def start(self) -> None:
         if self._producer is None:
-            from confluent_kafka import Producer
-
-            self._producer = Producer(self.conn.client("producer", self._defaults))
+            self._producer = new_producer(self.conn.client("producer", self._defaults))
 
     def _delivered(self, err: Any, _msg: Any) -> None:
         if err is not None:

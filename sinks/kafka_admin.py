@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
@@ -28,7 +28,7 @@ from confluent_kafka.admin import (
 
 from compactd.clock import now_ms
 from compactd.kafka.admin import admin_client, retire
-from compactd.kafka.config import KafkaConnection
+from compactd.kafka.config import KafkaConnection, new_consumer
 from compactd.kafka.watermarks import STALE_METADATA, watermarks
 from compactd.model import ActionRecord, Nudge
 from compactd.policy.identity import STALE
@@ -86,7 +86,7 @@ class KafkaAdminSink:
             self.admin = admin_client(self.conn, self.timeout_s)
             # the log end a delete is checked against is the high watermark (DeleteRecords' own bound), not the
             # last stable offset a read_committed client gets below an open transaction
-            self._watermarks = Consumer(
+            self._watermarks = new_consumer(
                 self.conn.client(
                     "consumer", forced={"group.id": "compactd-admin-watermarks", "isolation.level": "read_uncommitted"}
                 )

@@ -34,27 +34,27 @@ def test_overdue_partition_is_carried_out_once_and_dry_run_never(rclient: redis.
 
 def test_batches_and_ticks_run_with_the_collector_off_and_leave_it_on(rclient: redis.Redis) -> None:
     """compactd/gc_pause.py: a batch's objects die by reference counting, not in full collections mid-batch."""
-    import gc
+    from compactd.gc_pause import collecting
 
     seen: list[tuple[str, bool]] = []
     state = RedisState(rclient)
     ctl = Controller(
         state, {"global": {"max.compaction.lag.ms": H}}, RecordingSink(), None, Metrics(CollectorRegistry()),
-        clock=lambda: T0, probe=lambda point, _: seen.append((point, gc.isenabled())),
+        clock=lambda: T0, probe=lambda point, _: seen.append((point, collecting())),
     )  # fmt: skip
     batch = BatchChanges()
     batch.topic("t").segments.append((0, Segment(0, 10, T0 - 2 * H, 1, T0 - 2 * H)))
     ctl.on_batch("s", 0, batch)
-    assert seen == [("after_merge", False), ("after_enqueue", False)] and gc.isenabled()
+    assert seen == [("after_merge", False), ("after_enqueue", False)] and collecting()
 
     def due(now: int) -> list[tuple[str, int]]:
-        seen.append(("due", gc.isenabled()))
+        seen.append(("due", collecting()))
         raise RuntimeError("Redis went away")
 
     state.due = due  # type: ignore[method-assign]
     with pytest.raises(RuntimeError):
         ctl.tick()
-    assert seen[-1] == ("due", False) and gc.isenabled()  # off during the tick, on after it failed
+    assert seen[-1] == ("due", False) and collecting()  # off during the tick, on after it failed
 
 
 def test_a_restarted_controller_fills_metrics_without_deciding(rclient: redis.Redis) -> None:
