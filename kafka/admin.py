@@ -21,9 +21,10 @@ _retired: list[tuple[float, Any]] = []
 
 
 def retire(client: Any) -> None:
-    """A client dropped for a new one (its metadata may point at a dead node) while a request it sent may still be
-    out: kept referenced RETIRED_KEEP_S, so that the answer never lands in a client already freed (librdkafka's
-    callback into a freed handle takes the process down). Older retired clients go now."""
+    """A client dropped for a new one (its metadata may point at a dead node) while another thread may still wait on
+    a request it sent: kept referenced RETIRED_KEEP_S, neither closed under that call nor freed before its answer
+    (a freed client never answers: the wait would run to its timeout). Older retired clients go now. Where a client
+    is finally freed does not matter: the collector never runs on librdkafka's threads (compactd/gc_pause.py)."""
     if client is None:
         return
     now = time.monotonic()

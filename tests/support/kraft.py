@@ -7,7 +7,6 @@ deadline, until the broker shows the change to a fresh client, and a failure say
 
 from __future__ import annotations
 
-import collections
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from compactd.kafka.config import KafkaConnection
+from compactd.kafka.config import KafkaConnection, new_admin
 from tests.support.waiting import wait_until
 
 WITHIN_S = 60.0  # generous: it only bounds a failure, and a slow machine's broker may take seconds
@@ -86,15 +85,9 @@ class TopicSeen:
         )
 
 
-_handed_out: collections.deque[AdminClient] = collections.deque(maxlen=32)  # the last ones, kept referenced
-
-
 def admin(conn: KafkaConnection) -> AdminClient:
-    """A fresh client: no metadata cached from before the change it is to see. Retired at once (kept referenced for
-    a while): a caller whose wait for an answer timed out drops it with the request still out."""
-    client = AdminClient(conn.client("admin"))
-    _handed_out.append(client)
-    return client
+    """A fresh client: no metadata cached from before the change it is to see."""
+    return new_admin(conn.client("admin"))
 
 
 def look(conn: KafkaConnection, topic: str) -> TopicSeen:
