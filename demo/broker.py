@@ -83,6 +83,26 @@ REPLICATED: dict[str, str] = {
     "replica.lag.time.max.ms": "5000",
     "auto.leader.rebalance.enable": "false",
 }
+
+
+def tiered_settings(remote_dir: Path, bootstrap_listener: str = "PLAINTEXT") -> dict[str, str]:
+    """Tiered storage (KIP-405) on a test broker: Kafka's own LocalTieredStorage (kafka-storage's test jar, on the
+    broker's class path through demo/jvm/pom.xml) keeps the remote tier in `remote_dir`; the remote log metadata
+    topic is Kafka's default (TopicBasedRemoteLogMetadataManager), on one replica. Segments are copied and the local
+    tier trimmed every second, not every 30 s."""
+    return {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": "org.apache.kafka.server.log.remote.storage.LocalTieredStorage",
+        "remote.log.storage.manager.impl.prefix": "rsm.config.",
+        "rsm.config.dir": str(remote_dir),
+        "remote.log.metadata.manager.impl.prefix": "rlmm.config.",
+        "remote.log.metadata.manager.listener.name": bootstrap_listener,
+        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
+        "remote.log.manager.task.interval.ms": "1000",
+    }
+
+
 HEAP = "512m"
 ADMIN_PASSWORD = "admin-secret"  # the super user of a broker started with `users` (tests only, loopback)
 # A test broker's JVM: the serial collector and the client compiler only. On 2 cores shared with Spark they cost less

@@ -23,7 +23,7 @@ import pytest
 # missing here is simply ordered as collected
 SLOW: dict[str, float] = {
     "test_standalone_cluster.py::test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster": 75,
-    "test_crash.py::test_kill_9_mid_batch_then_restart_matches_crash_free_run": 78,
+    "test_crash.py::test_kill_9_mid_batch_then_restart_matches_crash_free_run[one-kill]": 55,
     "test_replicated_cluster.py::test_the_node_leading_most_partitions_killed_under_a_running_job": 100,
     "::test_a_delete_whose_answer_times_out_on_a_stopped_follower_is_audited_as_the_broker_did_it": 15,
     "::test_a_delete_past_a_high_watermark_that_trails_the_log_end_waits_and_the_state_is_kept": 25,
@@ -54,6 +54,7 @@ SLOW: dict[str, float] = {
     "test_topic_lifecycle.py::test_a_delete_behind_two_thousand_held_compactions_still_goes": 12,
     "test_compaction_jvm.py::test_the_jvm_task_writes_what_the_pure_rules_keep": 12,
     "test_graceful_stop.py::test_second_sigint_exits_1_at_once": 10,
+    "test_tiered_storage.py::test_consumed_retention_deletes_the_remote_segments_every_reader_read": 25,
 }
 
 
