@@ -45,7 +45,11 @@ def essence(actions: list[dict]) -> list[tuple]:
 # batch 2 merged and enqueued its actions, before it sent them: the restart merges the batch again (idempotent merge)
 # and carries out what the outbox holds once (idempotent actions). `make soak` kills it first after batch 1's merge too.
 @pytest.mark.parametrize(
-    "faults", [("after_enqueue:2",), pytest.param(("after_merge:1", "after_enqueue:2"), marks=pytest.mark.soak)]
+    "faults",
+    [
+        pytest.param(("after_enqueue:2",), id="one-kill"),
+        pytest.param(("after_merge:1", "after_enqueue:2"), marks=pytest.mark.soak, id="two-kills"),
+    ],
 )
 def test_kill_9_mid_batch_then_restart_matches_crash_free_run(
     spark, cluster, job_settings, rclient, tmp_path, faults: tuple[str, ...]
