@@ -28,6 +28,7 @@ from compactd.codec.streams_group import MEMBER, TOPOLOGY, Topology, decode_key,
 from compactd.errors import DecodeError, DependencyUnavailable
 from compactd.kafka.admin import admin_client, retire
 from compactd.kafka.config import KafkaConnection
+from compactd.kafka.offset_fetch import OffsetFetcher
 from compactd.kafka.share_state import read_to_ends, tail_consumer
 
 # group -> partition -> committed offset, for one topic
@@ -92,6 +93,7 @@ class GroupReader:
         self.conn = conn
         self.timeout_s = timeout_s
         self._admin: Any = None
+        self.offsets = OffsetFetcher(conn, timeout_s)
         self.fetches = 0  # OffsetFetch requests sent (tests and the benchmark read it)
         self.lists = 0  # ListGroups requests sent
         self.describes = 0  # groups described
@@ -131,33 +133,14 @@ class GroupReader:
         return groups | every
 
     def fetch(self, groups: Iterable[str]) -> dict[str, Offsets | Exception]:
-        """Each group's committed offsets (partitions with none left out), or the error that group's fetch met."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
-
+        """Each group's committed offsets (partitions with none left out), or the error that group's fetch met.
+        Read in a process of its own (kafka/offset_fetch.py): librdkafka's OffsetFetch can crash the process that
+        sends it while a coordinator moves."""
         groups = list(groups)
         if not groups:
             return {}
-        futures = [
-            (g, fut)
-            for g in groups
-            for fut in self.admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout_s
-            ).values()
-        ]
-        self.fetches += len(futures)
-        out: dict[str, Offsets | Exception] = {}
-        for group, fut in futures:
-            try:
-                result = fut.result(self.timeout_s)
-                offsets: Offsets = {}
-                for tp in result.topic_partitions:
-                    if tp.error is not None:
-                        raise KafkaException(tp.error)
-                    if tp.offset >= 0:  # -1001: no committed offset on that partition
-                        offsets[(tp.topic, tp.partition)] = tp.offset
-                out[group] = offsets
-            except Exception as exc:
-                out[group] = exc
+        self.fetches += len(groups)
+        out = self.offsets.fetch(groups)
         if any(isinstance(got, Exception) for got in out.values()):
             self.close()  # a coordinator that moved (its broker died): the next round asks with a new client
         return out
@@ -189,6 +172,7 @@ class GroupReader:
         OffsetFetch towards the dead node: every delete held a minute and more (measured on three nodes)."""
         retire(self._admin)  # a request of it may still be out: freed once that has had its answer
         self._admin = None
+        self.offsets.close()
 
 
 class ClusterGroupOffsets:

@@ -1,0 +1,189 @@
+"""OffsetFetch (Admin ListConsumerGroupOffsets) in a process of its own, so that librdkafka cannot take compactd down.
+
+librdkafka 2.16 (confluent-kafka 2.16.1) dereferences a null pointer when an OffsetFetch sent by an Admin client is
+answered NOT_COORDINATOR: the group's coordinator moved between the FindCoordinator and the OffsetFetch (a broker
+killed or restarted, a preferred-leader election, a reassignment). The process dies with SIGSEGV (librdkafka#5040;
+seen here in a 3-node test, core dump in `rd_kafka_cgrp_op` from `rd_kafka_ListConsumerGroupOffsetsResponse_parse`).
+The job's check before every consumed-retention delete and the admin agent's polls read groups this way.
+
+`OffsetFetcher` runs the reads in a child (`python -m compactd.kafka.offset_fetch`), one JSON line per request and
+per answer over its stdin and stdout. A child that dies, or does not answer in time, fails the groups of that request
+with one line saying so (the reader then holds what they hold, as for any group that cannot be read), and the next
+request starts a new child. The child exits when its stdin closes: it never outlives the process that started it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from compactd.kafka.config import KafkaConnection
+
+log = logging.getLogger(__name__)
+
+START_S = 30.0  # a child's start (the interpreter and confluent_kafka) on a loaded machine, beyond the reads' timeout
+
+Offsets = dict[tuple[str, int], int]
+
+
+class FetchProcessDied(RuntimeError):
+    """The child reading group offsets died or stopped answering; the groups it was asked for are unknown."""
+
+
+class OffsetFetcher:
+    """Each group's committed offsets (partitions with none left out), or the error its read met; through a child
+    process (the module's docstring says why). Thread-safe: one request at a time."""
+
+    def __init__(self, conn: KafkaConnection, timeout_s: float = 10.0, command: list[str] | None = None) -> None:
+        """`command`: the child's command line (a test gives one that dies)."""
+        self.conn = conn
+        self.timeout_s = timeout_s
+        self.command = command or [sys.executable, "-m", "compactd.kafka.offset_fetch"]
+        self._child: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        self.started = 0  # children started (a test reads it)
+
+    def fetch(self, groups: list[str]) -> dict[str, Offsets | Exception]:
+        if not groups:
+            return {}
+        with self._lock:
+            try:
+                answer = self._ask({"groups": groups, "timeout_s": self.timeout_s})
+            except FetchProcessDied as exc:
+                self._stop()
+                return dict.fromkeys(groups, exc)
+        out: dict[str, Offsets | Exception] = {}
+        for group in groups:
+            got = answer.get(group, {"error": "no answer for the group"})
+            if "error" in got:
+                out[group] = KafkaReadError(got["error"])
+            else:
+                out[group] = {(t, p): o for t, p, o in got["offsets"]}
+        return out
+
+    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        fresh = self._child is None or self._child.poll() is not None
+        child = self._start() if fresh else self._child
+        assert child is not None and child.stdin is not None and child.stdout is not None
+        try:
+            child.stdin.write(json.dumps(request).encode() + b"\n")
+            child.stdin.flush()
+        except OSError:
+            raise FetchProcessDied(self._death(child)) from None
+        deadline = time.monotonic() + 2 * self.timeout_s + (START_S if fresh else 0)
+        line = b""
+        fd = child.stdout.fileno()
+        while not line.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise FetchProcessDied(f"the offset-fetch process did not answer within {2 * self.timeout_s:g} s")
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                raise FetchProcessDied(self._death(child))
+            line += chunk
+        return json.loads(line)
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        self._stop()
+        conf = {k: v for k, v in self.conn.client("admin").items() if k != "logger"}
+        child = subprocess.Popen(
+            self.command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert child.stdin is not None
+        child.stdin.write(json.dumps(conf).encode() + b"\n")  # the settings (secrets included) never reach argv
+        child.stdin.flush()
+        self._child = child
+        self.started += 1
+        return child
+
+    def _death(self, child: subprocess.Popen[bytes]) -> str:
+        try:
+            code = child.wait(5)
+        except subprocess.TimeoutExpired:
+            return "the offset-fetch process stopped answering"
+        if code < 0:
+            name = signal.Signals(-code).name
+            hint = " (librdkafka#5040: an OffsetFetch answered NOT_COORDINATOR)" if -code == signal.SIGSEGV else ""
+            return f"the offset-fetch process died of {name}{hint}"
+        return f"the offset-fetch process exited with {code}"
+
+    def _stop(self) -> None:
+        child, self._child = self._child, None
+        if child is None:
+            return
+        for stream in (child.stdin, child.stdout):
+            if stream is not None:
+                stream.close()
+        if child.poll() is None:
+            child.kill()
+        child.wait(5)
+
+    def close(self) -> None:
+        """The child goes; the next request starts another, whose client learns the coordinators afresh."""
+        with self._lock:
+            self._stop()
+
+
+class KafkaReadError(RuntimeError):
+    """A group's OffsetFetch failed in the child; the message is librdkafka's."""
+
+
+def _text(exc: Exception) -> str:
+    """librdkafka's own words for a failed read (what kafka/groups.py shows of any group's error)."""
+    from confluent_kafka import KafkaException
+
+    cause = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
+    text = cause.str() if hasattr(cause, "str") else str(cause)
+    return text or f"{type(exc).__name__}: no answer in time"  # a future's TimeoutError says nothing itself
+
+
+def _serve() -> None:
+    """The child: the first line is the client's settings, each next line a request; one answer line each."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+
+    from compactd.kafka.config import new_admin
+
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    conf = json.loads(stdin.readline() or "{}")
+    admin = new_admin({**conf, "log_level": 0})  # its errors come back in the answers
+    for line in stdin:
+        request = json.loads(line)
+        timeout_s = float(request["timeout_s"])
+        futures = [
+            (g, fut)
+            for g in request["groups"]
+            for fut in admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(g)], request_timeout=timeout_s
+            ).values()
+        ]
+        answer: dict[str, Any] = {}
+        for group, fut in futures:
+            try:
+                result = fut.result(timeout_s)
+                offsets = []
+                for tp in result.topic_partitions:
+                    if tp.error is not None:
+                        raise KafkaException(tp.error)
+                    if tp.offset >= 0:  # -1001: no committed offset on that partition
+                        offsets.append([tp.topic, tp.partition, tp.offset])
+                answer[group] = {"offsets": offsets}
+            except Exception as exc:
+                answer[group] = {"error": _text(exc)}
+        stdout.write(json.dumps(answer).encode() + b"\n")
+        stdout.flush()
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C to the job's process group: the job stops it
+    _serve()
