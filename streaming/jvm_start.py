@@ -84,7 +84,10 @@ def class_data_sharing(home: Path | None = None) -> tuple[list[str], tuple[Path,
             str(home),
             *(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(libjvm.iterdir())),
         ]
-        identity += sorted(f"{p.name}:{p.stat().st_size}" for p in (home / "jars").glob("*.jar"))
+        # the JVM maps an archive only while every jar on its class path has the size and modification time it was
+        # dumped with, and ignores it silently otherwise: a pyspark installed again at the same path (a venv made
+        # anew, a fresh clone in the same directory) needs an archive of its own, not the old one's key
+        identity += sorted(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in (home / "jars").glob("*.jar"))
         key = hashlib.sha256("\n".join(identity).encode()).hexdigest()[:16]
         cache = cache_dir()
         cache.mkdir(parents=True, exist_ok=True)
