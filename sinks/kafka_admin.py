@@ -42,6 +42,7 @@ NUDGE_VALUES = {"max.compaction.lag.ms": "1", "min.cleanable.dirty.ratio": "0", 
 # cluster-wide) is the broker's, and a topic without an override follows it, changes included. Taking it for the
 # topic's and SETting it back at the restore would pin it onto the topic (issue 39).
 _TOPIC_OWN = ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+ALTER_SEEN_POLL_S = 0.05  # how often a config just altered is described again until the broker shows it
 # A topic's cleanup.policy is read from the cluster and kept this long: a changed policy is seen within a minute.
 POLICY_TTL_S = 60.0
 
@@ -167,11 +168,28 @@ class KafkaAdminSink:
         return entries
 
     def _alter(self, topic: str, key: str, value: str | None) -> None:
+        """Set `key` (None: remove the topic's own value), and return once DescribeConfigs shows it. KRaft answers the
+        alter once the controller has it; a broker's DescribeConfigs shows it a moment later. A nudge read in that
+        moment right after a restore saw compactd's own value still there, took it for a nudge Redis had lost, and
+        remembered the broker's default as the original: the operator's override was removed at the next restore
+        (a generated history of test_every_nudge_is_eventually_put_back, once)."""
         op = AlterConfigOpType.DELETE if value is None else AlterConfigOpType.SET
         res = ConfigResource(
             ResourceType.TOPIC, topic, incremental_configs=[ConfigEntry(key, value, incremental_operation=op)]
         )
         self.admin.incremental_alter_configs([res], request_timeout=self.timeout_s)[res].result(self.timeout_s)
+        deadline = time.monotonic() + self.timeout_s
+        while not self._shows(topic, key, value):
+            if time.monotonic() >= deadline:
+                log.warning("%s: %s altered, but DescribeConfigs does not show it after %gs", topic, key,
+                            self.timeout_s)  # fmt: skip
+                return
+            time.sleep(ALTER_SEEN_POLL_S)
+
+    def _shows(self, topic: str, key: str, value: str | None) -> bool:
+        entry = self._describe(topic).get(key)
+        own = entry is not None and entry.source == _TOPIC_OWN
+        return (own and entry.value == value) if value is not None else not own
 
     def _nudge(self, rec: ActionRecord) -> ActionRecord:
         policy = self.cleanup_policy(rec.topic)
