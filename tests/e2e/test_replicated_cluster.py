@@ -492,6 +492,70 @@ class LeaderWatch(Background):
                 self.seen.append((time.monotonic(), leaders(self.cluster, self.topic)))
 
 
+class Writer(Background):
+    """Records into every partition of `topic`, 20 a partition every 0.2 s (acks=all), on a thread."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+        super().__init__("writer")
+
+    def _run(self) -> None:
+        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 20})
+        while not self.stop.wait(0.2):
+            for p in range(PARTITIONS):
+                for i in range(20):
+                    producer.produce(self.topic, b"record", f"u{i}".encode(), partition=p)
+            producer.poll(0)
+        producer.flush(30)
+
+
+class LowWatermarks:
+    """The partitions' low watermarks, each reading noted beside what the group had committed when it was taken."""
+
+    def __init__(self, cluster: Cluster, topic: str) -> None:
+        self.cluster, self.topic = cluster, topic
+        self.samples: list[tuple[dict[int, int], dict[int, int]]] = []
+
+    def now(self) -> dict[int, int]:
+        return {p: self.cluster.watermarks(self.topic, p)[0] for p in range(PARTITIONS)}
+
+    def moved_past(self, than: dict[int, int], billing: BillingGroup) -> Callable[[], bool]:
+        """A check for wait_for: every partition's low watermark above `than`'s (a delete on each)."""
+
+        def check() -> bool:
+            low = self.now()
+            self.samples.append((low, billing.committed(self.cluster, PARTITIONS)))
+            return all(lw > than[p] for p, lw in low.items())
+
+        return check
+
+    def assert_never_past_the_group(self) -> None:
+        """Each low watermark at or below what the group had committed when it was read."""
+        for low, committed in self.samples:
+            for p, lw in low.items():
+                assert lw <= committed.get(p, -1) or lw == 0, (p, low, committed)
+
+
+def deploy(stack: contextlib.ExitStack, spark, kafka3, settings, topic: str, group: str, agents, watch):
+    """docs/deploying.md on three nodes, entered on `stack`: records going in, the leaders watched, an agent per node,
+    a real group reading and committing, the job running. Returns (the group, the job, its runner)."""
+    stack.enter_context(Writer(kafka3.bootstrap, topic))
+    stack.enter_context(watch)
+    for a in agents:
+        stack.enter_context(a)
+    billing = stack.enter_context(BillingGroup(kafka3.bootstrap, group, topic))
+    job = stack.enter_context(Application(settings, spark=spark))
+    return billing, job, stack.enter_context(Running(job))
+
+
+def assert_published_by_leaders(agents: list[NodeAgent], watch: LeaderWatch) -> None:
+    """Each partition published only by the agent of the node leading it then: as the cluster's metadata said within
+    LEADS_LAG_S of the publication (agents ask once a scan; brokers learn a new leader a moment apart)."""
+    for at, node, p in sorted(e for a in agents for e in a.published):
+        led_by = {lead.get(p) for t, lead in watch.seen if abs(t - at) <= LEADS_LAG_S}
+        assert node in led_by, (at, node, p, led_by)
+
+
 @pytest.mark.soak
 def test_an_agent_per_node_publishes_each_partition_from_its_leader_through_a_kill_and_a_restart(
     spark, kafka3, job_settings
@@ -510,77 +574,35 @@ def test_an_agent_per_node_publishes_each_partition_from_its_leader_through_a_ki
     group = cluster.name("billing")
     settings = consumed_job(job_settings, kafka3, topic, 1000)
     cluster.create(settings.topics.segments)
-    stop_writing = threading.Event()
-
-    def write() -> None:
-        producer = Producer({"bootstrap.servers": kafka3.bootstrap, "acks": "all", "linger.ms": 20})
-        while not stop_writing.wait(0.2):
-            for p in range(PARTITIONS):
-                for i in range(20):
-                    producer.produce(topic, b"click", f"u{i}".encode(), partition=p)
-            producer.poll(0)
-        producer.flush(30)
-
-    writer = threading.Thread(target=write, name="writer", daemon=True)
-    writer.start()
-    samples: list[tuple[dict[int, int], dict[int, int]]] = []  # (low watermarks, then the group's commits)
-
-    def lows() -> dict[int, int]:
-        return {p: cluster.watermarks(topic, p)[0] for p in range(PARTITIONS)}
-
-    def sample(billing: BillingGroup) -> dict[int, int]:
-        low = lows()
-        samples.append((low, billing.committed(cluster, PARTITIONS)))
-        return low
-
-    def moved_past(than: dict[int, int], billing: BillingGroup) -> Callable[[], bool]:
-        return lambda: all(lw > than[p] for p, lw in sample(billing).items())
-
+    lows = LowWatermarks(cluster, topic)
     agents = [NodeAgent(n, kafka3.bootstrap, settings.topics.segments) for n in kafka3.nodes]
     watch = LeaderWatch(cluster, topic)
-    try:
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(watch)
-            for a in agents:
-                stack.enter_context(a)
-            billing = BillingGroup(kafka3.bootstrap, group, topic)
-            stack.enter_context(billing)
-            job = stack.enter_context(Application(settings, spark=spark))
-            running = stack.enter_context(Running(job))
-            first = moved_past(dict.fromkeys(range(PARTITIONS), 0), billing)
-            wait_for("every partition's first delete", first, 120, every_s=1.0, tolerate=unanswered)
-            before = leaders(cluster, topic)
-            victim = kafka3.node(collections.Counter(before.values()).most_common(1)[0][0])
-            at_kill = lows()
-            victim.kill()
-            killed = time.monotonic()
-            wait_for("deletes on every partition after the kill, the node down",
-                     moved_past(at_kill, billing), RESUME_S, 1.0, tolerate=unanswered)  # fmt: skip
-            resumed = time.monotonic() - killed
-            running.assert_alive()
-            victim.start()
-            at_restart = lows()
-            restarted = time.monotonic()
-            wait_for("deletes on every partition after the restart", moved_past(at_restart, billing), RESUME_S,
-                     1.0, tolerate=unanswered)  # fmt: skip
-            after_restart = time.monotonic() - restarted
-            running.assert_alive()
-            resets = job.metrics.registry.get_sample_value("compactd_topic_resets_total")
-    finally:
-        stop_writing.set()
-        writer.join(30)
+    with contextlib.ExitStack() as stack:
+        billing, job, running = deploy(stack, spark, kafka3, settings, topic, group, agents, watch)
+        first = lows.moved_past(dict.fromkeys(range(PARTITIONS), 0), billing)
+        wait_for("every partition's first delete", first, 120, every_s=1.0, tolerate=unanswered)
+        before = leaders(cluster, topic)
+        victim = kafka3.node(collections.Counter(before.values()).most_common(1)[0][0])
+        at_kill = lows.now()
+        victim.kill()
+        killed = time.monotonic()
+        wait_for("deletes on every partition after the kill, the node down",
+                 lows.moved_past(at_kill, billing), RESUME_S, 1.0, tolerate=unanswered)  # fmt: skip
+        resumed = time.monotonic() - killed
+        running.assert_alive()
+        victim.start()
+        at_restart = lows.now()
+        restarted = time.monotonic()
+        wait_for("deletes on every partition after the restart", lows.moved_past(at_restart, billing), RESUME_S,
+                 1.0, tolerate=unanswered)  # fmt: skip
+        after_restart = time.monotonic() - restarted
+        running.assert_alive()
+        resets = job.metrics.registry.get_sample_value("compactd_topic_resets_total")
     assert not running.failed, running.failed
-    # never past the group: each low watermark at or below what the group had committed when it was read
-    for low, committed in samples:
-        for p, lw in low.items():
-            assert lw <= committed.get(p, -1) or lw == 0, (p, low, committed)
+    lows.assert_never_past_the_group()
     assert resets in (None, 0)
-    # each partition published only by the agent of the node leading it then: as the cluster's metadata said within
-    # LEADS_LAG_S of the publication (agents ask once a scan; brokers learn a new leader a moment apart). Leadership
-    # moves more than the kill: a node the controller fenced under the suite's load leaves its partitions too.
-    for at, node, p in sorted(e for a in agents for e in a.published):
-        led_by = {lead.get(p) for t, lead in watch.seen if abs(t - at) <= LEADS_LAG_S}
-        assert node in led_by, (at, node, p, led_by)
+    # leadership moves more than the kill: a node the controller fenced under the suite's load leaves its partitions
+    assert_published_by_leaders(agents, watch)
     owners: dict[int, list[int]] = collections.defaultdict(list)
     for _, node, p in sorted(e for a in agents for e in a.published):
         if not owners[p] or owners[p][-1] != node:
@@ -629,70 +651,32 @@ def test_a_reassignment_to_another_node_then_its_election_under_a_running_job(sp
     group = cluster.name("billing")
     settings = consumed_job(job_settings, kafka3, topic, 1000)
     cluster.create(settings.topics.segments)
-    stop_writing = threading.Event()
-
-    def write() -> None:
-        producer = Producer({"bootstrap.servers": kafka3.bootstrap, "acks": "all", "linger.ms": 20})
-        while not stop_writing.wait(0.2):
-            for p in range(PARTITIONS):
-                for i in range(20):
-                    producer.produce(topic, b"order", f"u{i}".encode(), partition=p)
-            producer.poll(0)
-        producer.flush(30)
-
-    writer = threading.Thread(target=write, name="writer", daemon=True)
-    writer.start()
-    samples: list[tuple[dict[int, int], dict[int, int]]] = []
-
-    def lows() -> dict[int, int]:
-        return {p: cluster.watermarks(topic, p)[0] for p in range(PARTITIONS)}
-
-    def moved_past(than: dict[int, int], billing: BillingGroup) -> Callable[[], bool]:
-        def check() -> bool:
-            low = lows()
-            samples.append((low, billing.committed(cluster, PARTITIONS)))
-            return all(lw > than[p] for p, lw in low.items())
-
-        return check
-
+    lows = LowWatermarks(cluster, topic)
     agents = [NodeAgent(n, kafka3.bootstrap, settings.topics.segments) for n in kafka3.nodes]
     watch = LeaderWatch(cluster, topic)
     moved = {p: [next(i for i in ids if i not in r), r[0]] for p, r in placed.items()}  # the new node first
-    try:
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(watch)
-            for a in agents:
-                stack.enter_context(a)
-            billing = stack.enter_context(BillingGroup(kafka3.bootstrap, group, topic))
-            job = stack.enter_context(Application(settings, spark=spark))
-            running = stack.enter_context(Running(job))
-            wait_for("every partition's first delete", moved_past(dict.fromkeys(range(PARTITIONS), 0), billing), 120,
-                     every_s=1.0, tolerate=unanswered)  # fmt: skip
-            reassign(kafka3.bootstrap, topic, moved)
-            a = kraft.admin(cluster.conn)
-            a.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, p) for p in range(PARTITIONS)]).result(30)
-            wait_until("the new replicas leading", lambda: leaders(cluster, topic),
-                       lambda lead: lead == {p: r[0] for p, r in moved.items()}, 60, tolerate=unanswered)  # fmt: skip
-            at_move = lows()
-            t0 = time.monotonic()
-            # the bound: 2 x RESUME_S (one run took 60.1 s from the new leaders to a delete on every partition; what
-            # the minute goes to is not known yet, docs/safety.md)
-            wait_for("deletes on every partition from its new leader's files", moved_past(at_move, billing),
-                     2 * RESUME_S, 1.0, tolerate=unanswered)  # fmt: skip
-            resumed = time.monotonic() - t0
-            running.assert_alive()
-            resets = job.metrics.registry.get_sample_value("compactd_topic_resets_total")
-    finally:
-        stop_writing.set()
-        writer.join(30)
+    with contextlib.ExitStack() as stack:
+        billing, job, running = deploy(stack, spark, kafka3, settings, topic, group, agents, watch)
+        wait_for("every partition's first delete", lows.moved_past(dict.fromkeys(range(PARTITIONS), 0), billing),
+                 120, every_s=1.0, tolerate=unanswered)  # fmt: skip
+        reassign(kafka3.bootstrap, topic, moved)
+        a = kraft.admin(cluster.conn)
+        a.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, p) for p in range(PARTITIONS)]).result(30)
+        wait_until("the new replicas leading", lambda: leaders(cluster, topic),
+                   lambda lead: lead == {p: r[0] for p, r in moved.items()}, 60, tolerate=unanswered)  # fmt: skip
+        at_move = lows.now()
+        t0 = time.monotonic()
+        # the bound: 2 x RESUME_S (one run took 60.1 s from the new leaders to a delete on every partition; what
+        # the minute goes to is not known yet, docs/safety.md)
+        wait_for("deletes on every partition from its new leader's files", lows.moved_past(at_move, billing),
+                 2 * RESUME_S, 1.0, tolerate=unanswered)  # fmt: skip
+        resumed = time.monotonic() - t0
+        running.assert_alive()
+        resets = job.metrics.registry.get_sample_value("compactd_topic_resets_total")
     assert not running.failed, running.failed
-    for low, committed in samples:
-        for p, lw in low.items():
-            assert lw <= committed.get(p, -1) or lw == 0, (p, low, committed)
+    lows.assert_never_past_the_group()
     assert resets in (None, 0)
-    for at, node, p in sorted(e for a in agents for e in a.published):
-        led_by = {lead.get(p) for t, lead in watch.seen if abs(t - at) <= LEADS_LAG_S}
-        assert node in led_by, (at, node, p, led_by)
+    assert_published_by_leaders(agents, watch)
     late = {p: {node for at, node, q in (e for a in agents for e in a.published) if q == p and at > t0 + LEADS_LAG_S}
             for p in range(PARTITIONS)}  # fmt: skip
     assert late == {p: {r[0]} for p, r in moved.items()}, late  # published from the new replica's files only
