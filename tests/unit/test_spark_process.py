@@ -147,9 +147,8 @@ def test_the_warm_up_starts_no_jvm_when_the_archive_exists(cache: Path, capsys: 
 
 def test_jars_installed_again_at_the_same_path_get_an_archive_of_their_own(cache: Path, tmp_path: Path) -> None:
     """The JVM ignores an archive, silently, once a class-path jar's modification time differs from the one it was
-    dumped with: a venv made anew at the same path (a fresh clone in the same directory) must not keep the old key.
-    Measured before: every Spark start of such a clone ran without the archive (a clean clone's suite took about
-    230 CPU-s more than the working tree's)."""
+    dumped with: a venv made anew at the same path (a fresh clone in the same directory) must not keep the old key
+    (found in a clone of this repo whose archive was older than its jars)."""
     home = tmp_path / "spark-home"
     (home / "jars").mkdir(parents=True)
     jar = home / "jars" / "spark-core.jar"
