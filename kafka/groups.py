@@ -28,7 +28,7 @@ from compactd.codec.streams_group import MEMBER, TOPOLOGY, Topology, decode_key,
 from compactd.errors import DecodeError, DependencyUnavailable
 from compactd.kafka.admin import admin_client, retire
 from compactd.kafka.config import KafkaConnection
-from compactd.kafka.offset_fetch import OffsetFetcher
+from compactd.kafka.offset_fetch import OffsetFetcher, error_text
 from compactd.kafka.share_state import read_to_ends, tail_consumer
 
 # group -> partition -> committed offset, for one topic
@@ -273,13 +273,16 @@ class ClusterGroupOffsets:
         for group, got in self.reader.fetch(groups).items():
             if isinstance(got, Exception):
                 before = self._fetched.get(group)
-                self._fetched[group] = _Fetched(now, None, _text(got), before.topics() if before else frozenset())
+                self._fetched[group] = _Fetched(now, None, error_text(got), before.topics() if before else frozenset())
             else:
                 self._fetched[group] = _Fetched(now, got)
 
     def _unavailable(self, exc: Exception) -> DependencyUnavailable:
         return DependencyUnavailable(
-            "Kafka (group offsets)", self.conn.bootstrap_servers, "--bootstrap-servers / bootstrap_servers", _text(exc)
+            "Kafka (group offsets)",
+            self.conn.bootstrap_servers,
+            "--bootstrap-servers / bootstrap_servers",
+            error_text(exc),
         )
 
     def close(self) -> None:
@@ -380,11 +383,3 @@ class StreamsGroups:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
-
-
-def _text(exc: Exception) -> str:
-    from confluent_kafka import KafkaException
-
-    cause = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
-    text = cause.str() if hasattr(cause, "str") else str(cause)
-    return text or f"{type(exc).__name__}: no answer in time"  # a future's TimeoutError says nothing itself

@@ -139,8 +139,8 @@ class KafkaReadError(RuntimeError):
     """A group's OffsetFetch failed in the child; the message is librdkafka's."""
 
 
-def _text(exc: Exception) -> str:
-    """librdkafka's own words for a failed read (what kafka/groups.py shows of any group's error)."""
+def error_text(exc: Exception) -> str:
+    """librdkafka's own words for a failed group read, in the child and in kafka/groups.py alike."""
     from confluent_kafka import KafkaException
 
     cause = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
@@ -179,7 +179,7 @@ def _serve() -> None:
                         offsets.append([tp.topic, tp.partition, tp.offset])
                 answer[group] = {"offsets": offsets}
             except Exception as exc:
-                answer[group] = {"error": _text(exc)}
+                answer[group] = {"error": error_text(exc)}
         stdout.write(json.dumps(answer).encode() + b"\n")
         stdout.flush()
 
