@@ -32,23 +32,30 @@ AT_ONCE, TRICKLED, EVERY_S = 10, 24, 0.3
 NOW = 1_800_000_000_000
 
 
+def send(producer: Producer, topic: str, i: int) -> None:
+    producer.produce(topic, key=f"k{i}".encode(), value=b"v" * 100, partition=0)
+    producer.flush(10)
+
+
+def written(cluster: Any, topic: str, count: int) -> None:
+    """`count` records into partition 0 at once: the range a stuck read has read before its end never comes."""
+    producer = Producer(cluster.conn.client("producer", {"linger.ms": 0}))
+    for i in range(count):
+        send(producer, topic, i)
+
+
 @contextmanager
 def trickle(cluster: Any, topic: str) -> Iterator[None]:
     """AT_ONCE records into partition 0 now, then TRICKLED more, one every EVERY_S seconds, from a thread: a range
     that grows under its reader as a slow fetch of large records would."""
     producer = Producer(cluster.conn.client("producer", {"linger.ms": 0}))
-
-    def send(i: int) -> None:
-        producer.produce(topic, key=f"k{i}".encode(), value=b"v" * 100, partition=0)
-        producer.flush(10)
-
     for i in range(AT_ONCE):
-        send(i)
+        send(producer, topic, i)
 
     def rest() -> None:
         for i in range(AT_ONCE, AT_ONCE + TRICKLED):
             time.sleep(EVERY_S)  # the pace of the records' arrival, not a wait for a condition
-            send(i)
+            send(producer, topic, i)
 
     thread = threading.Thread(target=rest, daemon=True)
     thread.start()
@@ -107,8 +114,7 @@ def test_the_jvm_task_still_fails_a_read_that_stops_progressing(cluster: Any, sp
 
     topic = topics(cluster, "jvmstuck")
     end = AT_ONCE + TRICKLED
-    with trickle(cluster, topic):
-        pass
+    written(cluster, topic, end)
     with pytest.raises(Exception) as failed:
         jvm_run(cluster, spark, topic, end + 5)  # the last 5 offsets never come
     line = root_cause(f"{type(failed.value).__name__}: {failed.value}")
@@ -131,7 +137,6 @@ def test_the_python_reader_still_fails_a_read_that_stops_progressing(cluster: An
 
     topic = topics(cluster, "pystuck")
     end = AT_ONCE + TRICKLED
-    with trickle(cluster, topic):
-        pass
+    written(cluster, topic, end)
     with pytest.raises(SourceReadError, match=rf"^{topic}/0: read stalled at {end} of \[0,{end + 5}\)"):
         python_read(cluster, topic, end + 5)
