@@ -41,10 +41,11 @@ demo: deps
 	$(BIN)/compactd demo $(if $(DURATION),--duration $(DURATION)) $(if $(CLUSTER),--nodes $(CLUSTER))
 
 # Tests run in TEST_WORKERS pytest processes, each with its own Redis, broker and Spark session, work-stealing so the
-# long tests do not queue up. On 2 cores the suite keeps both busy (Spark's JVMs and Python workers, jobs started as
-# subprocesses): 3 workers, from clean-clone runs of the same code (2 workers 6 min 2 s of tests, 3 5 min 10 s and
-# 5 min 34 s, 4 5 min 31 s, 6 6 min 15 s; every worker starts its own Spark: past 3 they queue for the cores).
-TEST_WORKERS ?= 3
+# long tests do not queue up. Many tests wait on the cluster (a cleaner pass, a stall deadline, a node's election)
+# rather than compute, so more workers than cores pays: on 2 cores, idle, 3 workers 311 s of tests (1.3 cores busy;
+# before the stuck range reads stopped trickling and two properties ran fewer examples, about 30 s of one worker), then
+# 4 workers 285 s (1.6 cores), 5 workers 260 s (1.7). Each worker holds a broker, a Redis and a Spark driver.
+TEST_WORKERS ?= 5
 # The suite starts a few hundred Python processes (jobs, CLI calls, Spark's workers): compiled once here, where
 # PYTHONDONTWRITEBYTECODE would otherwise have each of them compile compactd again (0.6 s of CPU per job start).
 PACKAGE_DIRS := compactd kafka codec streaming state policy control sinks app agent demo dashboards compaction tests
@@ -65,7 +66,7 @@ test-slow: deps
 	  [ $$rc = 0 ] || exit $$rc; \
 	done
 
-# The safety property test with many more generated histories than `make test` runs (40 to 100 each), and the unit suite's
+# The safety, nudge and compaction property tests with many more generated histories than `make test` runs, and the unit suite's
 # fuzz and property tests at 10 times their nominal examples (`make test` runs half of them).
 soak: deps
 	COMPACTD_PROPERTY_EXAMPLES=$${EXAMPLES:-5000} $(BIN)/pytest -q tests/integration/test_safety_property.py \
@@ -76,6 +77,7 @@ soak: deps
 	  tests/integration/test_compaction_jvm.py
 	COMPACTD_SOAK=1 COMPACTD_STANDALONE_SHARES=2 $(BIN)/pytest -q -s tests/e2e/test_standalone_cluster.py -k core_scenario
 	COMPACTD_COMPACTION_EXAMPLES=$${COMPACTION_EXAMPLES:-30} $(BIN)/pytest -q tests/integration/test_compaction_property.py
+	COMPACTD_NUDGE_EXAMPLES=$${NUDGE_EXAMPLES:-60} $(BIN)/pytest -q tests/integration/test_nudges.py -k every_nudge
 	COMPACTD_SOAK=1 $(BIN)/pytest -q -m soak tests
 
 lint: deps

@@ -137,7 +137,7 @@ def winners(records: list[Record], strategy: Strategy) -> list[tuple]:
 
 @pytest.mark.spark
 @settings(
-    max_examples=int(os.environ.get("COMPACTD_COMPACTION_EXAMPLES", "3")),
+    max_examples=int(os.environ.get("COMPACTD_COMPACTION_EXAMPLES", "2")),
     deadline=None,
     suppress_health_check=list(HealthCheck),
     derandomize=False,
