@@ -44,8 +44,11 @@ demo: deps
 # long tests do not queue up. Many tests wait on the cluster (a cleaner pass, a stall deadline, a node's election)
 # rather than compute, so more workers than cores pays: on 2 cores, idle, 3 workers 311 s of tests (1.3 cores busy;
 # before the stuck range reads stopped trickling and two properties ran fewer examples, about 30 s of one worker), then
-# 4 workers 285 s (1.6 cores), 5 workers 260 s (1.7). Each worker holds a broker, a Redis and a Spark driver.
-TEST_WORKERS ?= 5
+# 4 workers 285 s (1.6 cores), 5 workers 260 s (1.7). Each worker holds a broker, a Redis and a Spark driver: 5
+# workers peaked at 7.2 GB of memory in use, so a machine gets one worker per 1.5 GB it has available past the first
+# GB, 2 to 5 of them (this machine, 23 GB available: 5; 6.5 GB available: 3).
+TEST_WORKERS ?= $(shell awk '/MemAvailable/ { w = int(($$2 / 1048576 - 1) / 1.5); print (w > 5 ? 5 : (w < 2 ? 2 : w)) }' \
+	/proc/meminfo 2>/dev/null || echo 3)
 # The suite starts a few hundred Python processes (jobs, CLI calls, Spark's workers): compiled once here, where
 # PYTHONDONTWRITEBYTECODE would otherwise have each of them compile compactd again (0.6 s of CPU per job start).
 PACKAGE_DIRS := compactd kafka codec streaming state policy control sinks app agent demo dashboards compaction tests
