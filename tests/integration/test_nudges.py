@@ -155,7 +155,11 @@ nudge_step = st.one_of(
 )
 
 
-@settings(max_examples=int(os.environ.get("COMPACTD_NUDGE_EXAMPLES", "8")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=int(os.environ.get("COMPACTD_NUDGE_EXAMPLES", "8")),  # make soak: 60
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(st.lists(nudge_step, min_size=3, max_size=12))
 def test_every_nudge_is_eventually_put_back(cluster, rclient, history: list[tuple[Any, ...]]) -> None:
     """Generated: compactions falling overdue (a nudge), the cleaner answering, Redis losing everything, restarts and
