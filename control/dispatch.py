@@ -18,6 +18,7 @@ from compactd.control.lifecycle import BehindHighWatermark
 from compactd.control.share import Layers
 from compactd.errors import DeliveryTimeout, DependencyUnavailable
 from compactd.model import ActionRecord
+from compactd.policy.identity import commit_outlived
 from compactd.policy.plan import NOT_CAUGHT_UP, cluster_check, send_check
 from compactd.policy.readers import fold_view, readers_say_no
 from compactd.policy.thresholds import Thresholds, group_counts, resolve_global, topic_excluded
@@ -46,6 +47,9 @@ OUTBOX_PAGES = 100  # at most this many pages a round: 100,000 records, then the
 # how long a delete held behind the high watermark waits before its partition is asked again: a follower catches up
 # within `replica.lag.time.max.ms` (30 s by default), and a thousand held partitions are not asked every round
 BEHIND_RECHECK_MS = 5_000
+# commits made under an earlier leader whose last record below is read in one check: after a leader change, every
+# group that has not read since (an idle one keeps its old epoch) is checked, one read per distinct offset
+EPOCH_READS = 100
 NUDGE_CHECK_MS = 15_000  # how often nudges still on are checked for a restore (Kafka's cleaner backoff)
 
 
@@ -295,6 +299,8 @@ class Dispatch:
             why = cluster_check(rec, seen.committed, th, seen.unlisted, self.strict_groups, seen.assigned)
             if why is None:
                 break
+        if why is None:
+            why = self._commits_outlived(rec, seen, th)
         counted_unlisted = [g for g in seen.unlisted if group_counts(g, th)]
         self.metrics.groups_unlisted.labels(rec.topic).set(len(counted_unlisted))
         if counted_unlisted:
@@ -302,6 +308,38 @@ class Dispatch:
         if why is not None:
             log.warning("delete of %s/%d before %s held back: %s", rec.topic, rec.partition, rec.before_offset, why)
         return why
+
+    def _commits_outlived(self, rec: ActionRecord, seen: GroupCheck, th: Thresholds) -> str | None:
+        """Why the counted groups' commits on the partition no longer vouch for the records below them: the log was
+        truncated under them, by an unclean leader election (policy/identity.py `commit_outlived`). Only a commit
+        made in an older leader epoch than the partition's now is looked into, once per offset, by the last record
+        below it (Read on the topic). Raises DependencyUnavailable when the log cannot say."""
+        reader = self.lifecycle.reader
+        commits = {
+            g: (seen.committed[g][rec.partition], seen.epochs.get(g, {}).get(rec.partition, -1))
+            for g in sorted(seen.committed)
+            if group_counts(g, th) and rec.partition in seen.committed[g]
+        }
+        if reader is None or not commits:
+            return None
+        try:
+            high, epoch_now = reader.leader_epoch(rec.topic, rec.partition)
+            below: dict[int, tuple[int, int] | None] = {}
+            for group, (offset, epoch) in sorted(commits.items(), key=lambda kv: kv[1]):
+                if offset <= high and (epoch < 0 or epoch >= epoch_now):
+                    continue  # no epoch to judge by, or the commit was made under the leader of now
+                if offset <= high and offset not in below:
+                    if len(below) == EPOCH_READS:
+                        return f"more than {EPOCH_READS} commits made under an earlier leader to check; next round"
+                    below[offset] = reader.last_record_below(rec.topic, rec.partition, offset)
+                why = commit_outlived(group, offset, epoch, high, below.get(offset))
+                if why is not None:
+                    return why
+        except Exception as exc:
+            raise DependencyUnavailable(
+                "Kafka (the log under the groups' commits)", rec.topic, "Read on the topic", str(exc)
+            ) from None
+        return None
 
     def _finish(self, finished: list[ActionRecord]) -> None:
         """Audit every outcome, then move each record on: completed, or kept for its retry."""

@@ -52,6 +52,12 @@ class TopicReader(Protocol):
 
     def facts(self, topic: str, partition: int) -> LogFacts | None: ...
 
+    def leader_epoch(self, topic: str, partition: int) -> tuple[int, int]:
+        """(high watermark, current leader epoch) of the partition."""
+
+    def last_record_below(self, topic: str, partition: int, offset: int) -> tuple[int, int] | None:
+        """(offset, leader epoch) of the last record below `offset` in the log now."""
+
 
 class Records(Protocol):
     """What a state loss must not take, kept beyond Redis (the application's ledger topic)."""

@@ -45,6 +45,8 @@ class GroupCheck:
     # groups with a member assigned a partition of the topic and no commit on the topic: a consumer-protocol
     # (KIP-848) group backfilling from the start, whose position is unknown until it commits (issue 40)
     assigned: frozenset[str] = frozenset()
+    # group -> partition -> the leader epoch of its commit there (-1: none given), beside `committed`
+    epochs: TopicCommits = field(default_factory=dict)
 
 
 @dataclass
@@ -235,12 +237,15 @@ class ClusterGroupOffsets:
                     "Kafka (group offsets)", self.conn.bootstrap_servers, "the groups' ACLs", why
                 )
             out: TopicCommits = {}
+            epochs: TopicCommits = {}
             for group, got in self._fetched.items():
+                given = getattr(got.offsets, "epochs", {})
                 for (t, p), off in (got.offsets or {}).items():
                     if t == topic:
                         out.setdefault(group, {})[p] = off
+                        epochs.setdefault(group, {})[p] = given.get((t, p), -1)
             assigned = self._assigned_to(topic, listed, ttl_s) - out.keys()
-        return GroupCheck(out, frozenset(holders - listed), frozenset(assigned))
+        return GroupCheck(out, frozenset(holders - listed), frozenset(assigned), epochs)
 
     def _assigned_to(self, topic: str, listed: set[str], ttl_s: float) -> set[str]:
         """The listed groups with a member assigned `topic`: the groups with members (ListGroups' state), each

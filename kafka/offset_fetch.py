@@ -34,6 +34,17 @@ START_S = 30.0  # a child's start (the interpreter and confluent_kafka) on a loa
 Offsets = dict[tuple[str, int], int]
 
 
+class Committed(dict[tuple[str, int], int]):
+    """A group's committed offsets, (topic, partition) -> offset, with each commit's leader epoch beside in `epochs`
+    (KIP-320: the epoch of the last record the group had read; -1 where the committer gave none, as Spark and
+    clients that commit an offset of their own choosing do). The epoch tells whether the records below the commit
+    are still the ones the group read (policy/identity.py `commit_outlived`)."""
+
+    def __init__(self, offsets: Offsets | None = None, epochs: dict[tuple[str, int], int] | None = None) -> None:
+        super().__init__(offsets or {})
+        self.epochs: dict[tuple[str, int], int] = epochs or {}
+
+
 class FetchProcessDied(RuntimeError):
     """The child reading group offsets died or stopped answering; the groups it was asked for are unknown."""
 
@@ -66,7 +77,8 @@ class OffsetFetcher:
             if "error" in got:
                 out[group] = KafkaReadError(got["error"])
             else:
-                out[group] = {(t, p): o for t, p, o in got["offsets"]}
+                rows = got["offsets"]
+                out[group] = Committed({(t, p): o for t, p, o, _ in rows}, {(t, p): e for t, p, _, e in rows})
         return out
 
     def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -176,7 +188,8 @@ def _serve() -> None:
                     if tp.error is not None:
                         raise KafkaException(tp.error)
                     if tp.offset >= 0:  # -1001: no committed offset on that partition
-                        offsets.append([tp.topic, tp.partition, tp.offset])
+                        epoch = tp.leader_epoch if tp.leader_epoch is not None and tp.leader_epoch >= 0 else -1
+                        offsets.append([tp.topic, tp.partition, tp.offset, epoch])
                 answer[group] = {"offsets": offsets}
             except Exception as exc:
                 answer[group] = {"error": error_text(exc)}

@@ -18,6 +18,7 @@ from compactd.kafka.watermarks import watermarks
 from compactd.policy.identity import LogFacts
 
 DESCRIBE_CHUNK = 1000  # topics per DescribeTopics request
+LOOKBACK = 64  # offsets below a commit searched for its last record, past the markers of transactions
 
 
 @dataclass
@@ -38,6 +39,7 @@ class ClusterTopics:
         self.timeout_s = timeout_s
         self._admin: Any = None
         self._consumer: Any = None
+        self._reader: Any = None  # reads the last record below a group's commit (`last_record_below`)
 
     def _clients(self) -> tuple[Any, Any]:
         if self._admin is None:
@@ -107,9 +109,86 @@ class ClusterTopics:
             raise
         return LogFacts(now.ids.get(topic) or None, low, high)
 
+    def leader_epoch(self, topic: str, partition: int) -> tuple[int, int]:
+        """(high watermark, the partition's current leader epoch) from its leader: ListOffsets latest, which needs
+        Describe on the topic only. Raises KafkaException when the leader cannot answer."""
+        from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        admin, _ = self._clients()
+        tp = TopicPartition(topic, partition)
+        futures = admin.list_offsets(
+            {tp: OffsetSpec.latest()},
+            isolation_level=IsolationLevel.READ_UNCOMMITTED,
+            request_timeout=self.timeout_s,
+        )
+        try:
+            got = next(iter(futures.values())).result(self.timeout_s)
+        except TimeoutError:
+            self.close()
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "ListOffsets had no answer in time")) from None
+        except KafkaException:
+            self.close()
+            raise
+        return got.offset, got.leader_epoch if got.leader_epoch is not None else -1
+
+    def last_record_below(self, topic: str, partition: int, offset: int) -> tuple[int, int] | None:
+        """(offset, leader epoch) of the last record below `offset` in the log now, looked for among the
+        LOOKBACK offsets below it (a transaction's marker is no record a consumer returns); None when there is
+        none, or it carries no epoch. Needs Read on the topic; raises KafkaException when the log cannot be read."""
+        from confluent_kafka import TopicPartition
+
+        if self._reader is None:
+            self._reader = new_consumer(
+                self.conn.client(
+                    "consumer",
+                    forced={
+                        "group.id": "compactd-topic-check",
+                        "isolation.level": "read_uncommitted",
+                        "enable.partition.eof": True,
+                        "enable.auto.commit": False,
+                    },
+                )
+            )
+        reader = self._reader
+        found: tuple[int, int] | None = None
+        for start in dict.fromkeys((offset - 1, max(0, offset - LOOKBACK))) if offset > 0 else ():
+            reader.assign([TopicPartition(topic, partition, start)])
+            try:
+                found = self._read_up_to(reader, offset)
+            finally:
+                reader.unassign()
+            if found is not None:
+                break
+        return found if found is not None and found[1] >= 0 else None
+
+    def _read_up_to(self, reader: Any, offset: int) -> tuple[int, int] | None:
+        """The last record the assigned reader returns below `offset` before it reaches `offset` or the log's end."""
+        import time
+
+        from confluent_kafka import KafkaError, KafkaException
+
+        last: tuple[int, int] | None = None
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            for msg in reader.consume(LOOKBACK, timeout=min(1.0, self.timeout_s)):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return last
+                    self.close()
+                    raise KafkaException(err)
+                if msg.offset() >= offset:
+                    return last
+                epoch = msg.leader_epoch()
+                last = (msg.offset(), epoch if epoch is not None else -1)
+        self.close()
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no record read below offset {offset} in time"))
+
     def close(self) -> None:
         # retired, not closed: a request of either may still be out, or another thread inside a call on it; freed
         # once the last reference goes
         retire(self._admin)
         retire(self._consumer)
-        self._admin = self._consumer = None
+        retire(self._reader)
+        self._admin = self._consumer = self._reader = None

@@ -116,3 +116,30 @@ def behind_high_watermark(view: PartitionView, facts: LogFacts, before_offset: i
     if facts.high < held:
         return f"the high watermark {facts.high} is below offset {held} compactd holds"
     return None
+
+
+def commit_outlived(group: str, offset: int, epoch: int, high: int, below: tuple[int, int] | None = None) -> str | None:
+    """Why group `group`'s commit at `offset` no longer vouches for the records below it (None: nothing says so).
+
+    A commit says "read everything below `offset`" of the log as it was then. An unclean leader election (or a
+    failover after `acks=1` writes) truncates the log under the same topic ID and writes the offsets again: the
+    commit may then sit past the log's end, or the records below it may be new ones the group never read. A
+    consumed-retention delete up to it would delete them. `epoch`: the commit's leader epoch (KIP-320, the epoch of
+    the last record the group read; -1 when the committer gave none, which leaves only the log end as evidence);
+    `high`: the high watermark now; `below`: (offset, leader epoch) of the last record below `offset` in the log
+    now. A record written in a later epoch than the commit's was written after the group read that offset."""
+    if offset > high:
+        return (
+            f"group {group}'s committed offset {offset} is past the log end {high}: the log was truncated under the "
+            "commit (an unclean leader election?), and the records written since are not read"
+        )
+    if epoch < 0 or below is None:
+        return None
+    at, written_in = below
+    if written_in > epoch:
+        return (
+            f"the record at offset {at}, below group {group}'s committed offset {offset}, was written in leader "
+            f"epoch {written_in}, after the commit (epoch {epoch}): the log was truncated and written again under "
+            "it (an unclean leader election?)"
+        )
+    return None

@@ -19,6 +19,7 @@ from compactd.policy.identity import (
     ZERO_ID,
     LogFacts,
     behind_high_watermark,
+    commit_outlived,
     identity_changed,
     other_incarnation,
     topic_id_bytes,
@@ -240,3 +241,18 @@ def test_a_commit_of_another_incarnation_is_told_only_by_two_known_ids() -> None
     assert not other_incarnation(None, new)  # a commit without an ID (value v0-v3): no evidence
     assert not other_incarnation(old, None)  # no ID recorded for the topic: no evidence
     assert not other_incarnation(old, ZERO_ID)  # a broker that reports none
+
+
+def test_a_commit_the_log_was_truncated_and_written_again_under_is_told_by_its_epoch_or_the_log_end() -> None:
+    # read up to 200 in epoch 3; an unclean election cut the log at 100 and epoch 4 wrote it again
+    why = commit_outlived("billing", 200, 3, 250, (199, 4))
+    assert why is not None and "offset 199" in why and "epoch 4" in why and "billing" in why
+    assert commit_outlived("billing", 200, 3, 250, (199, 3)) is None  # the record the group read is still there
+    assert commit_outlived("billing", 200, 3, 250, (150, 2)) is None  # an older record below (a marker between)
+    # not yet written again up to the commit: the commit is past the log end, whatever its epoch
+    why = commit_outlived("billing", 200, -1, 120)
+    assert why is not None and "past the log end 120" in why
+    # no epoch given (Spark, a hand-made commit) or no record below to read: nothing but the log end to judge by
+    assert commit_outlived("spark", 200, -1, 250, (199, 9)) is None
+    assert commit_outlived("billing", 200, 3, 250, None) is None
+    assert commit_outlived("billing", 250, 3, 250, (249, 3)) is None  # at the log end: read everything
