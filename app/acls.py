@@ -72,8 +72,13 @@ NEEDS: tuple[Need, ...] = (
          "compaction nudges (`max.compaction.lag.ms`), `compaction.retention.takeover`; not needed with "
          "`offsets_source: admin` and no takeover", "watched", _nudges),
     Need("Topic", "`*`", ("DELETE",), "DeleteRecords", "consumed and forced retention", "watched"),
-    Need("Topic", "`*`", ("READ",), "Fetch", "the compaction service reads the topics it compacts", "watched",
-         lambda s: any(v.get("compaction.service") for v in s.thresholds.values())),
+    Need("Topic", "`*`", ("READ",), "Fetch",
+         "the compaction service reads the topics it compacts; the check before a consumed-retention delete reads "
+         "the last record below a group's commit made under an earlier leader (an unclean leader election may have "
+         "written the offsets again); without it such a delete holds until the group commits under the leader of "
+         "now", "watched",
+         lambda s: (s.cluster_offsets_check and s.cluster_check != "off")
+         or any(v.get("compaction.service") for v in s.thresholds.values())),
     Need("Topic", "`compactd.` (prefixed), and each view `<topic>.compacted`", ("CREATE", "DESCRIBE", "READ",
          "WRITE", "DELETE"), "CreateTopics, Produce, Fetch, DeleteRecords",
          "compactd's own topics (Create only with `create_topics: true`, the default) and the compaction views "

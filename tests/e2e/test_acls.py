@@ -58,9 +58,9 @@ def grants(prefix: str) -> list[AclBinding]:
         (ResourceType.BROKER, "kafka-cluster", lit, [AclOperation.DESCRIBE]),
         (ResourceType.GROUP, "*", lit, [AclOperation.DESCRIBE]),
         (ResourceType.GROUP, "compactd-source", pre, [AclOperation.READ]),
-        # Read on `*` is the compaction service's row: it does not apply to this job
+        # Read on `*`: the check of a commit made under an earlier leader (the compaction service's too)
         (t, "*", lit, [AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
-                       AclOperation.DELETE]),
+                       AclOperation.DELETE, AclOperation.READ]),
         (t, prefix, pre, [AclOperation.CREATE, AclOperation.DESCRIBE, AclOperation.READ, AclOperation.WRITE,
                           AclOperation.DELETE]),
     ]  # fmt: skip

@@ -25,7 +25,9 @@ def test_which_rows_apply_to_which_settings() -> None:
     assert offsets.applies(default) and offsets.applies(admin)  # admin mode: the check reads streams groups there
     assert not offsets.applies(Settings(offsets_source="admin", cluster_offsets_check=False))
     assert nudges.applies(default) and not nudges.applies(admin)
-    assert reads.applies(service) and not reads.applies(default)
+    # Read on the topics: the compaction service, and the cluster check of a commit made under an earlier leader
+    assert reads.applies(service) and reads.applies(default)
+    assert not reads.applies(Settings(cluster_check="off")) and not reads.applies(Settings(cluster_offsets_check=False))
 
 
 def test_the_topics_checked() -> None:
