@@ -36,6 +36,7 @@ from compactd.app.application import Application
 from compactd.control.controller import Controller
 from compactd.control.dispatch import BEHIND_RECHECK_MS
 from compactd.kafka.config import KafkaConnection
+from compactd.kafka.groups import ClusterGroupOffsets
 from compactd.kafka.topics import ClusterTopics
 from compactd.metrics import Metrics
 from compactd.model import ActionRecord, Segment
@@ -394,6 +395,112 @@ def test_a_delete_past_a_high_watermark_that_trails_the_log_end_waits_and_the_st
     assert cluster.watermarks(topic) == (2000, 2000)
     assert ctl.metrics.registry.get_sample_value("compactd_deletes_behind_high_watermark") == 0
     ctl.sink.close()
+
+
+def read_and_commit(bootstrap: str, group: str, topic: str, start: int, end: int) -> int:
+    """`group` reads `topic`/0 from `start` up to `end` as a consumer does and commits where it stopped, with the
+    leader epoch of the last record it read (KIP-320); returns that epoch."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, start)])
+    last = None
+    try:
+        deadline = time.monotonic() + 60
+        while (last is None or last.offset() < end - 1) and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                last = m
+        assert last is not None and last.offset() == end - 1, f"{group} read up to {last and last.offset()}"
+        wait_until(f"{group}'s commit taken", lambda: c.commit(asynchronous=False), lambda _: True, 60,
+                   tolerate=kraft.not_yet)  # fmt: skip
+        return last.leader_epoch()
+    finally:
+        c.close()
+
+
+def test_an_unclean_election_that_writes_the_offsets_under_a_groups_commit_again_holds_the_delete_until_it_reads(
+    kafka3, rclient: redis.Redis
+) -> None:
+    """Two replicas, unclean elections allowed, min ISR 1. The follower is killed; the leader alone takes offsets
+    100-199, which a group reads and commits (200, in the leader's epoch). The leader is killed and the follower
+    started: the controller elects it though it is out of the ISR, its log ends at 100, and new records take
+    offsets 100-249 in a new epoch. The group's commit at 200 now sits above 100 records it never read. Consumed
+    retention holds a delete to 200 (before: sent, and the broker deleted the 100 new records), until the group has
+    read the new records and committed under the leader of now; then it goes."""
+    for node in kafka3.nodes:
+        node.start()
+    cluster = Cluster(kafka3.bootstrap, replication=3)
+    conn = KafkaConnection(kafka3.bootstrap)
+    topic, actions, group = cluster.name("ledger"), cluster.name("actions"), cluster.name("billing")
+    cluster.create(actions)
+    first, second = 1, 2  # the partition's two replicas; node 3 keeps the KRaft quorum while one of them is down
+    unclean = {"cleanup.policy": "delete", "min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
+    new = NewTopic(topic, num_partitions=1, replica_assignment=[[first, second]], config=unclean)
+    creator = kraft.admin(conn)  # must outlive the future
+    creator.create_topics([new])[topic].result(30)
+    wait_until(f"{topic} led by {first}, both in sync", lambda: replicas(cluster, topic),
+               lambda r: r[0] == first and sorted(r[2]) == [first, second], 60, tolerate=kraft.not_yet)  # fmt: skip
+
+    now = int(time.time() * 1000)
+    state = RedisState(rclient)
+    ctl = Controller(
+        state,
+        {"global": {"dry.run": False}, f"topic:{topic}": {"consumed.retention.ms": H}},
+        KafkaAdminSink(conn, state),
+        AuditLog(conn, actions),
+        Metrics(CollectorRegistry()),
+        clock=lambda: now,
+        cluster_offsets=ClusterGroupOffsets(conn, ttl_s=0).check,
+        topics=ClusterTopics(conn),
+    )
+    bound = BatchChanges()
+    bound.topic(topic).log_start.append((0, 0))
+    ctl.on_batch("s", 0, bound)  # the topic first merged: its ID bound to its state
+
+    producer = Producer({"bootstrap.servers": kafka3.bootstrap, "acks": "all"})
+    for i in range(100):
+        producer.produce(topic, b"old", f"k{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    kafka3.node(second).kill()
+    wait_until(f"{second} out of the ISR", lambda: replicas(cluster, topic), lambda r: r[2] == [first], 60,
+               tolerate=kraft.not_yet)  # fmt: skip
+    for i in range(100, 200):
+        producer.produce(topic, b"old", f"k{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    read_in = read_and_commit(kafka3.bootstrap, group, topic, 0, 200)
+
+    kafka3.node(first).kill()
+    kafka3.node(second).start()
+    wait_until(f"{second} elected, unclean", lambda: replicas(cluster, topic), lambda r: r[0] == second, 120,
+               tolerate=unanswered)  # fmt: skip
+    assert cluster.watermarks(topic) == (0, 100)  # the log the new leader had: 100 records
+    for i in range(100, 250):
+        producer.produce(topic, b"new", f"k{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    assert cluster.watermarks(topic) == (0, 250)
+
+    # compactd's state: two old segments below the group's commit at 200, a consumed-retention delete to 200 due
+    changes = BatchChanges()
+    closed = now - 2 * H
+    changes.topic(topic).segments.extend((0, Segment(b, b + 100, closed, 100, closed)) for b in (0, 100))
+    changes.topic(topic).offsets.append((group, 0, 200))
+    ctl.on_batch("s", 1, changes)
+    [held] = cluster.read_all(actions)
+    why = held["detail"].get("why", "")
+    print(f"commit read in epoch {read_in}; held: {why}")
+    assert (held["status"], held["before_offset"]) == ("skipped", 200), held
+    assert "offset 199" in why and f"epoch {read_in}" in why and "unclean leader election" in why, why
+    assert cluster.watermarks(topic) == (0, 250)  # the 150 new records are all there
+
+    # the group reads the new records and commits under the new leader: the delete goes
+    assert read_and_commit(kafka3.bootstrap, group, topic, 100, 250) > read_in
+    now += ctl.thresholds(topic, 0).action_retry_ms + 1
+    again = BatchChanges()
+    again.topic(topic).offsets.append((group, 0, 250))
+    ctl.on_batch("s", 2, again)
+    assert [(a["status"], a["before_offset"]) for a in cluster.read_all(actions)] == [("skipped", 200), ("sent", 200)]
+    assert cluster.watermarks(topic) == (200, 250)
+    ctl.sink.close()
+    kafka3.node(first).start()  # it truncates its log to the new leader's and follows
 
 
 class Background:
