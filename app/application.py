@@ -85,7 +85,7 @@ class Application(DeleteGate, RunLoop):
         checking = settings.cluster_offsets_check and settings.cluster_check != "off"
         self.group_offsets = ClusterGroupOffsets(conn, ttl_s, holders=self.state.groups) if checking else None
         self.cluster_topics = ClusterTopics(conn)
-        # readers that commit no group offsets: share groups, declared Spark checkpoints and pins (issue 40)
+        # readers that commit no group offsets: share groups, declared Spark checkpoints and pins
         self.readers = Readers(
             ShareStateTail(conn, timeout_s=CHECK_TIMEOUT_S),
             clock=clock,

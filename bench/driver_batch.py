@@ -1,4 +1,4 @@
-"""The driver's share of one micro-batch that touches every partition with nothing due (issue 17's measurement).
+"""The driver's share of one micro-batch that touches every partition with nothing due.
 
 A real redis-server, the real controller and state, no Spark: a first batch writes one closed segment and two groups'
 offsets per partition (`--groups`: that many), the second moves every offset (every partition touched, nothing due:

@@ -13,7 +13,7 @@ cyclic garbage is then destroyed there, where librdkafka allows it.
 **Not during a batch** (`gc_paused`). A micro-batch at a million partitions allocates millions of objects (Spark's
 rows as changes, views, records, plans) that die by reference counting when the batch ends. While it runs, every few
 thousand surviving allocations start a collection, and the collector counts the batch's live objects as long-lived:
-four full collections a batch walked all of them, 1.4 s of a 15 s batch (issue 17). Held off, the objects are freed as
+four full collections a batch walked all of them, 1.4 s of a 15 s batch. Held off, the objects are freed as
 before and the next collection after the batch sees only what survived it. Cyclic garbage made during a batch waits
 until it ends.
 """

@@ -261,7 +261,7 @@ def source_changed(
     A log start going back is evidence only where the topic ID cannot say: a broker killed before it checkpointed a
     deleteRecords' log start (`log.flush.start.offset.checkpoint.interval.ms`, a minute by default) starts again
     with the older one (`policy/identity.py`). Same topic ID, same log: read as another log, the new lineage would
-    be built from the source alone and every key that lived only in the view would be lost (issue 49)."""
+    be built from the source alone and every key that lived only in the view would be lost."""
     if published is None or published.generation <= 0:
         return None
     if topic_id and published.source_id and topic_id != published.source_id:

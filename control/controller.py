@@ -159,7 +159,7 @@ class Controller(Dispatch):
         self.outcomes: Counter[str] = Counter()
         # `run --once`: the partitions this run has evaluated, by topic (`track_evaluated`, `evaluate_rest`)
         self._evaluated: dict[str, set[int]] | None = None
-        # Redis calls of an evaluation that run beside its planning: Redis and Python take turns no more (issue 17)
+        # Redis calls of an evaluation that run beside its planning: Redis and Python take turns no more
         self.io = IoAhead()
         # the deadlines this process stored: an evaluation writes the ones that changed (control/scheduled.py)
         self.scheduled = Scheduled()

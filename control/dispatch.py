@@ -160,7 +160,7 @@ class Dispatch:
                 continue
             try:
                 why = self._why_not_now(rec, th, now)
-            except DependencyUnavailable as exc:  # a blind reader: it may be behind, the delete waits (issue 49)
+            except DependencyUnavailable as exc:  # a blind reader: it may be behind, the delete waits
                 finished.append(self._failed(rec, rec.with_status("failed", error=str(exc)), th, now))
                 continue
             if why is not None:
@@ -234,7 +234,7 @@ class Dispatch:
     def _due(self, now: int, sending: Callable[[], bool]) -> Iterator[ActionRecord]:
         """The outbox's due records, oldest first, a page at a time, read on past records this round holds: with 1,000
         or more compactions waiting for `compaction.max.concurrent` at the head, the deletes and restores behind them
-        were never read (issue 39). Paging stops when nothing more may be sent this round (`sending()` false: the
+        were never read. Paging stops when nothing more may be sent this round (`sending()` false: the
         rate cap, or a failed send) or after OUTBOX_PAGES pages."""
         for page in range(OUTBOX_PAGES):
             records = self.state.outbox(now, limit=OUTBOX_PAGE, start=page * OUTBOX_PAGE)

@@ -1,7 +1,7 @@
 """Redis calls run beside the planning that needs them: one worker thread, in the order they were asked for.
 
 An evaluation used to take turns with Redis: read a chunk, plan it, store its deadlines, read the next. With two cores
-and Redis in its own process, one waited while the other worked (issue 17: at a million partitions, 6 s of Redis
+and Redis in its own process, one waited while the other worked (at a million partitions, 6 s of Redis
 and 2.5 s of Python, one after the other). Here the next chunks' reads are asked for before this one is planned and the
 deadlines are stored behind them, so Redis works while Python plans. One thread keeps the calls in order: a read
 never overtakes an earlier write. `settled()` waits for every call, so nothing is still writing when an evaluation

@@ -1,4 +1,4 @@
-"""Topics deleted and created again under a running job: find out, reset, forget (issue 26).
+"""Topics deleted and created again under a running job: find out, reset, forget.
 
 The rule (`policy.identity.identity_changed`) is pure; this applies it where the cluster can be asked:
 - right before an action goes to the cluster (`check`): the action's topic ID and the partition's watermarks. A state

@@ -1,4 +1,4 @@
-"""Where the readers that commit no group offsets are read (issue 40): the IO side of policy/readers.py.
+"""Where the readers that commit no group offsets are read: the IO side of policy/readers.py.
 
 Three sources, each turned into `ReaderHold`s per topic:
 - declared pins (`reader:<name>` layers with `pin` and `expires_ms`): from the layers alone; a pin past its lease no

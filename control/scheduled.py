@@ -1,5 +1,5 @@
 """What this process last stored as each partition's deadline and compaction-due time, so an evaluation writes only
-the ones that changed (issue 17: at a million partitions, rewriting every touched partition's two zset entries was
+the ones that changed (at a million partitions, rewriting every touched partition's two zset entries was
 2 s of Redis in a batch that changed a third of them).
 
 Redis stays the system of record: a value is remembered only after the write that stored it returned, and every

@@ -1,4 +1,4 @@
-"""A share of a micro-batch's topics merged and evaluated on its own, where the data is (issue 17: out of the driver).
+"""A share of a micro-batch's topics merged and evaluated on its own, where the data is (out of the driver).
 
 The per-partition work of a batch — merging its changes into Redis and planning each touched partition — needs no
 global state: each topic's keys share one Redis hash tag, so a share of topics is a share of Redis slots. What must be

@@ -1,4 +1,4 @@
-"""The compacted views' cap on source deletes, as data both sides share (issue 29: control and compaction called
+"""The compacted views' cap on source deletes, as data both sides share (control and compaction called
 each other through callbacks).
 
 The compaction trigger writes what it learns here: a source that is another log than its view's (`changed`: deletes

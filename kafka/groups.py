@@ -4,7 +4,7 @@ The last word on what a real Kafka group has read: right before a consumed-reten
 controller compares it with these offsets, so no fault in compactd's own state (Redis losing writes, a bug, a
 decoder missing a record) can delete what a group has not committed past — KAFKA-17635's lesson.
 
-What is asked, and what an error costs (issue 26: every group was fetched every 5 s, and one group's error held
+What is asked, and what an error costs (before: every group was fetched every 5 s, and one group's error held
 every delete):
 - only the groups that hold the topic: those compactd's state knows on it, and the groups the cluster lists that
   this process has never fetched (a group compactd has not heard of may hold it); once fetched, a group's topics are
@@ -43,7 +43,7 @@ class GroupCheck:
     committed: TopicCommits = field(default_factory=dict)
     unlisted: frozenset[str] = frozenset()
     # groups with a member assigned a partition of the topic and no commit on the topic: a consumer-protocol
-    # (KIP-848) group backfilling from the start, whose position is unknown until it commits (issue 40)
+    # (KIP-848) group backfilling from the start, whose position is unknown until it commits
     assigned: frozenset[str] = frozenset()
     # group -> partition -> the leader epoch of its commit there (-1: none given), beside `committed`
     epochs: TopicCommits = field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""Share groups' positions, read from `__share_group_state` (KIP-932), for consumed retention (issue 40).
+"""Share groups' positions, read from `__share_group_state` (KIP-932), for consumed retention.
 
 A share group's progress never reaches `__consumer_offsets`; the share coordinator keeps it in its own compacted
 internal topic, keyed by (group, topic ID, partition). This tail reads that topic from its start once, then on each

@@ -45,7 +45,7 @@ class ClusterTopics:
         if self._admin is None:
             self._admin = admin_client(self.conn, self.timeout_s)
             # read_uncommitted: the log's end is its high watermark. A read_committed client gets the last stable
-            # offset, which an open transaction holds below segments the log has (issue 39: read as a re-creation)
+            # offset, which an open transaction holds below segments the log has (once read as a re-creation)
             self._consumer = new_consumer(
                 self.conn.client(
                     "consumer", forced={"group.id": "compactd-topic-check", "isolation.level": "read_uncommitted"}

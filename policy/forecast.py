@@ -18,7 +18,7 @@ from compactd.policy.thresholds import Thresholds
 class PartitionStats(msgspec.Struct, frozen=True, gc=False):
     """A struct (built in C): the controller makes one per evaluated partition, 259k in a busy batch at 1M, and keeps
     the last of each. Untracked by the garbage collector (it holds numbers and a tuple of pairs, never a cycle): as
-    a NamedTuple every one of them stayed tracked, and each full collection in a batch walked them all (issue 17)."""
+    a NamedTuple every one of them stayed tracked, and each full collection in a batch walked them all."""
 
     earliest_ts: int | None  # KIP-354 earliest uncompacted timestamp (None: nothing dirty)
     lag_ms: int | None  # max.compaction.lag.ms in force (None: no compaction bound)

@@ -6,7 +6,7 @@ a log end below an offset compactd holds for the partition, or a log start below
 ever rises within one log, as long as the broker does not crash: Kafka checkpoints a deleteRecords' log start every
 `log.flush.start.offset.checkpoint.interval.ms`, and a broker killed before that starts again with the older one, so
 where the topic ID is known and unchanged, a log start going back is that, not a new log). Acting on a state that
-describes another log deletes what no rule made due (issue 26: a re-created topic lost all its new records), so any
+describes another log deletes what no rule made due (before: a re-created topic lost all its new records), so any
 of these means: reset the topic's state, act on nothing.
 """
 

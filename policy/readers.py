@@ -1,4 +1,4 @@
-"""Readers that commit no group offsets, counted like groups (issue 40): share groups (KIP-932), Spark queries by
+"""Readers that commit no group offsets, counted like groups: share groups (KIP-932), Spark queries by
 their checkpoint, readers the operator declares with a pinned position and a lease, compactd's own compaction reads.
 
 Consumed retention promises never to delete what a reader has not read. A group commits its position to Kafka; these
@@ -229,7 +229,7 @@ def pin_holds(name: str, spec: ReaderSpec, now: int) -> dict[str, ReaderHold]:
     return {topic: ReaderHold(name, PIN, dict(parts)) for topic, parts in spec.pin.items()}
 
 
-# -- which incarnation of a topic a declared reader's positions were taken on (issue 26's rule, for readers)
+# -- which incarnation of a topic a declared reader's positions were taken on (the re-created topic rule, for readers)
 
 
 class Bound(msgspec.Struct, frozen=True, array_like=True):

@@ -124,7 +124,7 @@ class Quiet:
 def quiet(nums: PartitionNumbers, limits: Limits, now: int) -> Quiet:
     """Which rows have nothing due at `now`, and their crossings. A delete is due exactly when the first live segment
     is let go (the prefix is empty when it is not), so this reads one segment a row where `due` reads them all: most
-    rows of a batch only moved a group's offset, and this is all their evaluation costs (issue 17)."""
+    rows of a batch only moved a group's offset, and this is all their evaluation costs."""
     nseg = nums.nseg
     seg_row, starts, seg = segment_rows(nums)
     end, closed = seg[:, 1], seg[:, 4]

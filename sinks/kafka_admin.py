@@ -40,7 +40,7 @@ log = logging.getLogger("compactd.sinks")
 NUDGE_VALUES = {"max.compaction.lag.ms": "1", "min.cleanable.dirty.ratio": "0", "segment.ms": "1000"}
 # Only a value set on the topic itself is the topic's own: one from the broker (static, dynamic per broker or
 # cluster-wide) is the broker's, and a topic without an override follows it, changes included. Taking it for the
-# topic's and SETting it back at the restore would pin it onto the topic (issue 39).
+# topic's and SETting it back at the restore would pin it onto the topic.
 _TOPIC_OWN = ConfigSource.DYNAMIC_TOPIC_CONFIG.value
 ALTER_SEEN_POLL_S = 0.05  # how often a config just altered is described again until the broker shows it
 # A topic's cleanup.policy is read from the cluster and kept this long: a changed policy is seen within a minute.

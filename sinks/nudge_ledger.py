@@ -1,5 +1,5 @@
 """What every compaction nudge replaced, kept on a compacted Kafka topic, so that a nudge is put back whatever
-happens to Redis (issue 26: a flush while a nudge was on left `max.compaction.lag.ms=1` on a topic for good).
+happens to Redis (before: a flush while a nudge was on left `max.compaction.lag.ms=1` on a topic for good).
 
 Redis keeps the working copy (`NudgeMemory`); this topic is the copy a state loss cannot take. An entry is written,
 and acknowledged, before the topic's config is altered, and removed (a tombstone) only after the original is back:

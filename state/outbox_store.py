@@ -144,7 +144,7 @@ class OutboxStore(StoreBase):
         """`answer` then `enqueue`, in one transaction: a chunk's answered records leave the live set (each kept as
         its partition's last, answered at `now`) and its decisions enter it and the outbox. A slot answered and
         decided again is only overwritten: at 1M partitions most answered slots are, and removing each first cost
-        Redis a command argument and the client its packing (issue 17)."""
+        Redis a command argument and the client its packing."""
         if not answered and not queued:
             return
         pipe = self.r.pipeline(transaction=True)  # a few commands, however many records (a reply each is slow)

@@ -252,7 +252,7 @@ class ReadStore(StoreBase):
     ) -> list[tuple[PartitionNumbers, dict[int, list[ActionRecord]]]]:
         """`partition_numbers` and `live_records` of several topics' chunks. On a single server in one pipelined
         round trip: one per topic was most of an evaluation's wait at a million partitions, where a chunk spans
-        eight topics (issue 17). On a cluster, where redis-py does not pipeline scripts, one call each."""
+        eight topics. On a cluster, where redis-py does not pipeline scripts, one call each."""
         if self.cluster or len(chunks) < 2:
             return [(self.partition_numbers(t, ps), self.live_records(t, ps)) for t, ps in chunks]
         rank, live = self._script("explain_rank"), self._script("live_records")

@@ -1,5 +1,5 @@
 """A group's deletion and its commits on the JSON commits topic are ordered by their event times, not by the topic's
-partition numbers (issue 39): `<group>/<topic>/<partition>` and `<group>` keys land in different partitions.
+partition numbers: `<group>/<topic>/<partition>` and `<group>` keys land in different partitions.
 
 The operator's runs of the issue, on a 4-partition commits topic, with `run --once` and the cluster check off, then
 again after Redis lost everything (a rebuild from the compacted commits topic). Ground truth: the broker's low

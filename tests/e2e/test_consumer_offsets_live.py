@@ -154,7 +154,7 @@ def test_a_classic_group_migrated_to_the_consumer_protocol_keeps_holding(spark, 
 
 def test_a_consumer_protocol_group_assigned_but_not_committed_holds(spark, kafka, cluster, job_settings) -> None:
     """A new KIP-848 group backfilling from the start has members assigned the topic and no commit yet: its position
-    is unknown, so the delete a faster group allows is held (issue 40: nothing held it, and its backlog went). Once
+    is unknown, so the delete a faster group allows is held (before: nothing held it, and its backlog went). Once
     it commits, its offset decides."""
     data = cluster.name("backfill")
     cluster.create(data, 1, {"cleanup.policy": "delete"})

@@ -41,9 +41,10 @@ def essence(actions: list[dict]) -> list[tuple]:
     return sorted((a["action"], a["topic"], a["partition"], a["reason"], a.get("before_offset")) for a in actions)
 
 
-# Each kill point is a job process killed with -9 (15-20 CPU-s each, issue 50's budget). `make test` kills the job after
-# batch 2 merged and enqueued its actions, before it sent them: the restart merges the batch again (idempotent merge)
-# and carries out what the outbox holds once (idempotent actions). `make soak` kills it first after batch 1's merge too.
+# Each kill point is a job process killed with -9 (15-20 CPU-s each, of `make test`'s 5 minutes). `make test` kills
+# the job after batch 2 merged and enqueued its actions, before it sent them: the restart merges the batch again
+# (idempotent merge) and carries out what the outbox holds once (idempotent actions). `make soak` kills it first after
+# batch 1's merge too.
 @pytest.mark.parametrize(
     "faults",
     [

@@ -1,4 +1,4 @@
-"""Readers the operator declares (issue 40): a reader that commits no group offsets, pinned at a position with a
+"""Readers the operator declares: a reader that commits no group offsets, pinned at a position with a
 lease, holds consumed retention like a group until its lease ends; then it no longer counts, and the job says so in
 one line naming the reader and the key to change. Declared in the file, changed by config events; judged by the
 broker's low watermark."""

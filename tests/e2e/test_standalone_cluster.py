@@ -41,7 +41,7 @@ def segment(topic: str, base: int, end: int, first_ts: int, ts: int) -> dict:
     }
 
 
-@pytest.mark.soak  # 60-110 s and 75-160 CPU-s, a third of them packing the environment: issue 50's budget
+@pytest.mark.soak  # 60-110 s and 75-160 CPU-s, a third of them packing the environment: too much for make test
 def test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster(cluster, job_settings, tmp_path: Path) -> None:
     now = int(time.time() * 1000)
     orders, ctopic = cluster.name("orders"), cluster.name("ctopic")

@@ -1,6 +1,6 @@
 """Apache Kafka killed with -9 before it checkpointed a deleteRecords' log start: it comes back with the older log
 start (the first offset of the segment the delete cut into). The topic is the same log (same topic ID), so the
-compacted view keeps its lineage, and with it every key that lived only in the view (issue 49, item 8: read as
+compacted view keeps its lineage, and with it every key that lived only in the view (read as
 another log, the view was rebuilt from the source alone and those keys were lost).
 
 Ground truth is the broker: its low watermark before and after the kill, and what the source held at each step."""

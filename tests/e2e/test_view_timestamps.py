@@ -1,4 +1,4 @@
-"""A view's records keep their winners' timestamps on a broker whose defaults say otherwise (issue 49, item 9).
+"""A view's records keep their winners' timestamps on a broker whose defaults say otherwise.
 
 The broker stamps records with `LogAppendTime` by default and refuses records more than a day old; the source topics
 override both, as an operator does for a topic of historical records. A view that took the broker's defaults would

@@ -1,5 +1,5 @@
 """A declared reader that cannot be read right before a consumed-retention delete goes holds that delete: the send
-fails, is audited `failed` and tried again with backoff, and the controller goes on (issue 49, item 2). Real broker,
+fails, is audited `failed` and tried again with backoff, and the controller goes on. Real broker,
 real Redis, a Spark checkpoint on disk read by the controller's own reader; no Spark (batches are built by hand)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`kill -9` of a `compactd compact` process in the middle of its run (planned, about to start Spark): the previous
 generation stays published and readable; the dead run's lease names a process of this host that is gone, so
-`compact status` says the run died and the next run takes the lease over at once (issue 27: it waited 69 s for the
+`compact status` says the run died and the next run takes the lease over at once (before: it waited 69 s for the
 lease to expire), publishes, and leaves the view topic holding exactly its generation.
 
 (A run that dies after writing the view is in the property test, at every phase boundary; a real `kill -9` there

@@ -2,7 +2,7 @@
 
 Generated histories (keys reused, tombstones, null keys, headers present/absent/equal, timestamps out of order)
 are appended between runs on the real broker; runs go through the real Redis and Spark and some die at a phase
-boundary (after planning, after writing the view, after publishing). Between them the cluster acts (issue 27): the
+boundary (after planning, after writing the view, after publishing). Between them the cluster acts: the
 source's retention deletes a prefix (sometimes past the horizon), partitions are added, the topic is deleted and
 created again; a run is paused past its lease while another runs. After every step:
 - the published view holds exactly the winners of the records its lineage read (each generation: the previous view
@@ -255,7 +255,7 @@ def test_view_is_kip280_over_what_the_source_held_across_its_lifecycle(
                 for rec in _records(reader.conf, manifest.view, p, pv.view_start, pv.view_end, True)
             ]  # fmt: skip
             assert got == m.view.get(p, []), (p, where, died)
-            # and read as a plain reader reads it (the last record of a key wins): the lineage's live keys (issue 49)
+            # and read as a plain reader reads it (the last record of a key wins): the lineage's live keys
             plain = last_record_wins(Record(o, 0, k, v) for o, k, v in got)
             assert plain == {x.key: x.value for x in table(m.seen.get(p, []), strategy)}, (p, where, died)
         # the table: view + tail; refused when the source lost records past the horizon

@@ -1,5 +1,5 @@
 """A group's deletion from the JSON commits topic is ordered against its commits partition by partition, through the
-real merge script (lua/merge.lua) on a real Redis (issue 49, item 7)."""
+real merge script (lua/merge.lua) on a real Redis."""
 
 from __future__ import annotations
 

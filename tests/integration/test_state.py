@@ -387,7 +387,7 @@ def test_a_record_with_a_clean_time_reads_as_before_to_a_build_that_does_not_kno
 def test_a_groups_deletion_and_commits_read_in_separate_batches_go_by_event_time(rclient: redis.Redis) -> None:
     """From the JSON commits topic a group's deletion and its commits come from different partitions, so a later
     batch can hold the older event. A deletion older than a commit already merged leaves it; a commit older than a
-    deletion already merged never counts (issue 39)."""
+    deletion already merged never counts."""
     state = RedisState(rclient)
 
     def commit(batch_id: int, group: str, topic: str, offset: int, ts: int) -> None:

@@ -1,7 +1,7 @@
 """Topics deleted and created again, and deleted for good, under a running controller: real broker, real Redis.
 
 Ground truth is the broker's watermarks: a re-created topic must lose none of its new records to the old topic's
-state (issue 26: it lost all of them when a delete past the log end was clamped to it).
+state (before: it lost all of them when a delete past the log end was clamped to it).
 """
 
 from __future__ import annotations

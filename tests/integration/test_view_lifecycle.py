@@ -1,4 +1,4 @@
-"""The compacted view survives what the cluster does to its source (issue 27), through the commands: retention past
+"""The compacted view survives what the cluster does to its source, through the commands: retention past
 the horizon, partitions added, the topic deleted and created again, two runs racing for one generation.
 
 Real broker, Redis and Spark; the commands run in this process (`in_process`) on the test session's Spark. Ground

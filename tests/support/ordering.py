@@ -19,7 +19,7 @@ from collections.abc import Callable
 import pytest
 
 # the slowest tests of the suite and their duration in seconds on a 2-core machine (a clean clone's `make test`,
-# setup included, 2026-11-27; the issue 49 tests from a `--durations` run, 2026-11-28), by node id suffix; a test
+# setup included, 2026-11-27; the tests added since from a `--durations` run, 2026-11-28), by node id suffix; a test
 # missing here is simply ordered as collected
 SLOW: dict[str, float] = {
     "test_standalone_cluster.py::test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster": 75,

@@ -161,7 +161,7 @@ def test_an_appended_generation_read_last_record_wins_equals_a_full_run_where_th
 def test_a_delta_winner_that_loses_to_the_base_would_be_a_plain_readers_value_so_such_runs_rewrite(
     kind: str, tombstone: str
 ) -> None:
-    """The witnesses `appends_winners` rules out (issue 49): a late record ranked below the base's winner, and a late
+    """The witnesses `appends_winners` rules out: a late record ranked below the base's winner, and a late
     record for a key the base deleted. Appended, each is the last record of its key: a plain reader reads the wrong
     value, and the deleted key back."""
     strategy = Strategy.of(kind, "v", tombstone=tombstone)  # type: ignore[arg-type]
