@@ -26,9 +26,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from compactd.model import PartitionOffsets
+
 Event = dict[str, Any]
 TP = tuple[str, int]
-Offsets = Mapping[TP, int]
 
 
 @dataclass
@@ -77,7 +78,7 @@ class AdminPoll:
     def groups_to_fetch(self, listed: set[str]) -> list[str]:
         return sorted(g for g in listed if self.counts(g))
 
-    def offsets(self, now: int, listed: set[str], fetched: Mapping[str, Offsets | Exception]) -> list[Event]:
+    def offsets(self, now: int, listed: set[str], fetched: Mapping[str, PartitionOffsets | Exception]) -> list[Event]:
         """Events for one poll's ListGroups (`listed`) and OffsetFetch answers (`fetched`, a group's error kept as
         its answer)."""
         out: list[Event] = []
@@ -103,7 +104,9 @@ class AdminPoll:
         return out
 
     # -- logs
-    def logs_seen(self, now: int, starts: Offsets, ends: Offsets, watched: set[TP] | None = None) -> list[Event]:
+    def logs_seen(
+        self, now: int, starts: PartitionOffsets, ends: PartitionOffsets, watched: set[TP] | None = None
+    ) -> list[Event]:
         """Events for one poll's ListOffsets earliest (`starts`) and latest (`ends`). `watched`: every partition the
         cluster has (default: those answered); one missing from it is gone, one not answered waits for a poll."""
         out: list[Event] = []

@@ -44,11 +44,11 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaExcepti
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compactd.agent.admin_agent import AdminAgent, PollStats
-from compactd.agent.admin_poll import AdminPoll, Event, Offsets
+from compactd.agent.admin_poll import AdminPoll, Event
 from compactd.demo.broker import kafka_broker, kafka_version
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.groups import GroupReader
-from compactd.kafka.groups import Offsets as GroupOffsets
+from compactd.model import PartitionOffsets
 
 log = logging.getLogger("compactd.bench")
 TP = tuple[str, int]
@@ -74,7 +74,7 @@ class TimedReader(GroupReader):
     def list_groups(self) -> set[str]:
         return PHASES.timed("list_groups", super().list_groups)
 
-    def fetch(self, groups: Any) -> dict[str, GroupOffsets | Exception]:
+    def fetch(self, groups: Any) -> dict[str, PartitionOffsets | Exception]:
         return PHASES.timed("offset_fetch", super().fetch, groups)
 
 
@@ -92,10 +92,12 @@ class TimedAgent(AdminAgent):
 
 
 class TimedPoll(AdminPoll):
-    def offsets(self, now: int, listed: set[str], fetched: Mapping[str, Offsets | Exception]) -> list[Event]:
+    def offsets(self, now: int, listed: set[str], fetched: Mapping[str, PartitionOffsets | Exception]) -> list[Event]:
         return PHASES.timed("poll_offsets", super().offsets, now, listed, fetched)
 
-    def logs_seen(self, now: int, starts: Offsets, ends: Offsets, watched: set[TP] | None = None) -> list[Event]:
+    def logs_seen(
+        self, now: int, starts: PartitionOffsets, ends: PartitionOffsets, watched: set[TP] | None = None
+    ) -> list[Event]:
         return PHASES.timed("poll_logs_seen", super().logs_seen, now, starts, ends, watched)
 
 

@@ -40,10 +40,11 @@ from compactd.app.settings import Settings
 from compactd.codec.offsets import OffsetValue, encode_offset_key, encode_offset_value
 from compactd.demo.broker import kafka_broker
 from compactd.demo.embedded import redis_server
-from compactd.kafka.admin import Offsets, admin_client, list_end_offsets
+from compactd.kafka.admin import admin_client, list_end_offsets
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.range_read import READER_DEFAULTS
 from compactd.keys import partition_key
+from compactd.model import SourceOffsets
 from compactd.streaming import columns
 from compactd.streaming.connector import READ_DEFAULTS
 from compactd.streaming.decode import KAFKA_COLUMNS, Decoder
@@ -122,7 +123,7 @@ _KEY = struct.Struct(">hh")
 _VALUE = struct.Struct(">hqi")
 
 
-def bare_consumer(bootstrap: str, topics: list[str], binary: bool, low: Offsets) -> dict:
+def bare_consumer(bootstrap: str, topics: list[str], binary: bool, low: SourceOffsets) -> dict:
     """What one plain Python consumer does with the same records (from `low` to the end): consume() and parse,
     nothing else."""
     from confluent_kafka import Consumer, TopicPartition
@@ -160,7 +161,7 @@ def bare_consumer(bootstrap: str, topics: list[str], binary: bool, low: Offsets)
     return {"records": parsed, "seconds": round(seconds, 2), "records_per_second": round(parsed / seconds)}
 
 
-def spark_stages(spark: SparkSession, bootstrap: str, topics: list[str], decoder: Decoder, low: Offsets) -> dict:
+def spark_stages(spark: SparkSession, bootstrap: str, topics: list[str], decoder: Decoder, low: SourceOffsets) -> dict:
     """Where a batch's Spark time goes, over the same records (from `low` on) read again as one batch (Spark's Kafka
     reader, the job's options), each stage run twice and the second timed: the read alone (a `noop` write), the read
     + decode (compactd's Java decoders), and the read + decode + reduce + collect to the driver, the refused records
@@ -284,7 +285,7 @@ def main() -> None:
         source_topics = ["compactd.segments", MIRROR if binary else "compactd.commits"]
         jvm = int(spark.sparkContext._jvm.ProcessHandle.current().pid())  # type: ignore[attr-defined]
         rounds = []
-        low: Offsets = {}
+        low: dict[str, dict[str, int]] = {}
         for _ in range(args.rounds):
             tasks.warm_from = len(tasks.rows)
             shape = (args.topics, args.partitions, args.source_partitions, args.segment_share, binary)

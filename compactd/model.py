@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -11,6 +11,11 @@ import msgspec
 import numpy as np
 
 from compactd.keys import partition_key
+
+# (topic, partition) -> offset: a group's committed offsets, a poll's log starts or ends
+PartitionOffsets = Mapping[tuple[str, int], int]
+# topic -> partition (a string, as Spark's offset JSON writes it) -> offset: where a stream's sources stand
+SourceOffsets = Mapping[str, Mapping[str, int]]
 
 ActionKind = Literal["compact", "delete_records", "restore_config", "compact_view", "take_retention"]
 Reason = Literal[

@@ -11,16 +11,15 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
 from pathlib import Path
 
+from compactd.model import SourceOffsets
 from compactd.state.health import batch_field, state_loss
 from compactd.state.redis_store import RedisState
 from compactd.streaming.checkpoint import last_completed_batch, read_epoch, reset_stream, write_epoch
 
 log = logging.getLogger("compactd.state")
 
-Offsets = Mapping[str, Mapping[str, int]]
 REBUILDING = "state rebuilding after a loss"
 
 
@@ -60,7 +59,7 @@ class StateGuard:
         self.state.mark_merged(stream_id, batch_id)
         self.merged = batch_id
 
-    def begin_rebuild(self, targets: Offsets) -> None:
+    def begin_rebuild(self, targets: SourceOffsets) -> None:
         """Wipe what is left, start a new epoch whose rebuild must read the sources up to `targets`, and forget the
         stream's progress. Each step is safe to repeat: a crash anywhere in here is a loss again at the next start."""
         wiped = self.state.wipe()

@@ -10,8 +10,8 @@ from typing import Any
 from compactd.errors import CompactdError, DependencyUnavailable
 from compactd.kafka.config import KafkaConnection, new_admin
 from compactd.kafka.watermarks import list_offsets
+from compactd.model import SourceOffsets
 
-Offsets = dict[str, dict[str, int]]
 CHECK_STEP_S = 0.25  # how often the start-up check looks at what librdkafka said while it waits
 
 
@@ -115,7 +115,7 @@ def ensure_topics(
                 raise CompactdError(f"cannot create topic {topic}: {exc.args[0].str()}") from None
 
 
-def list_end_offsets(admin: Any, topics: list[str], which: str, isolation: str = "read_committed") -> Offsets:
+def list_end_offsets(admin: Any, topics: list[str], which: str, isolation: str = "read_committed") -> SourceOffsets:
     """Earliest ("low") or latest ("high") offset of every partition of `topics`, in one ListOffsets round.
 
     Under read_committed "high" is the last stable offset: a consumer cannot read past an open transaction, so a
@@ -136,7 +136,7 @@ def list_end_offsets(admin: Any, topics: list[str], which: str, isolation: str =
     if not request:
         return {}
     level = IsolationLevel.READ_COMMITTED if isolation == "read_committed" else IsolationLevel.READ_UNCOMMITTED
-    out: Offsets = {}
+    out: dict[str, dict[str, int]] = {}
     for tp, offset in list_offsets(admin, request, level, 10).items():
         out.setdefault(tp.topic, {})[str(tp.partition)] = offset
     return out

@@ -30,6 +30,7 @@ from compactd.kafka.admin import admin_client, retire
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.offset_fetch import OffsetFetcher, error_text
 from compactd.kafka.share_state import read_to_ends, tail_consumer
+from compactd.model import PartitionOffsets
 
 # group -> partition -> committed offset, for one topic
 TopicCommits = dict[str, dict[int, int]]
@@ -82,9 +83,6 @@ def failure_for(topic: str, holders: set[str], fetched: dict[str, _Fetched]) -> 
     return None
 
 
-Offsets = dict[tuple[str, int], int]  # (topic, partition) -> committed offset, for one group
-
-
 class GroupReader:
     """The one reader of group offsets, for the check before a delete and for the admin agent's polls: ListGroups,
     then one OffsetFetch per group (librdkafka asks one group per request), all in flight at once. The principal
@@ -134,7 +132,7 @@ class GroupReader:
         self.untyped = every - groups
         return groups | every
 
-    def fetch(self, groups: Iterable[str]) -> dict[str, Offsets | Exception]:
+    def fetch(self, groups: Iterable[str]) -> dict[str, PartitionOffsets | Exception]:
         """Each group's committed offsets (partitions with none left out), or the error that group's fetch met.
         Read in a process of its own (kafka/offset_fetch.py): librdkafka's OffsetFetch can crash the process that
         sends it while a coordinator moves."""

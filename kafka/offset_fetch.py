@@ -26,12 +26,11 @@ import time
 from typing import Any
 
 from compactd.kafka.config import KafkaConnection
+from compactd.model import PartitionOffsets
 
 log = logging.getLogger(__name__)
 
 START_S = 30.0  # a child's start (the interpreter and confluent_kafka) on a loaded machine, beyond the reads' timeout
-
-Offsets = dict[tuple[str, int], int]
 
 
 class Committed(dict[tuple[str, int], int]):
@@ -40,7 +39,9 @@ class Committed(dict[tuple[str, int], int]):
     clients that commit an offset of their own choosing do). The epoch tells whether the records below the commit
     are still the ones the group read (policy/identity.py `commit_outlived`)."""
 
-    def __init__(self, offsets: Offsets | None = None, epochs: dict[tuple[str, int], int] | None = None) -> None:
+    def __init__(
+        self, offsets: PartitionOffsets | None = None, epochs: dict[tuple[str, int], int] | None = None
+    ) -> None:
         super().__init__(offsets or {})
         self.epochs: dict[tuple[str, int], int] = epochs or {}
 
@@ -62,7 +63,7 @@ class OffsetFetcher:
         self._lock = threading.Lock()
         self.started = 0  # children started (a test reads it)
 
-    def fetch(self, groups: list[str]) -> dict[str, Offsets | Exception]:
+    def fetch(self, groups: list[str]) -> dict[str, PartitionOffsets | Exception]:
         if not groups:
             return {}
         with self._lock:
@@ -71,7 +72,7 @@ class OffsetFetcher:
             except FetchProcessDied as exc:
                 self._stop()
                 return dict.fromkeys(groups, exc)
-        out: dict[str, Offsets | Exception] = {}
+        out: dict[str, PartitionOffsets | Exception] = {}
         for group in groups:
             got = answer.get(group, {"error": "no answer for the group"})
             if "error" in got:

@@ -9,15 +9,12 @@ tombstone, not read yet), so deletes are recorded as `skipped` with `detail.why 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
+from compactd.model import SourceOffsets
 from compactd.policy.plan import NOT_CAUGHT_UP
-
-Offsets = Mapping[str, Mapping[str, int]]
 
 
 class Readiness:
-    def __init__(self, targets: Offsets | None, why: str = NOT_CAUGHT_UP) -> None:
+    def __init__(self, targets: SourceOffsets | None, why: str = NOT_CAUGHT_UP) -> None:
         """`targets`: topic -> partition (str) -> offset to reach; None (or nothing to read) opens the gate."""
         self.targets = {t: dict(parts) for t, parts in (targets or {}).items()}
         self.why = why
@@ -35,7 +32,7 @@ class Readiness:
     def ready(self) -> bool:
         return self._ready
 
-    def observe(self, source_offsets: Offsets) -> bool:
+    def observe(self, source_offsets: SourceOffsets) -> bool:
         """Feed the end offsets of a batch; True when this call opened the gate."""
         if self._ready or self._waiting:
             return False

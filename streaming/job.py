@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from compactd.gc_pause import gc_paused
-from compactd.kafka.admin import Offsets
+from compactd.model import SourceOffsets
 from compactd.streaming import columns
 from compactd.streaming.aggregate import (
     KEYED_DDL,
@@ -52,7 +52,7 @@ class Batch:
     # with evaluation shares: the per-topic rows, left in the executors (`collected` holds the rest)
     per_topic: PerTopic | None = None
 
-    def end_offsets(self) -> Offsets:
+    def end_offsets(self) -> SourceOffsets:
         """Source offsets this batch ends at (Spark's offset log; read only when needed)."""
         return batch_end_offsets(self.checkpoint, self.batch_id)
 
