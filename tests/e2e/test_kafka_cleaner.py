@@ -198,7 +198,6 @@ def test_a_tombstone_is_gone_by_the_deadline_compactd_gave_once_a_record_follows
             assert (b"key-gone", None) in log_records(kafka.bootstrap, topic)
             # 3. a record: it closes the roller's segment, which compactd nudges; the next clean removes the tombstone
             written = time.time() * 1000
-            assert written <= seen + KEEP_MS + 1500, "the record came late for the deadline's assumption"
             producer.produce(topic, key=b"key-later", value=b"v", partition=0)
             assert producer.flush(30) == 0
             wait_for(
@@ -211,9 +210,11 @@ def test_a_tombstone_is_gone_by_the_deadline_compactd_gave_once_a_record_follows
             for t in threads:
                 t.join(120)
             publisher.close()
-    print(f"\nKIP-534: cleaned {seen}, record +{written - seen:.0f} ms, tombstone gone +{gone - seen:.0f} ms, "
-          f"deadline +{deadline - seen} ms")  # fmt: skip
-    assert gone <= deadline, (gone - deadline, "ms past the deadline")
+    # the deadline assumes a record at the horizon; one written later (a loaded machine) moves it as much
+    late = max(0.0, written - (seen + KEEP_MS))
+    print(f"\nKIP-534: cleaned {seen}, record +{written - seen:.0f} ms ({late:.0f} ms past the horizon), tombstone "
+          f"gone +{gone - seen:.0f} ms, deadline +{deadline - seen} ms")  # fmt: skip
+    assert gone <= deadline + late, (gone - deadline - late, "ms past the deadline")
     records = dict(log_records(kafka.bootstrap, topic))
     assert records[b"key-kept"] == b"v" and records[b"key-later"] == b"v" and b"key-gone" not in records
     audit = [(r["action"], r["status"], r["reason"]) for r in cluster.read_all(settings.topics.actions)]
