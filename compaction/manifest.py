@@ -23,7 +23,9 @@ from compactd.compaction.strategy import Strategy
 
 
 @dataclass(frozen=True)
-class PartitionView:
+class ViewPartition:
+    """One source partition in a view generation: how far it is compacted, and where its records are in the view."""
+
     horizon: int  # source offsets below it are compacted into the view
     view_start: int  # the generation's records are view offsets [view_start, view_end)
     view_end: int
@@ -82,7 +84,7 @@ class Manifest:
     strategy_header: str | None = None
     strategy_header_format: str = "long"
     strategy_tombstone: str = "version"  # `compaction.strategy.tombstone`: version (KIP-280) or latest
-    partitions: dict[str, PartitionView] = field(default_factory=dict)
+    partitions: dict[str, ViewPartition] = field(default_factory=dict)
     started_at: int = 0
     finished_at: int = 0
     records_in: int = 0
@@ -112,7 +114,7 @@ class Manifest:
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Manifest:
         data = dict(raw)
-        data["partitions"] = {str(p): PartitionView(**v) for p, v in (data.get("partitions") or {}).items()}
+        data["partitions"] = {str(p): ViewPartition(**v) for p, v in (data.get("partitions") or {}).items()}
         prev = data.get("previous")
         data["previous"] = None if not prev else Previous(**prev)
         data["gaps"] = tuple(Gap(**g) for g in data.get("gaps") or ())
@@ -321,7 +323,10 @@ def retention_left(
 
 
 @dataclass(frozen=True)
-class Due:
+class RunDue:
+    """Whether a compaction run of a topic is due now, and why (what lies beyond the horizon, how old, how long the
+    source's retention leaves)."""
+
     due: bool
     why: str
     beyond_bytes: int = 0
@@ -338,7 +343,7 @@ def run_due(
     max_lag_ms: int | None,
     beyond_bytes: int | None = None,
     retention_ms: int | None = None,
-) -> Due:
+) -> RunDue:
     """Whether the controller starts a run for a topic with the service on.
 
     Bytes beyond the horizon come from segment events when the caller has them (`beyond_bytes`), else they are
@@ -348,10 +353,10 @@ def run_due(
     """
     if manifest is None or manifest.generation <= 0:
         records = sum(stable.values())
-        return Due(records > 0, "no generation yet" if records else "source is empty", beyond_records=records)
+        return RunDue(records > 0, "no generation yet" if records else "source is empty", beyond_records=records)
     records = sum(max(0, hi - manifest.horizon(p)) for p, hi in stable.items())
     if records == 0:  # the source's retention reaches the next record beyond the horizon retention.ms after it
-        return Due(False, "nothing beyond the horizon", retention_left_ms=retention_ms)
+        return RunDue(False, "nothing beyond the horizon", retention_left_ms=retention_ms)
     per_record = manifest.bytes_in / manifest.records_in if manifest.records_in else 0.0
     nbytes = beyond_bytes if beyond_bytes is not None else int(records * per_record)
     since = [
@@ -362,14 +367,14 @@ def run_due(
     age = max(0, now - min(since)) if since else 0
     left = None if retention_ms is None else retention_ms - age
     if any(str(p) not in manifest.partitions and hi > 0 for p, hi in stable.items()):
-        return Due(True, "a partition with records has no view yet", 0, records, age, left)
+        return RunDue(True, "a partition with records has no view yet", 0, records, age, left)
     if max_lag_ms is not None and age >= max_lag_ms:
         why = f"records beyond the horizon for {age} ms ≥ max.compaction.lag.ms"
-        return Due(True, why, nbytes, records, age, left)
+        return RunDue(True, why, nbytes, records, age, left)
     if retention_ms is not None and age >= retention_ms * RETENTION_SHARE:
         why = f"records beyond the horizon for {age} ms: retention.ms ({retention_ms}) reaches them in {left} ms"
-        return Due(True, why, nbytes, records, age, left)
+        return RunDue(True, why, nbytes, records, age, left)
     if threshold_bytes is not None and nbytes >= threshold_bytes:
         why = f"{nbytes} bytes beyond the horizon ≥ compaction.threshold.bytes"
-        return Due(True, why, nbytes, records, age, left)
-    return Due(False, "below compaction.threshold.bytes", nbytes, records, age, left)
+        return RunDue(True, why, nbytes, records, age, left)
+    return RunDue(False, "below compaction.threshold.bytes", nbytes, records, age, left)

@@ -21,8 +21,8 @@ from compactd.compaction.cluster import CompactionCluster
 from compactd.compaction.manifest import (
     Gap,
     Manifest,
-    PartitionView,
     Previous,
+    ViewPartition,
     delta_partitions,
     find_gaps,
     garbage_below,
@@ -271,7 +271,7 @@ class Compactor:
         self._still_held(lease, topic)
 
         view_high = cluster.offsets(manifest.view, "latest", count, committed=False)
-        parts: dict[str, PartitionView] = {}
+        parts: dict[str, ViewPartition] = {}
         totals = dict.fromkeys(("records_in", "bytes_in", "bytes_out", "null_keys"), 0)
         for r in plan:
             rep = reports.get(r.partition)
@@ -310,7 +310,7 @@ class Compactor:
                     **fields,
                 )
             else:
-                parts[str(r.partition)] = PartitionView(
+                parts[str(r.partition)] = ViewPartition(
                     view_start=vs,
                     view_end=ve,
                     records=counts[0],

@@ -35,7 +35,7 @@ class ViewGone(CompactdError):
 
 
 @dataclass(frozen=True)
-class Segment(InputPartition):
+class ReadSplit(InputPartition):
     """One partition's part of the compacted read: its view range, then its source tail."""
 
     topic: str
@@ -47,16 +47,16 @@ class Segment(InputPartition):
     tail_end: int
 
 
-def plan(manifest: Manifest | None, topic: str, low: Mapping[int, int], high: Mapping[int, int]) -> list[Segment]:
+def plan(manifest: Manifest | None, topic: str, low: Mapping[int, int], high: Mapping[int, int]) -> list[ReadSplit]:
     """Per source partition, what a compacted read covers. Without a published generation: the whole source."""
     out = []
     for p in sorted(high):
         pv = manifest.partitions.get(str(p)) if manifest is not None and manifest.generation > 0 else None
         if pv is None:
-            out.append(Segment(topic, "", p, 0, 0, low.get(p, 0), high[p]))
+            out.append(ReadSplit(topic, "", p, 0, 0, low.get(p, 0), high[p]))
         else:
             view = manifest.view if manifest is not None else ""
-            out.append(Segment(topic, view, p, pv.view_start, pv.view_end, pv.horizon, max(pv.horizon, high[p])))
+            out.append(ReadSplit(topic, view, p, pv.view_start, pv.view_end, pv.horizon, max(pv.horizon, high[p])))
     return out
 
 
@@ -72,7 +72,7 @@ def _records(conf: dict[str, Any], topic: str, p: int, start: int, end: int, fro
             yield Record(offset, ts, m.key(), m.value(), tuple(headers))
 
 
-def read_segment(conf: dict[str, Any], seg: Segment, low: Mapping[str, int] | None = None) -> Iterator[Record]:
+def read_segment(conf: dict[str, Any], seg: ReadSplit, low: Mapping[str, int] | None = None) -> Iterator[Record]:
     """The records of one partition's compacted read, in order: view, then tail. `low`: the view's and the
     source's first offsets now ({"view": …, "source": …}), checked so nothing deleted is silently skipped."""
     if low is not None:
@@ -91,7 +91,7 @@ def read_segment(conf: dict[str, Any], seg: Segment, low: Mapping[str, int] | No
     yield from _records(conf, seg.topic, seg.partition, seg.tail_start, seg.tail_end, False)
 
 
-def first_offsets(conf: dict[str, Any], seg: Segment) -> dict[str, int]:
+def first_offsets(conf: dict[str, Any], seg: ReadSplit) -> dict[str, int]:
     """The view's and the source's first offsets of the segment's partition now (what `read_segment` checks)."""
     from compactd.kafka.config import new_consumer
 
@@ -132,7 +132,7 @@ class CompactedReader:
         self.cluster = CompactionCluster(conn)
         self.conf = conn.client("consumer", READER_DEFAULTS, forced={"group.id": f"compactd-view-{uuid.uuid4()}"})
 
-    def segments(self, topic: str) -> tuple[Manifest | None, list[Segment]]:
+    def segments(self, topic: str) -> tuple[Manifest | None, list[ReadSplit]]:
         count = self.cluster.partitions(topic)
         if count is None:
             raise CompactdError(f"topic {topic} does not exist")
@@ -249,7 +249,7 @@ class _ViewReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from compactd.kafka.range_read import READER_DEFAULTS
 
-        assert isinstance(partition, Segment)
+        assert isinstance(partition, ReadSplit)
         conf = self.conn.client("consumer", READER_DEFAULTS)
         recs: Iterable[Record] = read_segment(conf, partition, first_offsets(conf, partition))
         if self.options.get("table", "false").lower() == "true":

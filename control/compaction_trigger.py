@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from compactd.compaction.manifest import Due, Manifest, find_gaps, garbage_below, run_due, source_changed
+from compactd.compaction.manifest import Manifest, RunDue, find_gaps, garbage_below, run_due, source_changed
 from compactd.compaction.service import Compactor, ViewGap, eligible
 from compactd.compaction.store import RunInProgress
 from compactd.compaction.takeover import Takeover, Takeovers, overlay, wanted
@@ -214,7 +214,7 @@ class CompactionTrigger:
                 log.warning("compaction of %s: the source is another log (%s): deletes wait for a new view",
                             topic, changed)  # fmt: skip
             if changed:
-                due = Due(True, f"the source is another log than the view's ({changed})")
+                due = RunDue(True, f"the source is another log than the view's ({changed})")
             self._takeover(topic, th, manifest)
             if gaps:
                 if topic not in self.said_gap and topic not in self.running:
@@ -268,7 +268,7 @@ class CompactionTrigger:
         return held[1]
 
     @staticmethod
-    def _record(topic: str, th: Thresholds, now: int, reason: str, why: str, due: Due) -> ActionRecord:
+    def _record(topic: str, th: Thresholds, now: int, reason: str, why: str, due: RunDue) -> ActionRecord:
         return ActionRecord(
             id=f"compact-view-{topic}-{now}",
             action="compact_view",

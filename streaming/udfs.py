@@ -23,8 +23,9 @@ from pathlib import Path
 from compactd import maven
 from compactd.errors import CompactdError
 
-# the row both decoders return (Decoded.java, field for field), and each decoder's SQL name -> its class
-DECODED_DDL = (
+# the row both Java decoders return (Decoded.java, field for field; the fast path completes it into decode.DECODED_DDL),
+# and each decoder's SQL name -> its class
+UDF_ROW_DDL = (
     "fast boolean, kind string, topic string, partition int, grp string, base_offset bigint, end_offset bigint, "
     "first_batch_max_ts bigint, size_bytes bigint, value_offset bigint, ts bigint, tid_hi bigint, tid_lo bigint"
 )
@@ -77,4 +78,4 @@ def decoders_jar(quiet: bool = False, libs: list[Path] | None = None) -> Path:
 def register(spark: object) -> None:
     """Make the decoders callable by name on this session (`F.call_udf`)."""
     for name, cls in UDFS.items():
-        spark.udf.registerJavaFunction(name, cls, DECODED_DDL)  # type: ignore[attr-defined]
+        spark.udf.registerJavaFunction(name, cls, UDF_ROW_DDL)  # type: ignore[attr-defined]

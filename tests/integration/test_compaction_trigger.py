@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 
-from compactd.compaction.manifest import Manifest, PartitionView
+from compactd.compaction.manifest import Manifest, ViewPartition
 from compactd.compaction.service import Compactor
 from compactd.control.compaction_trigger import CompactionTrigger
 from compactd.metrics import Metrics
@@ -66,7 +66,7 @@ def test_the_delete_cap_comes_from_the_published_manifest(cluster, job_settings,
     assert t.caps.cap(topic, 0, th, now, fresh=True) == 0  # on, nothing published: nothing may be deleted
     assert t.caps.cap(topic, 0, resolve({}, topic), now, fresh=True) is None  # no view, no cap
 
-    parts = {"0": PartitionView(40, 0, 10), "1": PartitionView(7, 0, 3)}
+    parts = {"0": ViewPartition(40, 0, 10), "1": ViewPartition(7, 0, 3)}
     manifest = Manifest(topic, f"{topic}.compacted", 1, partitions=parts, finished_at=now)
     t.compactor.log.write(manifest)  # published on the manifest topic only: Redis has no mirror yet
     t2, _ = trigger(job_settings, redis_url, on, [topic])  # a new job: refreshes the mirror from the topic
@@ -88,7 +88,7 @@ def test_a_recreated_source_caps_deletes_at_zero_until_a_new_view_is_published(
     on = {f"topic:{topic}": {"compaction.service": True, "dry.run": True}}
     t, published = trigger(job_settings, redis_url, on, [topic])
     th, now = resolve(on, topic), t.clock()
-    old = Manifest(topic, f"{topic}.compacted", 1, partitions={"0": PartitionView(50, 0, 5)}, finished_at=now, run="a")
+    old = Manifest(topic, f"{topic}.compacted", 1, partitions={"0": ViewPartition(50, 0, 5)}, finished_at=now, run="a")
     t.compactor.log.write(old)
     t.compactor.state.mirror(old)
     t.tick(now=True)
@@ -100,7 +100,7 @@ def test_a_recreated_source_caps_deletes_at_zero_until_a_new_view_is_published(
     assert t.caps.cap(topic, 0, th, now, fresh=True) == 0
     assert published[-1].reason == "first_generation" and published[-1].status == "dry_run"
 
-    new = Manifest(topic, f"{topic}.compacted", 2, partitions={"0": PartitionView(10, 5, 9)}, finished_at=now, run="b")
+    new = Manifest(topic, f"{topic}.compacted", 2, partitions={"0": ViewPartition(10, 5, 9)}, finished_at=now, run="b")
     t.compactor.log.write(new)
     t.compactor.state.mirror(new)
     t.tick(now=True)
@@ -124,7 +124,7 @@ def test_explain_shows_when_the_sources_retention_reaches_past_the_horizon(clust
     on = {f"topic:{topic}": {"compaction.service": True, "dry.run": True}}
     t, _ = trigger(job_settings, redis_url, on, [topic])
     now = t.clock()
-    parts = {"0": PartitionView(20, 0, 5, beyond_since=now - 3_600_000)}
+    parts = {"0": ViewPartition(20, 0, 5, beyond_since=now - 3_600_000)}
     published = Manifest(topic, f"{topic}.compacted", 1, partitions=parts, finished_at=now, run="a")
     t.compactor.log.write(published)
     t.compactor.state.mirror(published)
@@ -157,7 +157,7 @@ def test_a_retention_takeover_sets_minus_one_and_always_puts_the_original_back(
     produce(cluster, topic, history(seed=7, n=30, keys=5, partitions=1), partitions=1)
     s = job_settings()
     on = {f"topic:{topic}": {"compaction.service": True, "compaction.retention.takeover": True, "dry.run": False}}
-    published = Manifest(topic, f"{topic}.compacted", 1, partitions={"0": PartitionView(30, 0, 5)}, run="a")
+    published = Manifest(topic, f"{topic}.compacted", 1, partitions={"0": ViewPartition(30, 0, 5)}, run="a")
 
     def job(layers: dict[str, dict[str, Any]]):
         t, records = trigger(job_settings, redis_url, layers, [topic])

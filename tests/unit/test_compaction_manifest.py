@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from compactd.compaction.manifest import (
     Gap,
     Manifest,
-    PartitionView,
     Previous,
+    ViewPartition,
     delta_partitions,
     find_gaps,
     garbage_below,
@@ -31,7 +31,7 @@ NOW = 1_000_000_000
 
 
 def manifest(horizons: dict[int, int], generation: int = 1, previous: Previous | None = None, **kw) -> Manifest:
-    parts = {str(p): PartitionView(h, 10 * p, 10 * p + 5, beyond_since=NOW - 1000) for p, h in horizons.items()}
+    parts = {str(p): ViewPartition(h, 10 * p, 10 * p + 5, beyond_since=NOW - 1000) for p, h in horizons.items()}
     return Manifest("t", "t.compacted", generation, partitions=parts, previous=previous, **kw)
 
 
@@ -61,11 +61,11 @@ def test_a_delta_is_appended_only_to_a_contiguous_generation_of_the_same_rule_no
     """What decides between appending a delta and rewriting: the pure rule, partition by partition."""
     day = 86_400_000
     parts = {
-        "0": PartitionView(40, 0, 100, records=100, base_end=100, base_at=NOW),  # clean
-        "1": PartitionView(40, 0, 100, records=100, base_end=60, base_at=NOW),  # 40 % appended
-        "2": PartitionView(40, 0, 100, records=100, tombstones=3, base_end=100, base_at=NOW - day),  # stale deletes
-        "3": PartitionView(40, 0, 100, records=100, base_end=100, base_at=NOW),  # someone wrote above it
-        "4": PartitionView(40, 0, 100, records=100, tombstones=3, base_end=100, base_at=NOW - day + 1),
+        "0": ViewPartition(40, 0, 100, records=100, base_end=100, base_at=NOW),  # clean
+        "1": ViewPartition(40, 0, 100, records=100, base_end=60, base_at=NOW),  # 40 % appended
+        "2": ViewPartition(40, 0, 100, records=100, tombstones=3, base_end=100, base_at=NOW - day),  # stale deletes
+        "3": ViewPartition(40, 0, 100, records=100, base_end=100, base_at=NOW),  # someone wrote above it
+        "4": ViewPartition(40, 0, 100, records=100, tombstones=3, base_end=100, base_at=NOW - day + 1),
     }
     m = Manifest("t", "t.compacted", 3, partitions=parts)
     high = {0: 100, 1: 100, 2: 100, 3: 104, 4: 100}
@@ -78,7 +78,7 @@ def test_a_delta_is_appended_only_to_a_contiguous_generation_of_the_same_rule_no
                             latest, high, NOW, day, 0.5) == set()  # fmt: skip
     assert delta_partitions(None, Strategy(), high, NOW, day, 0.5) == set()
     assert delta_partitions(replace(m, generation=0), Strategy(), high, NOW, day, 0.5) == set()
-    empty = replace(m, partitions={"0": PartitionView(0, 7, 7, base_end=7, base_at=NOW)})
+    empty = replace(m, partitions={"0": ViewPartition(0, 7, 7, base_end=7, base_at=NOW)})
     assert delta_partitions(empty, Strategy(), {0: 7}, NOW, day, 0.5) == set()  # nothing to append to
 
 
@@ -158,7 +158,7 @@ def test_a_gap_is_what_the_source_lost_past_the_published_horizon() -> None:
 
 def test_a_source_that_is_another_log_is_told_apart() -> None:
     m = manifest({0: 100, 1: 50}, source_id="A")
-    parts = {str(p): PartitionView(h, 0, 5, source_low=10) for p, h in ((0, 100), (1, 50))}
+    parts = {str(p): ViewPartition(h, 0, 5, source_low=10) for p, h in ((0, 100), (1, 50))}
     low = replace(m, partitions=parts)
     same = source_changed(m, 2, {0: 0, 1: 0}, {0: 100, 1: 80}, "A")
     assert same is None and source_changed(m, 3, {0: 0, 1: 0}, {0: 100, 1: 80}, None) is None  # grown: same log

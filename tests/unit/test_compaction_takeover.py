@@ -3,13 +3,13 @@ becomes forced retention in the thresholds."""
 
 from __future__ import annotations
 
-from compactd.compaction.manifest import Manifest, PartitionView
+from compactd.compaction.manifest import Manifest, ViewPartition
 from compactd.compaction.takeover import Takeover, overlay, wanted
 from compactd.policy.thresholds import resolve
 
 DAY = 86_400_000
 ON = {"compaction.service": True, "compaction.retention.takeover": True, "dry.run": False}
-PUBLISHED = Manifest("t", "t.compacted", 2, partitions={"0": PartitionView(10, 0, 3)})
+PUBLISHED = Manifest("t", "t.compacted", 2, partitions={"0": ViewPartition(10, 0, 3)})
 
 
 def th(**extra: object):

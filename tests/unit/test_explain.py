@@ -265,7 +265,7 @@ def test_a_compacted_views_horizon_is_named_where_it_stops_a_delete() -> None:
 def test_the_view_line_says_when_the_sources_retention_reaches_past_the_horizon() -> None:
     from compactd.app.explain import view_report
     from compactd.compaction.manifest import Manifest
-    from compactd.compaction.manifest import PartitionView as ViewPart
+    from compactd.compaction.manifest import ViewPartition as ViewPart
 
     week = 7 * 24 * H
     published = Manifest("orders", "orders.compacted", 3, partitions={"3": ViewPart(250, 0, 10, beyond_since=T0 - H)})
