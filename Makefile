@@ -87,10 +87,12 @@ lint: deps
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# docs/configuration.md is generated from the settings models (app/config_doc.py); tests/unit/test_config_doc.py fails
+# docs/configuration.md is generated from the settings models (app/config_doc.py), docs/architecture.md's module map
+# from the docstrings (app/module_map.py); tests/unit/test_config_doc.py and test_module_map.py fail
 # while it is stale. Only the Python package is needed, not the system deps.
 docs: $(STAMP)
 	$(BIN)/python -m compactd.app.config_doc --write
+	$(BIN)/python -m compactd.app.module_map --write
 
 # Each benchmark prints one JSON object; bench/results.json collects them (stderr keeps their progress logs).
 BENCHES := "throughput.py --events 2000000 --nothing-due" "throughput.py --events 2000000 --nothing-due --format binary" \

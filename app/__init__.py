@@ -1,0 +1,1 @@
+"""The command line, the running service (the composition root, the run loop, the delete gate) and `explain`."""
