@@ -1,8 +1,8 @@
 """compactd's Grafana dashboards as code (grafana-foundation-sdk, Grafana 11.6 schema).
 
 `python -m compactd.dashboards.build` (or `compactd dashboards build`) writes the JSON under `dashboards/json/`;
-tests/integration/test_dashboards.py fails when the committed JSON is not what this module builds, and runs every
-panel query against a real Prometheus scraping a real job.
+tests/unit/test_dashboards.py fails when the committed JSON is not what this module builds;
+tests/e2e/test_prometheus_dashboards.py runs every panel query against a real Prometheus scraping a real job.
 
 Three dashboards, one uid each: the overview (what is late, what could be freed, what compactd did, what comes
 next), the partition drill-down (`topic`, `partition` variables) and the job's health. One module (~580 lines):
