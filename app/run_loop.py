@@ -240,6 +240,7 @@ class RunLoop:
                 if self.lost is not None:
                     query = self._rebuild_stream(once=False)
                     continue
+                started = time.monotonic()
                 try:
                     self.metrics.last_tick.set(time.time())
                     lost = self.guard.loss_now(self.stream_id)
@@ -258,7 +259,7 @@ class RunLoop:
                     if last_error:
                         log.info("deadline ticks work again")
                     last_error = ""
-                    self.outage.answered()
+                    self.outage.answered(started)
                 except ForcedStop:
                     raise
                 except REDIS_DOWN as exc:  # said once per outage, by whichever of batch and tick meets it first

@@ -43,8 +43,11 @@ class RedisOutage:
             log.warning("Redis unreachable (%s): %s, retrying with backoff until it answers", cause, what)
             self.on_change(True)
 
-    def answered(self) -> None:
-        if self.down_since is not None:
+    def answered(self, started: float | None = None) -> None:
+        """A step Redis answered. One that began before the outage was seen (`started`, monotonic) says nothing of
+        now: its calls may all have been answered before Redis went (a batch's merge finishing while the ticker meets
+        the dead server), and the outage would be announced twice."""
+        if self.down_since is not None and (started is None or started >= self.down_since):
             log.info("Redis answers again after %.1fs", time.monotonic() - self.down_since)
             self.down_since = None
             self.on_change(False)
@@ -60,6 +63,7 @@ class RedisOutage:
         `give_up()` true (a forced stop) re-raises the last error instead of waiting on."""
         delay = 0.2
         while True:
+            started = time.monotonic()
             try:
                 result = step()
             except REDIS_DOWN as exc:
@@ -69,5 +73,5 @@ class RedisOutage:
                 sleep(delay)
                 delay = min(delay * 2, self.max_backoff_s)
                 continue
-            self.answered()
+            self.answered(started)
             return result
