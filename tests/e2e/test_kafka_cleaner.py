@@ -23,7 +23,7 @@ from compactd.agent.logdir import read_checkpoint, scan_log_dir
 from compactd.app.application import Application
 from compactd.app.explain_cli import explain
 from compactd.app.explain_text import fmt_at, format_text
-from tests.support.waiting import wait_for
+from tests.support.waiting import holds_for, wait_for
 
 pytestmark = pytest.mark.spark
 LAG_MS = 8_000  # compactd's max.compaction.lag.ms for the topic
@@ -87,8 +87,9 @@ def test_kafka_cleaner_answers_the_nudge_and_the_nudge_is_put_back(spark, kafka,
     roll(producer, topic, overwritten)
     roll(producer, topic, [(b"tail-roller", b"x")])  # closes the dirty segment; the active one holds only this
     checkpoint = cleaned_up_to(kafka.log_dir, topic)
-    time.sleep(4)  # four cleaner passes (log.cleaner.backoff.ms=1000): Kafka alone leaves it dirty
-    assert cleaned_up_to(kafka.log_dir, topic) == checkpoint
+    # four cleaner passes (log.cleaner.backoff.ms=1000): Kafka alone leaves it dirty
+    holds_for("Kafka's cleaner leaving the dirty part", lambda: cleaned_up_to(kafka.log_dir, topic),
+              lambda c: c == checkpoint, 4)  # fmt: skip
     assert sum(1 for k, _ in log_records(kafka.bootstrap, topic) if k == b"key-000") == 2
     before = topic_configs(admin, topic)
     dirty = [s for s in scan_log_dir(kafka.log_dir) if s.topic == topic and s.base_offset >= checkpoint]
@@ -194,8 +195,12 @@ def test_a_tombstone_is_gone_by_the_deadline_compactd_gave_once_a_record_follows
             assert (b"key-gone", None) in log_records(kafka.bootstrap, topic)  # the first pass keeps it
             wait_for("the first nudge put back", lambda: topic_configs(admin, topic) == before, 30)
             # 2. past the horizon nothing cleans the log: the tombstone is still there
-            time.sleep(max(0.0, (seen + KEEP_MS + 300) / 1000 - time.time()))
-            assert (b"key-gone", None) in log_records(kafka.bootstrap, topic)
+            holds_for(
+                "the tombstone, up to its delete horizon",
+                lambda: (b"key-gone", None) in log_records(kafka.bootstrap, topic),
+                bool,
+                max(0.0, (seen + KEEP_MS + 300) / 1000 - time.time()),
+            )
             # 3. a record: it closes the roller's segment, which compactd nudges; the next clean removes the tombstone
             written = time.time() * 1000
             producer.produce(topic, key=b"key-later", value=b"v", partition=0)

@@ -17,6 +17,7 @@ from confluent_kafka import TopicPartition
 from compactd.state.redis_store import RedisState
 from tests.integration.test_sinks_and_controller import topic_config
 from tests.integration.test_topic_lifecycle import recreate
+from tests.support.waiting import holds_for
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,8 +101,9 @@ def test_recreated_topics_lose_none_of_their_new_records(cluster, job_settings, 
         now = int(time.time() * 1000)
         cluster.send(s.topics.segments, [segment(orders, 0, 1000, now - 5 * MIN), segment(orders, 1000, 1500, now)])
         wait_until("the new topic's due segment deleted", lambda: cluster.watermarks(orders)[0] == 1000, proc, log)
-        time.sleep(2)  # a few triggers (500 ms) pass: the delete goes no further (a slow job only proves less)
-        assert cluster.watermarks(orders) == (1000, 2000) and cluster.watermarks(trimmed) == (0, 2600)
+        # a few triggers (500 ms) pass: the delete goes no further (a slow job only proves less)
+        holds_for("the delete no further", lambda: (cluster.watermarks(orders), cluster.watermarks(trimmed)),
+                  lambda w: w == ((1000, 2000), (0, 2600)), 2)  # fmt: skip
 
         # Redis loses everything: the rebuild reads the sources from their start, the old logs' events included,
         # and drops those the resets superseded (their positions are on the ledger)
@@ -109,8 +111,10 @@ def test_recreated_topics_lose_none_of_their_new_records(cluster, job_settings, 
         wait_until("the rebuild", lambda: "state rebuilt from the sources" in log.read_text(), proc, log)
         assert [(x.base_offset, x.end_offset) for x in state.view(orders, 0).segments] == [(0, 1000), (1000, 1500)]
         assert state.partitions(trimmed) == []  # it only ever had the old log's events
-        time.sleep(3)  # the rebuilt state's triggers pass: none deletes a new record
-        assert cluster.watermarks(orders) == (1000, 2000) and cluster.watermarks(trimmed) == (0, 2600)
+        # the rebuilt state's triggers pass: none deletes a new record
+        holds_for("no new record deleted by the rebuilt state",
+                  lambda: (cluster.watermarks(orders), cluster.watermarks(trimmed)),
+                  lambda w: w == ((1000, 2000), (0, 2600)), 3)  # fmt: skip
     finally:
         stop(proc)
     text = log.read_text()

@@ -61,3 +61,19 @@ def wait_for(
         if last is None:
             raise
         raise AssertionError(f"{exc}; then: {last()!r}") from None
+
+
+def holds_for(
+    what: str, observe: Callable[[], T], ok: Callable[[T], object], window_s: float, every_s: float = 0.2
+) -> T:
+    """That something does NOT happen: `observe()` over `window_s` seconds, each answer `ok` must accept (the last is
+    returned). A negative check, never a wait for an answer: a slow machine only does less in the window, so it
+    cannot fail for the machine's speed; the failure names what changed and when."""
+    start = time.monotonic()
+    while True:
+        seen = observe()
+        if not ok(seen):
+            raise AssertionError(f"{what}: after {time.monotonic() - start:.1f} s, saw {seen!r}")
+        if time.monotonic() - start >= window_s:
+            return seen
+        time.sleep(every_s)
