@@ -330,7 +330,10 @@ class Dispatch:
                     continue  # no epoch to judge by, or the commit was made under the leader of now
                 if offset <= high and offset not in below:
                     if len(below) == EPOCH_READS:
-                        return f"more than {EPOCH_READS} commits made under an earlier leader to check; next round"
+                        return (
+                            f"more than {EPOCH_READS} offsets committed under an earlier leader epoch to read the log "
+                            "under: held until the groups commit under the leader of now"
+                        )
                     below[offset] = reader.last_record_below(rec.topic, rec.partition, offset)
                 why = commit_outlived(group, offset, epoch, high, below.get(offset))
                 if why is not None:
