@@ -47,6 +47,8 @@ from compactd.state.redis_store import RedisState
 from tests.support import kraft
 from tests.support.events import old_segments
 from tests.support.fixtures import Cluster
+from tests.support.groups import commit
+from tests.support.kraft import unanswered
 from tests.support.running import Running
 from tests.support.waiting import wait_for, wait_until
 
@@ -54,20 +56,6 @@ pytestmark = pytest.mark.spark
 H = 3_600_000
 PARTITIONS = 3
 RESUME_S = 60  # the bound stated in docs/safety.md: a delete due on a partition whose leader died goes within it
-
-
-def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
-    """`group` commits `offsets` (partition -> offset) as a classic group's member does, through its coordinator;
-    the broker writes them to `__consumer_offsets`."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    tps = [TopicPartition(topic, p, o) for p, o in offsets.items()]
-    try:
-        # a coordinator still loading its `__consumer_offsets` partition (a node just started) or just moved answers
-        # with a retriable error: committed again until the broker takes it
-        wait_until(f"{group}'s commit taken", lambda: c.commit(offsets=tps, asynchronous=False), lambda _: True, 60,
-                   tolerate=kraft.not_yet)  # fmt: skip
-    finally:
-        c.close()
 
 
 def leaders(cluster: Cluster, topic: str) -> dict[int, int]:
@@ -89,10 +77,6 @@ def consumed_job(job_settings, kafka3, topic: str, retention_ms: int):
             f"topic:{topic}": {"consumed.retention.ms": retention_ms},
         },
     )
-
-
-def unanswered(exc: Exception) -> bool:
-    return isinstance(exc, TimeoutError) or kraft.not_yet(exc)
 
 
 def test_the_node_leading_most_partitions_killed_under_a_running_job(spark, kafka3, job_settings) -> None:

@@ -38,8 +38,9 @@ from compactd.sinks.audit import AuditLog
 from compactd.sinks.kafka_admin import KafkaAdminSink
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
-from tests.e2e.test_replicated_cluster import commit, unanswered
 from tests.support.fixtures import Cluster
+from tests.support.groups import commit
+from tests.support.kraft import unanswered
 from tests.support.waiting import wait_until
 
 H = 3_600_000

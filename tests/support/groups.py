@@ -11,6 +11,9 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
+from tests.support.kraft import not_yet
+from tests.support.waiting import wait_until
+
 
 def consume_and_commit(
     bootstrap: str, group: str, topic: str, upto: int, protocol: str = "classic", extra: dict | None = None
@@ -118,3 +121,17 @@ def streams_assigned(bootstrap: str, application_id: str, topic: str) -> Iterato
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """`group` commits `offsets` (partition -> offset) as a classic group's member does, through its coordinator;
+    the broker writes them to `__consumer_offsets`."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    tps = [TopicPartition(topic, p, o) for p, o in offsets.items()]
+    try:
+        # a coordinator still loading its `__consumer_offsets` partition (a node just started) or just moved answers
+        # with a retriable error: committed again until the broker takes it
+        wait_until(f"{group}'s commit taken", lambda: c.commit(offsets=tps, asynchronous=False), lambda _: True, 60,
+                   tolerate=not_yet)  # fmt: skip
+    finally:
+        c.close()

@@ -247,3 +247,8 @@ def settled(conn: KafkaConnection) -> None:
     a.create_topics([NewTopic(marker, 1, 1)])[marker].result(30)
     until_visible(conn, marker, 1)
     a.delete_topics([marker])[marker].result(30)
+
+
+def unanswered(exc: Exception) -> bool:
+    """No answer yet: a request that timed out (a node just killed), or a leader still being elected."""
+    return isinstance(exc, TimeoutError) or not_yet(exc)
