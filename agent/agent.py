@@ -2,17 +2,20 @@
 
 Each scan publishes what changed since the last one: `segment_rolled` for closed segments (new, or rewritten by
 the cleaner), `compacted` when `cleaner-offset-checkpoint` advances, and `log_start` when
-`log-start-offset-checkpoint` advances or the oldest segments disappear. After a restart everything is published
-once more, and again every `full_every_ms` (a full re-announce): a state compactd rebuilt from a segments topic whose
-retention dropped old events, or reset because the topic was created again, learns every segment on disk within that
-time. The events are idempotent downstream.
+`log-start-offset-checkpoint` advances or the oldest segments disappear. Where the broker's node id is known, it also
+reports each replica the broker holds, leader or follower (`replica_log`: its cleaner's checkpoint and its oldest
+local segment), when either changes: the erasure across replicas and the local tier of tiered storage.
+
+After a restart everything is published once more, and again every `full_every_ms` (a full re-announce): a state
+compactd rebuilt from a segments topic whose retention dropped old events, or reset because the topic was created
+again, learns every segment on disk within that time. The events are idempotent downstream.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +39,24 @@ class SegmentAgent:
         clock: Callable[[], int] = now_ms,
         full_every_ms: int = FULL_EVERY_MS,
         leads: Callable[[], set[tuple[str, int]] | None] | None = None,
+        node: int | None = None,
+        assignment: Callable[[tuple[str, int]], Sequence[int] | None] | None = None,
     ) -> None:
         """`leads`: the partitions this broker leads now (agent/leaders.py; None from it: unknown, nothing is
-        published this scan). Without it every partition on disk is published, as for a single-broker cluster."""
+        published this scan). Without it every partition on disk is published, as for a single-broker cluster.
+        `node`: the broker's id, which names its `replica_log` reports (None: none are sent); `assignment`: a
+        partition's replicas as the last `leads` read them (agent/leaders.py `Leaders.assignment`; without it, this
+        broker alone)."""
         self.log_dirs = [Path(d) for d in log_dirs]
         self.leads = leads
+        self.node, self.assignment = node, assignment
         self.clock = clock
         self.full_every_ms = full_every_ms
         self._full_at: int | None = None  # when the last full re-announce began
         self._segments: dict[tuple[str, int, int], tuple[int, int, int]] = {}
         self._cleaned: dict[tuple[str, int], int] = {}
         self._log_start: dict[tuple[str, int], int] = {}
+        self._replica: dict[tuple[str, int], tuple[int | None, int | None, tuple[int, ...]]] = {}
         self._reported: set[tuple[str, str]] = set()
         self.errors = 0
 
@@ -64,6 +74,7 @@ class SegmentAgent:
             self._segments.clear()
             self._cleaned.clear()
             self._log_start.clear()
+            self._replica.clear()
         led = self.leads() if self.leads is not None else None
         if self.leads is not None and led is None:
             return []  # which partitions this broker leads is unknown: nothing a follower's log could say goes out
@@ -74,10 +85,12 @@ class SegmentAgent:
             except OSError as exc:
                 self._report(str(log_dir), f"cannot scan: {exc}")
                 continue
+            cleaned = self._checkpoint(log_dir / "cleaner-offset-checkpoint")
+            events += self._replica_logs(segments, cleaned, now)
             if led is not None:
                 segments = [s for s in segments if (s.topic, s.partition) in led]
             events += self._rolled(segments)
-            events += self._compacted(log_dir, now, led)
+            events += self._compacted(cleaned, now, led)
             events += self._log_starts(log_dir, segments, now, led)
         return events
 
@@ -116,9 +129,40 @@ class SegmentAgent:
             self._report(str(path), str(exc))
             return {}
 
-    def _compacted(self, log_dir: Path, now: int, led: set[tuple[str, int]] | None = None) -> list[Event]:
+    def _replica_logs(
+        self, segments: list[SegmentFile], cleaned: Mapping[tuple[str, int], int], now: int
+    ) -> list[Event]:
+        """This broker's replica of every partition on disk, led or not: its cleaner's checkpoint and its oldest local
+        segment, where either (or the partition's assignment) changed since the last report."""
+        if self.node is None:
+            return []
+        local: dict[tuple[str, int], int] = {}
+        for s in segments:
+            key = (s.topic, s.partition)
+            local[key] = min(local.get(key, s.base_offset), s.base_offset)
         out = []
-        for (topic, p), offset in self._checkpoint(log_dir / "cleaner-offset-checkpoint").items():
+        for key in sorted(local.keys() | cleaned.keys()):
+            replicas = self.assignment(key) if self.assignment is not None else (self.node,)
+            if not replicas or self.node not in replicas:
+                continue  # not (or no longer) a replica here as the cluster says: a directory about to go
+            value = (cleaned.get(key), local.get(key), tuple(replicas))
+            if self._replica.get(key) == value:
+                continue
+            self._replica[key] = value
+            ev: Event = {"type": "replica_log", "topic": key[0], "partition": key[1], "replica": self.node,
+                         "replicas": list(replicas), "ts": now}  # fmt: skip
+            if value[0] is not None:
+                ev["cleaned_up_to"] = value[0]
+            if value[1] is not None:
+                ev["local_log_start"] = value[1]
+            out.append(ev)
+        return out
+
+    def _compacted(
+        self, checkpoint: Mapping[tuple[str, int], int], now: int, led: set[tuple[str, int]] | None = None
+    ) -> list[Event]:
+        out = []
+        for (topic, p), offset in checkpoint.items():
             if led is not None and (topic, p) not in led:
                 continue  # a follower's cleaner: the leader's log is the one readers fetch
             if offset > self._cleaned.get((topic, p), -1):
@@ -129,17 +173,26 @@ class SegmentAgent:
     def _log_starts(
         self, log_dir: Path, segments: list[SegmentFile], now: int, led: set[tuple[str, int]] | None = None
     ) -> list[Event]:
+        """Each partition's log start. Kafka writes a partition into `log-start-offset-checkpoint` when its log start
+        is inside its oldest local segment (above that segment's base) or when the topic has tiered storage (KIP-405;
+        LogManager's `checkpointLogStartOffsetsInDir`): there the file holds the log start, below the local tier, where
+        the remote segments begin. Elsewhere the oldest segment on disk starts the log. An entry left from before the
+        oldest segments went stays until the broker rewrites the file (`log.flush.start.offset.checkpoint.interval.ms`):
+        until then the log start published is behind, never ahead (the state keeps the largest it was given).
+
+        Before: the larger of the two was published, and on a tiered topic that was the local tier's start: the
+        offsets in the remote tier read as deleted."""
         starts = {
             tp: o
             for tp, o in self._checkpoint(log_dir / "log-start-offset-checkpoint").items()
             if led is None or tp in led
         }
-        lowest: dict[tuple[str, int], int] = {}
-        for s in segments:  # the oldest segment still on disk bounds the log start from below
+        oldest: dict[tuple[str, int], int] = {}
+        for s in segments:
             key = (s.topic, s.partition)
-            lowest[key] = min(lowest.get(key, s.base_offset), s.base_offset)
-        for key, base in lowest.items():
-            starts[key] = max(starts.get(key, 0), base)
+            if key not in starts:
+                oldest[key] = min(oldest.get(key, s.base_offset), s.base_offset)
+        starts.update(oldest)
         out = []
         for (topic, p), offset in sorted(starts.items()):
             if offset > self._log_start.get((topic, p), 0):

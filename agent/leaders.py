@@ -34,11 +34,17 @@ def node_id(log_dir: Path) -> int | None:
 
 
 class Leaders:
-    """The partitions broker `node` leads, from one metadata request per scan; constructed unconnected."""
+    """The partitions broker `node` leads, from one metadata request per scan; constructed unconnected. The same
+    request gives every partition's replica assignment (`assignment`), which the agent's `replica_log` reports carry."""
 
     def __init__(self, conn: KafkaConnection, node: int, timeout_s: float = 10.0) -> None:
         self.conn, self.node, self.timeout_s = conn, node, timeout_s
         self._admin: Any = None
+        self._assignment: dict[TP, tuple[int, ...]] = {}
+
+    def assignment(self, tp: TP) -> tuple[int, ...] | None:
+        """The partition's replicas as the last scan's metadata gave them (None: not known)."""
+        return self._assignment.get(tp)
 
     def __call__(self) -> set[TP] | None:
         if self._admin is None:
@@ -50,4 +56,7 @@ class Leaders:
             retire(self._admin)  # waiting on a node that died or stalled: the next scan asks with a new client
             self._admin = None
             return None
+        self._assignment = {
+            (name, p): tuple(pm.replicas) for name, md in topics.items() for p, pm in md.partitions.items()
+        }
         return {(name, p) for name, md in topics.items() for p, pm in md.partitions.items() if pm.leader == self.node}

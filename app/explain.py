@@ -206,7 +206,7 @@ def _tombstones(view: PartitionView, th: Thresholds, facts: RowFacts) -> dict[st
     two (`gone_by`, the metric's deadline). `clean_time_unknown`: the log has a clean part whose clean compactd saw
     before it kept the time, so it has no bound until the next clean."""
     e = facts.erasure
-    return {
+    out = {
         "delete_retention_ms": th.delete_retention_ms,
         "removable_after": e["removable_after"],
         "clean_by": e["clean_by"],
@@ -215,6 +215,28 @@ def _tombstones(view: PartitionView, th: Thresholds, facts: RowFacts) -> dict[st
         "gone_by": e["by"],
         "clean_time_unknown": view.cleaned_at is None and (view.cleaned_up_to or 0) > view.log_start,
     }
+    if view.replicas:  # every replica's cleaner erases on its own: the tombstones are gone once the last one has
+        out["replicas"] = [
+            {"replica": r.replica, "reported": r.reported, "cleaned_up_to": r.cleaned_up_to, "cleaned_at": r.cleaned_at,
+             "gone_by": facts.replica_erasure.get(r.replica)}
+            for r in view.replicas
+        ]  # fmt: skip
+        out["slowest_replica"] = facts.slowest
+        out["first_gone_by"] = e["first_by"]  # the earliest replica's bound: past it, that replica is late
+        out["soonest_replica"] = e["soonest"]
+    return out
+
+
+def _tiers(view: PartitionView) -> dict[str, Any] | None:
+    """Where the partition's offsets are, as its replicas' agents report their local logs: below every replica's
+    oldest local segment (and above the log start) they are in the remote tier only (tiered storage, KIP-405), which
+    a DeleteRecords deletes like the rest. None where no agent reports a local log."""
+    local = {r.replica: r.local_log_start for r in view.replicas if r.local_log_start is not None}
+    if not local:
+        return None
+    lowest = min(local.values())
+    remote = {"from": view.log_start, "to": lowest} if lowest > view.log_start else None
+    return {"log_start": view.log_start, "local_log_start": local, "remote_only": remote}
 
 
 def _rec(rec: ActionRecord | None) -> dict[str, Any] | None:
@@ -450,6 +472,7 @@ def explain_partition(
         "number": view.partition,
         "now": now,
         "log_start": view.log_start,
+        "tiers": _tiers(view),
         "closed_segments": facts.live[0],
         "bytes": facts.live[1],
         "oldest_segment": None

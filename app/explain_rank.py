@@ -14,7 +14,7 @@ evaluation (policy/rules.py), and which of what they free the action states (app
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -129,8 +129,13 @@ class RowFacts:
     dirty: tuple[int, int]  # dirty segments: count, bytes
     oldest_dirty: Seg | None  # the lowest dirty segment holding the earliest timestamp
     worst: tuple[int, int, int]  # overdue_ms, blocked_bytes, blocked_offsets (app/explain_rank.py)
-    # when the tombstones held now are gone (rules.Erasure): removable_after, clean_by, first_pass, dirty_by, by
+    # when the tombstones held now are gone (rules.Erasure): removable_after, clean_by, first_pass, dirty_by, by,
+    # first_by, soonest
     erasure: dict[str, int | None]
+    # each reported replica's own bound (replica -> its `by`), and the replica whose bound is the last, where it is
+    # later than the leader's own log's (None: the leader's log sets it)
+    replica_erasure: dict[int, int | None] = field(default_factory=dict)
+    slowest: int | None = None
 
 
 def _seg(seg: Any, i: int) -> Seg | None:
@@ -158,7 +163,10 @@ def rule_facts(
     caps = np.array([NONE if p[4] is None else p[4] for p in parts], dtype=np.int64)
     worst = [a.tolist() for a in worst_figures(ev, ins, deletes, gate_closed, caps)]
     q, d, er = ev.q, ev.d, ev.erasure()
-    erasure_parts = ("removable_after", "clean_by", "first_pass", "dirty_by", "by")
+    erasure_parts = ("removable_after", "clean_by", "first_pass", "dirty_by", "by", "first_by", "soonest")
+    per_replica: dict[int, dict[int, int | None]] = {}
+    for (row, replica), by in zip(nums.replicas[:, :2].tolist(), er.replica_by.tolist(), strict=True):
+        per_replica.setdefault(row, {})[replica] = None if by == NONE else by
     out = []
     for i in range(n):
         before = value(d.before, i)
@@ -186,6 +194,8 @@ def rule_facts(
                 oldest_dirty=_seg(ins.seg, int(ins.oldest_dirty[i])),
                 worst=(worst[0][i], worst[1][i], worst[2][i]),
                 erasure={part: value(getattr(er, part), i) for part in erasure_parts},
+                replica_erasure=per_replica.get(i, {}),
+                slowest=value(er.slowest, i),
             )
         )  # fmt: skip
     return out

@@ -92,6 +92,16 @@ def _tombstone_lines(t: Mapping[str, Any], n: Mapping[str, Any], now: int) -> li
     if t["first_pass_by"] is not None:
         first, gone_by = fmt_at(t["first_pass_by"], now), fmt_at(t["dirty_by"], now)
         parts.append(f"      not cleaned yet: first pass by {first}, gone by {gone_by}")
+    for r in t.get("replicas", []):  # each replica's own cleaner: the cluster's bound is the latest of them
+        if not r["reported"]:
+            parts.append(f"      replica {r['replica']}: no agent reports its log; its cleaner is unknown, left out")
+            continue
+        cleaned = "never cleaned" if r["cleaned_up_to"] is None else f"cleaned up to {r['cleaned_up_to']}"
+        seen = f" {fmt_at(r['cleaned_at'], now)}" if r["cleaned_at"] is not None else ""
+        gone = "no bound" if r["gone_by"] is None else f"gone by {fmt_at(r['gone_by'], now)}"
+        late = ", overdue" if r["gone_by"] is not None and r["gone_by"] < now else ""
+        slowest = " (the last)" if t.get("slowest_replica") == r["replica"] else ""
+        parts.append(f"      replica {r['replica']}: {cleaned}{seen}, {gone}{late}{slowest}")
     if not parts:
         return []
     gone = t["gone_by"]
@@ -111,9 +121,12 @@ def _headline(e: Mapping[str, Any]) -> str:
     for b in lag["blocked_by"]:
         if b["cause"] in ("cleaner_not_visible", "no_segment_source"):
             parts.append(f"compaction unknown: {b['cause'].replace('_', ' ')}")
-    gone = ((lag["now"] or {}).get("tombstones") or {}).get("gone_by")
+    tomb = (lag["now"] or {}).get("tombstones") or {}
+    gone = tomb.get("first_gone_by", tomb.get("gone_by"))
     if gone is not None and gone < e["now"]:
-        parts.append(f"tombstone erasure overdue by {fmt_dur(e['now'] - gone)}")
+        late = tomb.get("soonest_replica")
+        where = f" on replica {late}" if late is not None else ""
+        parts.append(f"tombstone erasure overdue{where} by {fmt_dur(e['now'] - gone)}")
     seen: set[str] = set()
     for name in ("consumed_retention", "forced_retention"):
         r = rules[name]
@@ -146,6 +159,12 @@ def format_text(e: Mapping[str, Any]) -> str:
         f"  log       start {e['log_start']}; {e['closed_segments']} closed segments, {fmt_size(e['bytes'])}"
         + (f"; next evaluation {fmt_at(e['deadline'], now)}" if e["deadline"] is not None else ""),
     ]
+    if e.get("tiers"):
+        tiers = e["tiers"]
+        local = ", ".join(f"{o} (replica {r})" for r, o in sorted(tiers["local_log_start"].items()))
+        remote = tiers["remote_only"]
+        where = f"offsets {remote['from']}-{remote['to'] - 1} in the remote tier only; " if remote else ""
+        lines.append(f"  tiers     {where}local logs from {local}")
     for name, r in e["rules"].items():
         th = r["threshold"]
         value = "off" if th["value"] is None else fmt_dur(th["value"])

@@ -17,6 +17,7 @@ Offset = Annotated[int, Field(ge=0, le=MAX_INT, strict=True)]
 Millis = Annotated[int, Field(ge=0, le=MAX_INT, strict=True)]
 Partition = Annotated[int, Field(ge=0, le=2**31 - 1, strict=True)]
 TopicName = Annotated[str, Field(min_length=1, max_length=249, pattern=r"^[a-zA-Z0-9._-]+$")]
+BrokerId = Annotated[int, Field(ge=0, le=2**31 - 1, strict=True)]
 GroupId = Annotated[str, Field(min_length=1, max_length=1024)]
 
 
@@ -47,6 +48,31 @@ class Compacted(_Event):
     partition: Partition
     cleaned_up_to: Offset
     ts: Millis
+
+
+class ReplicaLog(_Event):
+    """What one replica's own log looks like (every broker's agent reports each replica it holds, leader or follower):
+    - `cleaned_up_to`, its cleaner's checkpoint (absent: never cleaned). KIP-534 erases a tombstone from the cluster
+      only once every replica's own cleaner has removed it, so the erasure deadline is the latest over the replicas.
+      It never moves the partition's own `cleaned_up_to`: that is the leader's log (`Compacted`), which readers fetch.
+    - `local_log_start`, the base offset of its oldest segment on the broker's disk. With tiered storage (KIP-405) the
+      offsets from the log start up to it are in the remote tier only.
+    `replicas`: the partition's replica assignment as the agent's broker read it (which replicas' reports count)."""
+
+    type: Literal["replica_log"]
+    topic: TopicName
+    partition: Partition
+    replica: BrokerId
+    replicas: Annotated[list[BrokerId], Field(min_length=1, max_length=64)]
+    cleaned_up_to: Offset | None = None
+    local_log_start: Offset | None = None
+    ts: Millis
+
+    @model_validator(mode="after")
+    def _member(self) -> ReplicaLog:
+        if self.replica not in self.replicas:
+            raise ValueError("replica must be one of replicas")
+        return self
 
 
 class LogStart(_Event):
@@ -80,12 +106,12 @@ class GroupDelete(_Event):
     ts: Millis
 
 
-SegmentEvent = Annotated[SegmentRolled | Compacted | LogStart, Field(discriminator="type")]
+SegmentEvent = Annotated[SegmentRolled | Compacted | ReplicaLog | LogStart, Field(discriminator="type")]
 OffsetEvent = Annotated[OffsetCommit | OffsetDelete | GroupDelete, Field(discriminator="type")]
-SEGMENT_EVENTS: TypeAdapter[SegmentRolled | Compacted | LogStart] = TypeAdapter(SegmentEvent)
+SEGMENT_EVENTS: TypeAdapter[SegmentRolled | Compacted | ReplicaLog | LogStart] = TypeAdapter(SegmentEvent)
 OFFSET_EVENTS: TypeAdapter[OffsetCommit | OffsetDelete | GroupDelete] = TypeAdapter(OffsetEvent)
 
-AnyEvent = SegmentRolled | Compacted | LogStart | OffsetCommit | OffsetDelete | GroupDelete
+AnyEvent = SegmentRolled | Compacted | ReplicaLog | LogStart | OffsetCommit | OffsetDelete | GroupDelete
 
 
 def _types(*models: type[_Event]) -> frozenset[str]:
@@ -93,7 +119,7 @@ def _types(*models: type[_Event]) -> frozenset[str]:
 
 
 # the `type`s each topic carries (an event of the other topic's types is `unknown_type` there)
-SEGMENT_TYPES = _types(SegmentRolled, Compacted, LogStart)
+SEGMENT_TYPES = _types(SegmentRolled, Compacted, ReplicaLog, LogStart)
 OFFSET_TYPES = _types(OffsetCommit, OffsetDelete, GroupDelete)
 
 

@@ -43,6 +43,31 @@ class Segment(msgspec.Struct, frozen=True, order=True):
     closed_at: int
 
 
+class ReplicaReport(msgspec.Struct, frozen=True):
+    """One `replica_log` event as a batch carries it: broker `replica`'s own log of the partition (its cleaner's
+    checkpoint, its oldest local segment's base; None: none), seen at `ts`, and the partition's replica assignment as
+    that broker read it."""
+
+    partition: int
+    replica: int
+    cleaned_up_to: int | None
+    local_log_start: int | None
+    ts: int
+    replicas: list[int]
+
+
+class ReplicaLog(msgspec.Struct, frozen=True):
+    """One replica of the partition's assignment and its own log, as the last report gave it (None: not reported, or
+    never cleaned). KIP-534 erases a tombstone from the cluster once every replica's cleaner has, so the erasure
+    bound is theirs too; with tiered storage, the offsets below `local_log_start` are in the remote tier only."""
+
+    replica: int
+    cleaned_up_to: int | None = None
+    cleaned_at: int | None = None  # when its agent first reported `cleaned_up_to`
+    local_log_start: int | None = None
+    reported: bool = False  # an agent reported this replica (else: in the assignment, never heard of)
+
+
 @dataclass(frozen=True)
 class PartitionView:
     """Everything compactd knows about one partition, as read from state in one go."""
@@ -60,6 +85,8 @@ class PartitionView:
     # starts the delete horizon of the tombstones that clean saw then. None: unknown (never cleaned, or state written
     # before compactd kept it).
     cleaned_at: int | None = None
+    # every replica's own log, where the agents report them (a node id to name the replica by); () elsewhere
+    replicas: tuple[ReplicaLog, ...] = ()
 
     @property
     def key(self) -> str:
@@ -194,10 +221,26 @@ class PartitionNumbers:
     # int64 [P]: when the clean that reached `cleaned` was seen (PartitionView.cleaned_at), -1 when unknown; left out,
     # unknown on every row
     cleaned_at: np.ndarray = None  # type: ignore[assignment]
+    # int64 [R, 5]: every replica's cleaner (PartitionView.replicas): row, replica, cleaned up to (-1: never), when
+    # seen (-1), reported (1; 0: in the assignment, no agent reported it); no rows where no agent reports replicas
+    replicas: np.ndarray = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if self.cleaned_at is None:
             object.__setattr__(self, "cleaned_at", np.full(len(self.partitions), -1, dtype=np.int64))
+        if self.replicas is None:
+            object.__setattr__(self, "replicas", np.zeros((0, 5), dtype=np.int64))
+
+    def take(self, rows: np.ndarray) -> PartitionNumbers:
+        """The numbers of `rows` (repeats allowed), with their segments; without replicas."""
+        rows = np.asarray(rows, dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(self.nseg)[:-1]]).astype(np.int64) if len(self.nseg) else self.nseg
+        seg_ix = np.concatenate([np.arange(starts[r], starts[r] + self.nseg[r]) for r in rows.tolist()] or [[]])
+        return PartitionNumbers(
+            self.partitions[rows], self.counted[rows], self.cleaned[rows], self.log_start[rows], self.zcard[rows],
+            self.lowest[rows], self.nseg[rows], self.segments[seg_ix.astype(np.int64)].reshape(-1, 5),
+            self.cleaned_at[rows],
+        )  # fmt: skip
 
     @classmethod
     def concat(cls, chunks: list[PartitionNumbers]) -> PartitionNumbers:
@@ -208,9 +251,14 @@ class PartitionNumbers:
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
         segments = np.concatenate([c.segments for c in chunks]) if chunks else np.zeros((0, 5), dtype=np.int64)
+        replicas, first = [], 0
+        for c in chunks:  # their rows, counted from each chunk's first
+            replicas.append(c.replicas + np.array([first, 0, 0, 0, 0], dtype=np.int64))
+            first += len(c.partitions)
         return cls(
             cat("partitions"), cat("counted"), cat("cleaned"), cat("log_start"), cat("zcard"), cat("lowest"),
             cat("nseg"), segments, cat("cleaned_at"),
+            np.concatenate(replicas) if replicas else None,
         )  # fmt: skip
 
     @classmethod
@@ -227,8 +275,14 @@ class PartitionNumbers:
         cols = np.array(head, dtype=np.int64).reshape(-1, 8)
         segs = [(s.base_offset, s.end_offset, s.first_batch_max_ts, s.size_bytes, s.closed_at) for v in views
                 for s in v.segments]  # fmt: skip
+        reps = [
+            (row, r.replica, -1 if r.cleaned_up_to is None else r.cleaned_up_to,
+             -1 if r.cleaned_at is None else r.cleaned_at, int(r.reported))
+            for row, v in enumerate(views) for r in v.replicas
+        ]  # fmt: skip
         return cls(
             partitions=cols[:, 0], counted=cols[:, 1], cleaned=cols[:, 2], log_start=cols[:, 3],
             zcard=cols[:, 1] * cols[:, 4], lowest=cols[:, 5], nseg=cols[:, 6],
             segments=np.array(segs, dtype=np.int64).reshape(-1, 5), cleaned_at=cols[:, 7],
+            replicas=np.array(reps, dtype=np.int64).reshape(-1, 5),
         )  # fmt: skip

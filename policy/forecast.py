@@ -30,7 +30,8 @@ class PartitionStats(msgspec.Struct, frozen=True, gc=False):
     forced_bytes: int
     next_at: tuple[tuple[str, int], ...]  # (rule, epoch ms) of each rule's next threshold crossing
     # by when the tombstones the partition holds now are gone, if records keep arriving (`rules.erasure`; None: no
-    # bound: max.compaction.lag.ms unset, or never cleaned and nothing dirty)
+    # bound: max.compaction.lag.ms unset, or never cleaned and nothing dirty); on a replicated cluster whose agents
+    # report every replica, the earliest bound a replica's cleaner must meet (`first_by`): past it, a replica is late
     erasure_at: int | None = None
 
     def compaction_delay_ms(self, now: int) -> int:
@@ -59,7 +60,7 @@ def stats_rows(
     lag_on, lag = limits.lag_on[ix].tolist(), limits.lag[ix].tolist()
     low, ls = q.min_committed[ix].tolist(), nums.log_start[ix].tolist()
     crossings = [a[ix].tolist() for a in (q.next_lag, q.next_consumed, q.next_forced)]
-    erased = erasure(nums, limits, q).by[ix].tolist()
+    erased = erasure(nums, limits, q).first_by[ix].tolist()
     out = []
     for i in range(len(rows)):
         nxt = tuple((rule, at[i]) for rule, at in zip(RULES, crossings, strict=True) if at[i] != NONE)

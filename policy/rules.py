@@ -22,6 +22,7 @@ record (`should_record`) are rules over one record. Nothing here does IO.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +80,10 @@ class Limits:
             cols["dry_run"][row], cols["excluded"][row] = bool(th.dry_run), excluded
             cols["delete_retention"][row] = th.delete_retention_ms
         return cls(**cols)
+
+    def take(self, rows: np.ndarray) -> Limits:
+        """The limits of `rows` (repeats allowed)."""
+        return Limits(**{f.name: getattr(self, f.name)[rows] for f in dataclasses.fields(self)})
 
 
 def _known(nums: PartitionNumbers) -> np.ndarray:
@@ -275,6 +280,15 @@ class Erasure:
       the horizon of the tombstones it sees; the second pass comes by E + L + R + L (`dirty_by`).
     - `by`: the later of the two, NONE where neither applies (never cleaned and nothing dirty) or L is unset.
 
+    On a replicated cluster each replica's cleaner runs on its own, and a tombstone is gone from the cluster only once
+    every replica removed it. Where the agents report the replicas' checkpoints (`PartitionNumbers.replicas`), each
+    reported replica is a row of its own: the same bounds from its checkpoint and the partition's segments
+    (`replica_by`, one per replica row; NONE for a replica no agent reported: unknown, left out). Then `by` is the
+    latest of the partition's own (the leader's log) and its replicas' bounds: every copy gone by then; `first_by` the
+    earliest: the next bound a replica's cleaner must meet, past which that replica holds tombstones overdue (the
+    metric's deadline). `slowest` / `soonest`: the replica that sets `by` / `first_by` where it is not the leader's
+    own log (NONE there). Without replicas, `first_by` is `by`.
+
     Kafka cleans a log again only when it has dirty data the cleaner may take (measured on Kafka 4.4: a tombstone past
     its horizon stayed until one new record was written, then the next clean removed it). Without new writes the second
     pass never comes; every bound above assumes the topic is written to, so that the lag rule makes that pass due."""
@@ -284,18 +298,56 @@ class Erasure:
     first_pass: np.ndarray
     dirty_by: np.ndarray
     by: np.ndarray
+    first_by: np.ndarray
+    replica_by: np.ndarray
+    slowest: np.ndarray
+    soonest: np.ndarray
 
 
-def erasure(nums: PartitionNumbers, limits: Limits, q: Quiet) -> Erasure:
-    """The tombstones' deadline of every row (`Erasure`). Times only: it decides nothing."""
+def _bounds(nums: PartitionNumbers, limits: Limits, earliest: np.ndarray) -> Erasure:
+    """`Erasure`'s bounds of one log per row, from its cleaner checkpoint and its earliest uncompacted timestamp."""
     lag, keep, on = limits.lag, limits.delete_retention, limits.lag_on
     clean = on & (nums.cleaned_at != NONE) & (nums.cleaned > nums.log_start)
     removable_after = np.where(clean, nums.cleaned_at + keep, NONE)
     clean_by = np.where(clean, removable_after + lag, NONE)
-    dirty = on & (q.earliest != NONE)
-    first_pass = np.where(dirty, q.earliest + lag, NONE)
+    dirty = on & (earliest != NONE)
+    first_pass = np.where(dirty, earliest + lag, NONE)
     dirty_by = np.where(dirty, first_pass + keep + lag, NONE)
-    return Erasure(removable_after, clean_by, first_pass, dirty_by, np.maximum(clean_by, dirty_by))
+    by = np.maximum(clean_by, dirty_by)
+    empty = np.zeros(0, dtype=I64)
+    return Erasure(removable_after, clean_by, first_pass, dirty_by, by, by, empty, empty, empty)
+
+
+def erasure(nums: PartitionNumbers, limits: Limits, q: Quiet) -> Erasure:
+    """The tombstones' deadline of every row (`Erasure`), over every reported replica's cleaner where there are any.
+    Times only: it decides nothing."""
+    own = _bounds(nums, limits, q.earliest)
+    reps = nums.replicas
+    n = len(nums.partitions)
+    if not len(reps):
+        none = np.full(n, NONE, dtype=I64)
+        return Erasure(own.removable_after, own.clean_by, own.first_pass, own.dirty_by, own.by, own.by,
+                       np.zeros(0, dtype=I64), none, none)  # fmt: skip
+    reported = reps[reps[:, 4] == 1]
+    rows = reported[:, 0]
+    each = dataclasses.replace(nums.take(rows), cleaned=reported[:, 2].copy(), cleaned_at=reported[:, 3].copy())
+    seg_row, starts, seg = segment_rows(each)
+    bound = _bounds(each, limits.take(rows), _earliest(each, seg_row, starts, seg)).by
+    replica_by = np.full(len(reps), NONE, dtype=I64)
+    replica_by[reps[:, 4] == 1] = bound
+    last, first = own.by.copy(), np.where(own.by == NONE, MAX, own.by)
+    np.maximum.at(last, rows, bound)
+    np.minimum.at(first, rows, np.where(bound == NONE, MAX, bound))
+    first = np.where(first == MAX, NONE, first)
+    slowest, soonest = np.full(n, NONE, dtype=I64), np.full(n, NONE, dtype=I64)
+    for i in np.flatnonzero(replica_by != NONE).tolist():  # few rows: replicas whose bound is not the leader's
+        r, b = int(reps[i, 0]), int(replica_by[i])
+        if b > own.by[r] and b == last[r] and slowest[r] == NONE:
+            slowest[r] = reps[i, 1]
+        if (own.by[r] == NONE or b < own.by[r]) and b == first[r] and soonest[r] == NONE:
+            soonest[r] = reps[i, 1]
+    return Erasure(own.removable_after, own.clean_by, own.first_pass, own.dirty_by, last, first, replica_by, slowest,
+                   soonest)  # fmt: skip
 
 
 @dataclass(frozen=True)

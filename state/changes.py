@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from compactd.model import Segment
+from compactd.model import ReplicaReport, Segment
 
 
 @dataclass
@@ -14,6 +14,8 @@ class TopicChanges:
     # (partition, cleaned_up_to, ts): ts is when the clean was seen (the event's `ts`; a pair: unknown)
     compacted: list[tuple[int, int, int] | tuple[int, int]] = field(default_factory=list)
     log_start: list[tuple[int, int]] = field(default_factory=list)
+    # every replica's cleaner checkpoint the agents reported (erasure across replicas; never the partition's own)
+    replicas: list[ReplicaReport] = field(default_factory=list)
     # (group, partition, committed offset or None for an offset tombstone)
     offsets: list[tuple[str, int, int | None]] = field(default_factory=list)
     group_deletes: list[str] = field(default_factory=list)
@@ -28,7 +30,9 @@ class TopicChanges:
     offset_ts: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.segments or self.compacted or self.log_start or self.offsets or self.group_deletes)
+        return bool(
+            self.segments or self.compacted or self.replicas or self.log_start or self.offsets or self.group_deletes
+        )
 
 
 @dataclass

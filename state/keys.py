@@ -10,7 +10,8 @@
                                 where the JSON commits topic gives one: a group's deletion is ordered by it), oc / ob
                                 hashes (id -> partitions with an offset / highest bucket), ct hash (id -> the
                                 group's latest commit time on the topic), groups / counted / asg (assigned) / parts
-                                sets, applied hash (stream id -> last merged batch); lua/offsets.lua has the
+                                sets, applied hash (stream id -> last merged batch), rc hash (every replica's own
+                                log: cleaner checkpoint, local log start; lua/replicas.lua); lua/offsets.lua has the
                                 rules, lua/counted.lua how a partition's minimum over the counted groups is read
                                 from the o: buckets
 <prefix>:{sched}:deadlines      zset "<topic>/<partition>" -> next evaluation time (ms)
@@ -65,6 +66,11 @@ class RedisKeys:
     def assigned_groups(self, topic: str) -> str:
         """Groups with members assigned to the topic (group metadata), committed there or not."""
         return f"{self.topic_base(topic)}:asg"
+
+    def replica_logs(self, topic: str) -> str:
+        """Every replica's own log as the agents report it (`replica_log`), and each partition's replica assignment
+        (lua/replicas.lua has the fields)."""
+        return f"{self.topic_base(topic)}:rc"
 
     def commit_times(self, topic: str) -> str:
         """id -> a group's latest offset commit time on the topic (epoch ms), for `compactd explain`."""

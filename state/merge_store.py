@@ -187,6 +187,7 @@ class MergeStore(StoreBase):
     def _partitions_in(tc: TopicChanges) -> Iterable[int]:
         yield from (p for p, _ in tc.segments)
         yield from (c[0] for c in tc.compacted)
+        yield from (r.partition for r in tc.replicas)
         yield from (p for p, _ in tc.log_start)
         yield from (p for _, p, _ in tc.offsets)
 
@@ -209,6 +210,10 @@ class MergeStore(StoreBase):
                 "offsets": [[g, int(counts(g, topic)), flat, times.get(g, [])] for g, flat in by_group.items()],
                 "committs": [[g, ts] for g, ts in sorted(tc.commit_ts.items())],
                 "compacted": [list(c) for c in tc.compacted],
+                "replicas": [
+                    [r.partition, r.replica, _or_none(r.cleaned_up_to), _or_none(r.local_log_start), r.ts, r.replicas]
+                    for r in tc.replicas
+                ],
                 "logstart": [list(c) for c in tc.log_start],
                 "segments": [
                     [p, s.base_offset, s.end_offset, s.first_batch_max_ts, s.size_bytes, s.closed_at]
@@ -247,3 +252,8 @@ class MergeStore(StoreBase):
         for topic in topics:
             pipe.sadd(self.keys.counted_groups(topic), *required[topic])
         return [t for t, added in zip(topics, pipe.execute(), strict=True) if added]
+
+
+def _or_none(value: int | None) -> int:
+    """-1 for None: lua/replicas.lua's "none"."""
+    return -1 if value is None else value

@@ -3,6 +3,7 @@ apart from the writes so the packed read scripts and their plain-command referen
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -13,7 +14,7 @@ import msgspec
 import numpy as np
 
 from compactd.keys import partition_key
-from compactd.model import ActionRecord, PartitionNumbers, PartitionView, Segment
+from compactd.model import ActionRecord, PartitionNumbers, PartitionView, ReplicaLog, Segment
 from compactd.state.keys import OFFSET_BUCKET
 from compactd.state.outbox_store import _records
 from compactd.state.store_base import StoreBase, _s
@@ -140,7 +141,36 @@ class ReadStore(StoreBase):
                     counted_groups=counted,
                     cleaned_at=None if cleaned_at is False else cleaned_at,
                 )
+        for topic, parts in by_topic.items():
+            for n, cleans in self.replica_logs(topic, parts).items():
+                read[(topic, n)] = dataclasses.replace(read[(topic, n)], replicas=cleans)
         return [read[k] for k in keys]
+
+    def replica_logs(self, topic: str, partitions: Sequence[int]) -> dict[int, tuple[ReplicaLog, ...]]:
+        """Each partition's replicas and their own logs, where agents report them (lua/replicas.lua has the fields;
+        explain_rank.lua reads the cleaners in bulk): the replica assignment first, then its replicas."""
+        key = self.keys.replica_logs(topic)
+        sets = self.r.hmget(key, [str(n) for n in partitions]) if partitions else []
+        wanted = [
+            (n, int(r))
+            for n, raw in zip(partitions, sets, strict=True)
+            if raw is not None
+            for r in _s(raw).split("@")[0].split(",")
+            if r
+        ]
+        if not wanted:
+            return {}
+        out: dict[int, list[ReplicaLog]] = {}
+        for (n, r), v in zip(wanted, self.r.hmget(key, [f"{n}:{r}" for n, r in wanted]), strict=True):
+            if v is None:
+                out.setdefault(n, []).append(ReplicaLog(r))
+                continue
+            cleaned, seen, _, local = (int(x) for x in _s(v).split(":"))
+            out.setdefault(n, []).append(
+                ReplicaLog(r, None if cleaned < 0 else cleaned, None if seen < 0 else seen,
+                           None if local < 0 else local, reported=True)
+            )  # fmt: skip
+        return {n: tuple(v) for n, v in out.items()}
 
     def views_pipelined(self, keys: Iterable[tuple[str, int]]) -> list[PartitionView]:
         """The same read as `views`, in plain commands (each topic's counted groups and ids, then per key its record
@@ -172,7 +202,8 @@ class ReadStore(StoreBase):
             fields, segs = decode_partition_record(raw)
             lowest = min(offsets) if offsets else None
             out.append(_partition_view(topic, n, fields, segs, lowest, len(offsets), counted_in[topic]))
-        return out
+        cleans = {t: self.replica_logs(t, sorted({n for tt, n in keys if tt == t})) for t in topics}
+        return [dataclasses.replace(v, replicas=cleans[v.topic].get(v.partition, ())) for v in out]
 
     def view(self, topic: str, partition: int) -> PartitionView:
         return self.views([(topic, partition)])[0]
@@ -223,14 +254,24 @@ class ReadStore(StoreBase):
         raw = script(keys=[self.topic_base(topic)], args=args) if self.cluster else res.pop(0)
         recs, last, deadlines = res
         counted, rows = json.loads(raw)
+        cleans = self.replica_logs(topic, partitions)
         out = []
         for i, (n, (h, segs, zcard, low, ids)) in enumerate(zip(partitions, rows or [], strict=True)):
             h, low = h or [], low or []
             lowest = tuple((names.get(low[j], f"#{low[j]}"), int(low[j + 1])) for j in range(0, len(low), 2))
             out.append(
                 PartitionDetail(
-                    view=_partition_view(
-                        topic, n, zip(h[::2], h[1::2], strict=True), segs or [], low[1] if low else None, zcard, counted
+                    view=dataclasses.replace(
+                        _partition_view(
+                            topic,
+                            n,
+                            zip(h[::2], h[1::2], strict=True),
+                            segs or [],
+                            low[1] if low else None,
+                            zcard,
+                            counted,
+                        ),
+                        replicas=cleans.get(n, ()),
                     ),
                     lowest=lowest,
                     positioned=None if ids is False else frozenset(names.get(m, f"#{m}") for m in ids or []),
@@ -301,8 +342,10 @@ def _numbers(topic: str, partitions: list[int], raw: bytes) -> PartitionNumbers:
     """lua/explain_rank.lua's answer for `partitions` of `topic` as arrays."""
     nums = np.asarray(msgspec.msgpack.decode(raw), dtype=np.int64)
     p = len(partitions)
-    head, segments = nums[1 : 1 + 6 * p], nums[1 + 6 * p :]
-    if head.size != 6 * p or segments.size != 5 * int(head[4::6].sum()):
+    head = nums[1 : 1 + 6 * p]
+    s = 5 * int(head[4::6].sum()) if head.size == 6 * p else 0
+    segments, tail = nums[1 + 6 * p : 1 + 6 * p + s], nums[1 + 6 * p + s :]
+    if head.size != 6 * p or segments.size != s or tail.size < 1 or tail.size != 1 + 5 * int(tail[0]):
         raise ValueError(f"explain_rank.lua returned {nums.size} numbers for {p} partitions of {topic!r}")
     head = head.reshape(p, 6)
     return PartitionNumbers(
@@ -315,4 +358,5 @@ def _numbers(topic: str, partitions: list[int], raw: bytes) -> PartitionNumbers:
         nseg=head[:, 4].copy(),
         segments=segments.reshape(-1, 5),
         cleaned_at=head[:, 5].copy(),
+        replicas=tail[1:].reshape(-1, 5).copy(),
     )

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from compactd.model import ActionRecord
 
 MAX_SAFE_INT = 2**53  # Lua and zset scores are doubles: integers above this lose digits
-# the scripts in lua/ (offsets.lua, part.lua and counted.lua are included by them, not run)
+# the scripts in lua/ (offsets.lua, part.lua, counted.lua and replicas.lua are included by them, not run)
 SCRIPTS = (
     "merge",
     "recount",

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from compactd.clock import now_ms
-from compactd.model import Segment
+from compactd.model import ReplicaReport, Segment
 from compactd.state.changes import BatchChanges
 from compactd.streaming.decode import DECODED_DDL, key_and_order, reduce_table
 
@@ -75,8 +75,9 @@ class Collected:
 
 # the key kinds of reduced rows that belong to one topic (with evaluation shares, they stay in the executors), and the
 # kinds of the records they reduce
-PER_TOPIC_KINDS = ("segment_rolled", "compacted", "log_start", "offset")
-PER_TOPIC_RECORD_KINDS = ("segment_rolled", "compacted", "log_start", "offset_commit", "offset_delete")
+PER_TOPIC_KINDS = ("segment_rolled", "compacted", "replica_log", "log_start", "offset")
+PER_TOPIC_RECORD_KINDS = ("segment_rolled", "compacted", "replica_log", "log_start", "offset_commit",
+                          "offset_delete")  # fmt: skip
 
 
 def collect_changes(
@@ -120,6 +121,11 @@ def collect_changes(
     compacted = _columns(table.filter(pc.equal(k, "compacted")), *_FORWARD_COLUMNS, "ts")
     for topic, partition, value, ts in zip(*compacted, strict=True):  # with the clean's time (lua/merge.lua keeps it)
         changes.topic(topic).compacted.append((partition, value, ts))
+    reports = _columns(table.filter(pc.equal(k, "replica_log")), *_FORWARD_COLUMNS, "base_offset", "grp", "assigned",
+                       "ts")  # fmt: skip
+    for topic, partition, cleaned, local, replica, assigned, ts in zip(*reports, strict=True):
+        changes.topic(topic).replicas.append(ReplicaReport(partition, int(replica), cleaned, local, ts,
+                                                           json.loads(assigned)))  # fmt: skip
     log_starts = _columns(table.filter(pc.equal(k, "log_start")), *_FORWARD_COLUMNS)
     for topic, partition, value in zip(*log_starts, strict=True):
         changes.topic(topic).log_start.append((partition, value))

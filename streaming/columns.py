@@ -65,7 +65,9 @@ class FastPath:
         src, value = F.col("src_topic"), F.col("value")
 
         def json(types: frozenset[str]) -> Column:  # the topic's types as a mask over KINDS (JsonDecode.TYPES)
-            mask = sum(1 << KINDS.index(t) for t in types)
+            # a type the fast path does not decode (replica_log: one per change of a replica's log) is refused to the
+            # reference, as an unknown one is
+            mask = sum(1 << KINDS.index(t) for t in types if t in KINDS)
             return F.call_udf("compactd_json", value, F.lit(mask), F.lit(decoder.max_event_bytes))
 
         udf = (

@@ -28,6 +28,7 @@ from compactd.codec.events import (
     OffsetCommit,
     OffsetDelete,
     Rejected,
+    ReplicaLog,
     SegmentRolled,
     parse,
 )
@@ -63,7 +64,10 @@ DECODED_SCHEMA = pa.schema(
         ("src_offset", pa.int64()),
         ("raw_key", pa.binary()),
         ("raw_value", pa.binary()),
-        ("assigned", pa.string()),  # group metadata: JSON {topic: [partition, ...]} of the members' assignments
+        # group metadata: JSON {topic: [partition, ...]} of the members' assignments; a `replica_log` event: JSON
+        # [replica, ...] of the partition's replica assignment (its `grp` is the reporting replica's broker id, its
+        # `value_offset` the replica's cleaned_up_to, its `base_offset` the replica's oldest local segment's base)
+        ("assigned", pa.string()),
         ("topic_id", pa.string()),  # an offset commit's topic ID (OffsetCommitValue v4), as a UUID string
         ("n", pa.int64()),  # input records this row stands for (pre-aggregated in the source: many)
     ]
@@ -167,6 +171,10 @@ class Decoder:
             )
         elif isinstance(ev, Compacted):
             out.update(topic=ev.topic, partition=ev.partition, value_offset=ev.cleaned_up_to)
+        elif isinstance(ev, ReplicaLog):  # keyed by replica, in log order: a replica's log can be replaced
+            assignment = json.dumps(sorted(ev.replicas), separators=(",", ":"))
+            out.update(topic=ev.topic, partition=ev.partition, grp=str(ev.replica), value_offset=ev.cleaned_up_to,
+                       base_offset=ev.local_log_start, assigned=assignment)  # fmt: skip
         elif isinstance(ev, LogStart):
             out.update(topic=ev.topic, partition=ev.partition, value_offset=ev.log_start_offset)
         elif isinstance(ev, OffsetCommit):

@@ -7,11 +7,13 @@
 -- log start, counted groups with an offset here, the lowest of their offsets (-1: none), closed segments, when the
 -- last clean was seen (-1: unknown);
 -- then those segments, partition after partition, by base offset, 5 numbers each: base, end, first batch max
--- timestamp, size, closed at (the partition's record, part.lua)]. Integers are exact up to 2^53.
+-- timestamp, size, closed at (the partition's record, part.lua); then how many replicas the agents report for these
+-- partitions, and 5 numbers each (replicas.lua `replica_cleans`)]. Integers are exact up to 2^53.
 -- The records are read with one HMGET per bucket, the counted offsets with one per (counted group, bucket).
 local base = KEYS[1]
 --! include part.lua
 --! include counted.lua
+--! include replicas.lua
 local counted, ids = counted_ids()
 local head, segs, k, m = {counted}, {}, 1, 0
 local ns = {}
@@ -33,4 +35,8 @@ for _, n in ipairs(ns) do
   end
 end
 for i = 1, m do head[k + i] = segs[i] end
+k = k + m
+local reps = replica_cleans(ns)
+head[k + 1] = #reps / 5
+for i = 1, #reps do head[k + 1 + i] = reps[i] end
 return cmsgpack.pack(head)

@@ -12,6 +12,7 @@
 --            time); the commit times where the commits topic gives them (absent or empty: none)
 --   committs [[group, latest commit ts], ...]  per group on this topic (the ct hash, for `compactd explain`)
 --   compacted [[partition, cleaned_up_to, ts], ...]   ts: when the agent saw the clean (may be absent: unknown)
+--   replicas  [[partition, replica, cleaned_up_to, ts, [replica, ...]], ...]   every replica's cleaner (replicas.lua)
 --   logstart  [[partition, log_start_offset], ...]
 --   segments  [[partition, base, end, first_batch_max_ts, size, closed_at], ...]
 -- Returns the touched partitions (space-separated), or -1 when this batch was already applied (replay).
@@ -25,6 +26,7 @@ local p = cjson.decode(ARGV[3])
 local touched = {}
 --! include offsets.lua
 --! include part.lua
+--! include replicas.lua
 migrate_parts()
 
 -- A group's deletion takes every offset of the group on the topic; with the deletion's event time (the JSON commits
@@ -213,6 +215,11 @@ for _, c in ipairs(p.compacted or {}) do
   end
   touch_later(tostring(c[1]))
 end
+
+-- Replicas' cleaners: the erasure bound reads them, nothing decides by them (the partition's `cleaned` is the
+-- leader's, from `compacted`)
+merge_replicas(p.replicas or {})
+for _, e in ipairs(p.replicas or {}) do touch_later(tostring(e[1])) end
 
 for _, l in ipairs(p.logstart or {}) do
   local r = record(l[1])

@@ -8,7 +8,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compactd.model import ActionRecord, PartitionView, Segment
+from compactd.model import ActionRecord, PartitionView, ReplicaLog, ReplicaReport, Segment
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
 from tests.support.fixtures import dump_redis
@@ -410,3 +410,48 @@ def test_a_groups_deletion_and_commits_read_in_separate_batches_go_by_event_time
     assert state.group_offsets("a") == {("gone", 0): 700}
     delete(1, "new", ts=1_000)  # a replayed batch changes nothing
     assert state.group_offsets("b") == {("new", 0): 500}
+
+
+def replica_log(c: BatchChanges, partition: int, replica: int, cleaned: int | None, local: int | None, ts: int,
+                replicas: list[int]) -> BatchChanges:  # fmt: skip
+    c.topic("orders").replicas.append(ReplicaReport(partition, replica, cleaned, local, ts, replicas))
+    return c
+
+
+def test_every_replicas_log_is_kept_apart_from_the_leaders_and_read_by_every_path(rclient: redis.Redis) -> None:
+    """`replica_log` reports (lua/replicas.lua): each replica's cleaner checkpoint, the time a report first gave it,
+    and its local log start; the assignment the latest report gave; older reports change nothing; a replica that left
+    the assignment is dropped; the partition's own `cleaned_up_to` (the leader's log) never moves by them; the views,
+    explain's details and the controller's bulk read see the same; a topic's reset forgets them."""
+    st = RedisState(rclient)
+    c = BatchChanges()
+    c.topic("orders").segments.append((0, Segment(0, 100, 5, 10, 6)))
+    replica_log(c, 0, 1, 100, 0, 1_000, [1, 2, 3])
+    replica_log(c, 0, 2, None, 0, 1_000, [1, 2, 3])
+    touched, _ = st.merge("s", 0, c, everyone)
+    assert touched == {"orders": {0}}
+    v = st.view("orders", 0)
+    assert v.cleaned_up_to is None  # a replica's report is not the leader's clean
+    assert v.replicas == (
+        ReplicaLog(1, 100, 1_000, 0, reported=True), ReplicaLog(2, None, None, 0, reported=True), ReplicaLog(3)
+    )  # fmt: skip
+    # the same checkpoint later keeps its first time; a moved one takes the report's; an older report is ignored
+    st.merge("s", 1, replica_log(replica_log(BatchChanges(), 0, 1, 100, 10, 2_000, [1, 2, 3]), 0, 2, 100, 0, 2_000,
+                                 [1, 2, 3]), everyone)  # fmt: skip
+    st.merge("s", 2, replica_log(BatchChanges(), 0, 2, 50, 0, 1_500, [1, 2, 3]), everyone)
+    assert st.view("orders", 0).replicas == (
+        ReplicaLog(1, 100, 1_000, 10, True), ReplicaLog(2, 100, 2_000, 0, True), ReplicaLog(3)
+    )  # fmt: skip
+    # reassigned: replica 1 left, 4 joined; 1's log is forgotten
+    st.merge("s", 3, replica_log(BatchChanges(), 0, 4, None, 0, 3_000, [2, 3, 4]), everyone)
+    expected = (ReplicaLog(2, 100, 2_000, 0, True), ReplicaLog(3), ReplicaLog(4, None, None, 0, True))
+    assert st.view("orders", 0).replicas == expected
+    assert st.views_pipelined([("orders", 0)])[0].replicas == expected
+    groups = st.topic_groups("orders")
+    assert st.partition_details("orders", [0], groups)[0].view.replicas == expected
+    nums, _ = st.read_chunks([("orders", [0])])[0]
+    assert nums.replicas.tolist() == [[0, 2, 100, 2_000, 1], [0, 3, -1, -1, 0], [0, 4, -1, -1, 1]]
+    two = st.read_chunks([("orders", [1, 0]), ("clicks", [0])])  # the pipelined read: rows in the order asked
+    assert two[0][0].replicas[:, 0].tolist() == [1, 1, 1] and len(two[1][0].replicas) == 0
+    st.reset_topic("orders", "test", 4_000)
+    assert st.view("orders", 0).replicas == ()

@@ -3,9 +3,11 @@ bounded by max.compaction.lag.ms only because compactd makes the clean due once 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from compactd.model import PartitionNumbers, PartitionView, Segment
+from compactd.model import PartitionNumbers, PartitionView, ReplicaLog, Segment
 from compactd.policy.arrays import NONE
 from compactd.policy.rules import Evaluation, Limits, value
 from compactd.policy.thresholds import Thresholds
@@ -86,3 +88,55 @@ def test_each_row_takes_its_own_delete_retention_and_lag() -> None:
     er = Evaluation.of(nums, Limits.of(3, (th(), False), scoped), T0).erasure()
     assert er.by.tolist() == [T0 + KEEP + LAG, T0 + 10 * S + LAG, T0 + KEEP + S]
     assert np.all(er.first_pass == NONE)
+
+
+def replicas(v: PartitionView, *logs: ReplicaLog) -> PartitionView:
+    return dataclasses.replace(v, replicas=logs)
+
+
+def bounds(v: PartitionView, now: int = T0) -> tuple[int | None, int | None, list[int | None], int | None, int | None]:
+    """(by, first_by, each replica's bound, slowest, soonest) of one partition."""
+    e = Evaluation.one(v, th(), now).erasure()
+    each = [None if b == NONE else b for b in e.replica_by.tolist()]
+    return value(e.by, 0), value(e.first_by, 0), each, value(e.slowest, 0), value(e.soonest, 0)
+
+
+def test_a_follower_whose_cleaner_is_behind_is_late_first_and_one_that_cleaned_later_is_the_last() -> None:
+    """KIP-534 per replica: a tombstone is gone from the cluster once every replica's cleaner removed it. A follower
+    that never cleaned holds every tombstone of the live log: its first pass was due by the oldest record + lag, long
+    past here (late), while the leader's bound is ahead; the metric's deadline is the earliest (`first_by`)."""
+    v = view(dirty_at=T0 - 5 * S)  # the leader: [0, 100) cleaned at T0, [100, 150) dirty
+    leader = deadline(v)["by"]
+    assert leader == T0 - 5 * S + LAG + KEEP + LAG  # its dirty part is the later
+    oldest = T0 - 60 * S  # replica 2 cleaned nothing: its dirty part starts at the first segment
+    never = oldest + LAG + KEEP + LAG
+    by, first_by, each, slowest, soonest = bounds(replicas(v, ReplicaLog(1, 100, T0, reported=True),
+                                                           ReplicaLog(2, reported=True)))  # fmt: skip
+    assert (by, first_by, each, slowest, soonest) == (leader, never, [leader, never], None, 2)
+    # a follower that cleaned later than the leader: its own clean's horizon is the last copy's
+    later = replicas(v, ReplicaLog(1, 100, T0, reported=True), ReplicaLog(3, 100, T0 + 60 * S, reported=True))
+    assert bounds(later)[0::3] == (T0 + 60 * S + KEEP + LAG, 3)
+    assert bounds(later)[1] == leader  # nothing earlier than the leader's own
+
+
+def test_a_replica_no_agent_reported_is_unknown_and_left_out() -> None:
+    v = view(dirty_at=T0 - 5 * S)
+    assert bounds(replicas(v, ReplicaLog(1, 100, T0, reported=True), ReplicaLog(2))) == (
+        deadline(v)["by"],
+        deadline(v)["by"],
+        [deadline(v)["by"], None],
+        None,
+        None,
+    )
+
+
+def test_a_chunks_replica_rows_stay_with_their_partitions() -> None:
+    """Rows evaluated together (and concatenated chunks) keep each replica with its own partition."""
+    behind = replicas(view(), ReplicaLog(2, reported=True))  # never cleaned: its bound is the oldest record's
+    plain = view()
+    nums = PartitionNumbers.concat([PartitionNumbers.of_views([plain]), PartitionNumbers.of_views([plain, behind])])
+    assert nums.replicas.tolist() == [[2, 2, -1, -1, 1]]
+    er = Evaluation.of(nums, Limits.of(3, (th(), False), {}), T0).erasure()
+    assert er.by.tolist() == [T0 + KEEP + LAG] * 3
+    assert er.first_by.tolist() == [T0 + KEEP + LAG, T0 + KEEP + LAG, T0 - 60 * S + 2 * LAG + KEEP]
+    assert (er.slowest.tolist(), er.soonest.tolist()) == ([NONE] * 3, [NONE, NONE, 2])

@@ -8,8 +8,8 @@ from typing import Any
 
 from compactd.app.explain import Caps, GroupsHere, explain_partition, threshold_sources, worst_first
 from compactd.app.explain_cli import parse_target
-from compactd.app.explain_text import fmt_at, format_text
-from compactd.model import ActionRecord, PartitionView, Segment
+from compactd.app.explain_text import fmt_at, fmt_dur, format_text
+from compactd.model import ActionRecord, PartitionView, ReplicaLog, Segment
 from compactd.policy.runtime_config import AppliedLayer, effective_layers
 from compactd.policy.thresholds import key_scope, resolve
 
@@ -373,3 +373,45 @@ def test_a_clean_compactd_did_not_time_has_no_tombstone_bound_and_an_excluded_to
     excluded = explain(replace(view(cleaned=100), cleaned_at=T0), {"max.compaction.lag.ms": H}, excluded="by rule")
     assert "tombstones" not in excluded["rules"]["max_compaction_lag"]["now"]
     assert "tombstones" not in format_text(excluded)  # compactd never nudges it: nothing bounds the next clean
+
+
+def test_explain_names_each_replicas_cleaner_and_the_one_that_is_late() -> None:
+    """On a replicated cluster every replica's cleaner erases on its own (KIP-534 per replica): each reported replica
+    has its own bound, the earliest is the one a replica misses first (the headline says which), the latest is when
+    every copy is gone; a replica no agent reports is named, not guessed."""
+    leader_clean = T0 - 10_000
+    v = replace(
+        view(cleaned=300),
+        cleaned_at=leader_clean,
+        replicas=(
+            ReplicaLog(1, 300, leader_clean, 0, reported=True),
+            ReplicaLog(2, None, None, 0, reported=True),  # its cleaner has not run: every tombstone still there
+            ReplicaLog(3),
+        ),
+    )
+    e = explain(v, {"max.compaction.lag.ms": H, "delete.retention.ms": 60_000})
+    t = e["rules"]["max_compaction_lag"]["now"]["tombstones"]
+    leader = leader_clean + 60_000 + H
+    never = T0 - 5 * H + H + 60_000 + H  # the oldest record's first pass, then delete.retention.ms, then the next
+    assert (t["gone_by"], t["first_gone_by"], t["soonest_replica"], t["slowest_replica"]) == (leader, never, 2, None)
+    assert [(r["replica"], r["reported"], r["gone_by"]) for r in t["replicas"]] == [
+        (1, True, leader), (2, True, never), (3, False, None)
+    ]  # fmt: skip
+    text = format_text(e)
+    assert f"tombstone erasure overdue on replica 2 by {fmt_dur(T0 - never)}" in text.splitlines()[0]
+    assert f"      replica 2: never cleaned, gone by {fmt_at(never, T0)}, overdue" in text
+    assert "      replica 3: no agent reports its log; its cleaner is unknown, left out" in text
+
+
+def test_explain_says_which_offsets_are_in_the_remote_tier_only() -> None:
+    """Tiered storage: below every replica's oldest local segment (and above the log start) the offsets are in the
+    remote tier only; a DeleteRecords deletes them there too."""
+    v = replace(view(), replicas=(ReplicaLog(1, None, None, 36, reported=True), ReplicaLog(2, None, None, 45, True)))
+    e = explain(v, {"consumed.retention.ms": H})
+    assert e["tiers"] == {"log_start": 0, "local_log_start": {1: 36, 2: 45}, "remote_only": {"from": 0, "to": 36}}
+    assert "  tiers     offsets 0-35 in the remote tier only; local logs from 36 (replica 1), 45 (replica 2)" in (
+        format_text(e)
+    )
+    assert explain(view(), {})["tiers"] is None  # no agent reports a local log: nothing said
+    local = explain(replace(v, log_start=36), {})["tiers"]
+    assert local["remote_only"] is None  # everything above the log start is on a disk too

@@ -147,6 +147,48 @@ def test_everything_on_disk_is_published_again_every_full_interval(tmp_path: Pat
     assert agent.scan() == []
 
 
+def test_a_tiered_topics_log_start_is_the_checkpoints_below_its_local_tier(tmp_path: Path) -> None:
+    """Kafka keeps a tiered topic (KIP-405) in log-start-offset-checkpoint whatever its local segments: measured on
+    Kafka 4.4 with LocalTieredStorage, the file said 0 while the local tier began at 36. The log start is the file's,
+    not the oldest local segment (before: the larger of the two, which read the remote tier as deleted)."""
+    p = tmp_path / "clicks-0"
+    for base in (36, 45):
+        segment(p, base, encode_batch_v2(base, T, T + 1))
+    segment(p, 54, b"")
+    write_checkpoint(tmp_path / "log-start-offset-checkpoint", {("clicks", 0): 0})
+    agent = SegmentAgent([tmp_path], clock=lambda: T)
+    assert [e for e in agent.scan() if e["type"] == "log_start"] == []  # 0: nothing to move
+    write_checkpoint(tmp_path / "log-start-offset-checkpoint", {("clicks", 0): 20})  # DeleteRecords in the remote tier
+    assert [e["log_start_offset"] for e in agent.scan() if e["type"] == "log_start"] == [20]
+
+
+def test_each_replica_the_broker_holds_is_reported_led_or_not_when_its_log_changes(tmp_path: Path) -> None:
+    """`replica_log`: this broker's replica of every partition on disk, a follower's too (its cleaner erases on its
+    own), named by the node id, with the partition's replica assignment; only on a change."""
+    for topic in ("orders", "clicks"):
+        segment(tmp_path / f"{topic}-0", 0, encode_batch_v2(0, T, T + 1))
+        segment(tmp_path / f"{topic}-0", 10, b"")
+    write_checkpoint(tmp_path / "cleaner-offset-checkpoint", {("orders", 0): 10})
+    assignment = {("orders", 0): (1, 2, 3), ("clicks", 0): (2, 3, 1)}
+    agent = SegmentAgent([tmp_path], clock=lambda: T, leads=lambda: {("orders", 0)}, node=2,
+                         assignment=assignment.get)  # fmt: skip
+    reports = [e for e in agent.scan() if e["type"] == "replica_log"]
+    assert reports == [
+        {"type": "replica_log", "topic": "clicks", "partition": 0, "replica": 2, "replicas": [2, 3, 1],
+         "local_log_start": 0, "ts": T},
+        {"type": "replica_log", "topic": "orders", "partition": 0, "replica": 2, "replicas": [1, 2, 3],
+         "cleaned_up_to": 10, "local_log_start": 0, "ts": T},
+    ]  # fmt: skip
+    assert [e for e in agent.scan() if e["type"] == "replica_log"] == []
+    write_checkpoint(tmp_path / "cleaner-offset-checkpoint", {("orders", 0): 10, ("clicks", 0): 10})
+    assignment[("orders", 0)] = (1, 3, 4)  # moved away: its directory here is about to go
+    assert [(e["topic"], e.get("cleaned_up_to")) for e in agent.scan() if e["type"] == "replica_log"] == [
+        ("clicks", 10)
+    ]
+    no_node = SegmentAgent([tmp_path], clock=lambda: T)
+    assert [e for e in no_node.scan() if e["type"] == "replica_log"] == []  # no node id to name the replica by
+
+
 def test_segments_inspect_cli(tmp_path: Path, capsys) -> None:
     segment(tmp_path / "orders-0", 0, encode_batch_v2(0, T, T + 1))
     segment(tmp_path / "orders-0", 5, b"")
