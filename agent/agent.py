@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from compactd.agent.leaders import Leaders
 from compactd.agent.logdir import CheckpointError, SegmentFile, read_checkpoint, scan_log_dir
 from compactd.clock import now_ms
 from compactd.kafka.config import KafkaConnection
@@ -59,6 +60,17 @@ class SegmentAgent:
         self._replica: dict[tuple[str, int], tuple[int | None, int | None, tuple[int, ...]]] = {}
         self._reported: set[tuple[str, str]] = set()
         self.errors = 0
+
+    @classmethod
+    def beside(
+        cls, log_dirs: Iterable[Path], conn: KafkaConnection, node: int, full_every_ms: int = FULL_EVERY_MS,
+        timeout_s: float = 10.0,
+    ) -> SegmentAgent:  # fmt: skip
+        """The agent beside broker `node` of a cluster, as `compactd agent --log-dir` runs it: it publishes the
+        partitions the node leads, and reports every replica the node holds with the partition's assignment, both
+        from one metadata request per scan (agent/leaders.py)."""
+        leaders = Leaders(conn, node, timeout_s)
+        return cls(log_dirs, full_every_ms=full_every_ms, leads=leaders, node=node, assignment=leaders.assignment)
 
     def _report(self, where: str, error: str) -> None:
         """Each broken file is reported once per distinct problem, not on every scan."""

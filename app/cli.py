@@ -389,7 +389,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from compactd.agent.agent import KafkaPublisher, SegmentAgent, run_agent
-    from compactd.agent.leaders import Leaders, node_id
+    from compactd.agent.leaders import node_id
     from compactd.app.settings import load_settings
     from compactd.kafka.admin import check_reachable
 
@@ -412,8 +412,10 @@ def cmd_agent(args: argparse.Namespace) -> int:
     if node is None:  # a log dir without meta.properties (a copy, an old fixture): every partition on it
         log.warning("no meta.properties in %s: publishing every partition, not only those this broker leads", dirs[0])
     try:
-        agent = SegmentAgent(
-            dirs, full_every_ms=args.full_every_ms, leads=None if node is None else Leaders(conn, node)
+        agent = (
+            SegmentAgent(dirs, full_every_ms=args.full_every_ms)
+            if node is None
+            else SegmentAgent.beside(dirs, conn, node, full_every_ms=args.full_every_ms)
         )
         run_agent(agent, publisher, args.interval_ms / 1000, _stop_on_signals(), once=args.once)
     finally:

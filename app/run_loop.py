@@ -18,7 +18,7 @@ from compactd.control.controller import RunShares
 from compactd.control.runtime_config import ConfigOutcome
 from compactd.control.share import Layers, ShareResult
 from compactd.errors import ForcedStop, QueryFailed, StopTimeout, forced_by
-from compactd.kafka.admin import admin_client, list_end_offsets
+from compactd.kafka.admin import admin_client, list_end_offsets, retire
 from compactd.state.outage import REDIS_DOWN
 from compactd.streaming.checkpoint import adopt_source, batch_end_offsets, completed_end_offsets
 from compactd.streaming.job import Batch, StreamingJob, StreamSpec, root_cause
@@ -365,7 +365,14 @@ class RunLoop:
         if self._admin is None:
             self._admin = admin_client(self.conn)
         topics = self.settings.source_topics()
-        latest = list_end_offsets(self._admin, topics, "high")
+        try:
+            latest = list_end_offsets(self._admin, topics, "high")
+        except Exception:
+            # its requests may sit on a node that stopped answering (a stalled broker still counted among the
+            # cluster's): the next sample asks with a new client, as the topic check's clients do
+            retire(self._admin)
+            self._admin = None
+            raise
         done = completed_end_offsets(self.spark_checkpoint)
         for topic in topics:
             ends, read = latest.get(topic, {}), done.get(topic, {})

@@ -40,7 +40,6 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka.admin import ConfigResource, NewTopic
 
 from compactd.agent.agent import Event, KafkaPublisher, SegmentAgent
-from compactd.agent.leaders import Leaders
 from compactd.app.settings import Settings
 from compactd.app.status import print_table, rich_table, status_rows
 from compactd.clock import now_ms
@@ -130,7 +129,9 @@ class DemoCluster:
         self.replication = min(3, len(nodes))
         # one agent per node; on several, each publishes only what its node leads (agent/leaders.py)
         self.agents = [
-            SegmentAgent([n.log_dir], leads=Leaders(conn, n.node_id, timeout_s=5.0) if len(nodes) > 1 else None)
+            SegmentAgent.beside([n.log_dir], conn, n.node_id, timeout_s=5.0)
+            if len(nodes) > 1
+            else SegmentAgent([n.log_dir])
             for n in nodes
         ]
         self.publisher = AgentPublisher(settings, log)

@@ -78,6 +78,9 @@ def _first_reason(errors: list[str]) -> str | None:
     return None
 
 
+ENSURE_ATTEMPT_S = 10.0  # one attempt at compactd's own topics; the next goes through a new client
+
+
 def ensure_topics(
     conn: KafkaConnection,
     names: Iterable[str],
@@ -93,26 +96,54 @@ def ensure_topics(
     `replication_factor`: -1 takes the cluster's `default.replication.factor` (KIP-464, Kafka 2.4+): never 1 on a
     cluster that replicates, where the nudge ledger or the config topic would otherwise live on one broker.
     `admin`: the caller's client, already connected (a new one connects first: about 0.05 s).
+
+    A request that has no answer within ENSURE_ATTEMPT_S is asked again through a new client until `timeout_s`: the
+    broker it went to may be a node that stopped answering (seen on three nodes: a follower stopped with SIGSTOP
+    while the job started held CreateTopics for the whole 30 s, and the job ended with a bare TimeoutError). Past
+    `timeout_s`, one line: CompactdError.
     """
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout_s
+    names = list(dict.fromkeys(names))
+    while True:
+        attempt = min(ENSURE_ATTEMPT_S, max(deadline - time.monotonic(), 1.0))
+        client = admin or admin_client(conn)
+        try:
+            _create_missing(client, names, partitions, attempt, configs or {}, replication_factor)
+            return
+        except (TimeoutError, KafkaException) as exc:
+            why = exc.args[0].str() if isinstance(exc, KafkaException) else f"no answer within {attempt:g} s"
+            if isinstance(exc, KafkaException) and not exc.args[0].retriable() and exc.args[0].name() != "_TIMED_OUT":
+                raise CompactdError(f"cannot create compactd's topics: {why}") from None
+            if time.monotonic() >= deadline:
+                raise CompactdError(
+                    f"cannot create compactd's topics {', '.join(names)} within {timeout_s:g} s: {why}"
+                ) from None
+            retire(client)
+            admin = None  # a new client: its requests may go to another broker
+
+
+def _create_missing(
+    admin: Any, names: list[str], partitions: int, timeout_s: float, configs: dict[str, dict[str, str]],
+    replication_factor: int,
+) -> None:  # fmt: skip
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
-    admin = admin or admin_client(conn)
     existing = set(admin.list_topics(timeout=timeout_s).topics)
-    configs = configs or {}
     wanted = [
-        NewTopic(t, partitions, replication_factor, config=configs.get(t, {}))
-        for t in dict.fromkeys(names)
-        if t not in existing
+        NewTopic(t, partitions, replication_factor, config=configs.get(t, {})) for t in names if t not in existing
     ]
-    if not wanted:
-        return
-    for topic, fut in admin.create_topics(wanted, request_timeout=timeout_s).items():
+    for topic, fut in admin.create_topics(wanted, request_timeout=timeout_s).items() if wanted else []:
         try:
             fut.result(timeout_s)
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise CompactdError(f"cannot create topic {topic}: {exc.args[0].str()}") from None
+            if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            if exc.args[0].retriable() or exc.args[0].code() == KafkaError._TIMED_OUT:
+                raise
+            raise CompactdError(f"cannot create topic {topic}: {exc.args[0].str()}") from None
 
 
 def list_end_offsets(admin: Any, topics: list[str], which: str, isolation: str = "read_committed") -> SourceOffsets:

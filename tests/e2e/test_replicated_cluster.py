@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import os
 import shutil
 import signal
@@ -31,8 +32,9 @@ from confluent_kafka.admin import NewTopic
 from prometheus_client import CollectorRegistry
 
 from compactd.agent.agent import KafkaPublisher, SegmentAgent
-from compactd.agent.leaders import Leaders
 from compactd.app.application import Application
+from compactd.app.explain_cli import explain
+from compactd.app.explain_text import format_text
 from compactd.control.controller import Controller
 from compactd.control.dispatch import BEHIND_RECHECK_MS
 from compactd.kafka.config import KafkaConnection
@@ -513,7 +515,7 @@ class NodeAgent(Background):
     def __init__(self, node, bootstrap: str, segments_topic: str, every_s: float = 1.0) -> None:
         conn = KafkaConnection(bootstrap)
         self.node = node
-        self.agent = SegmentAgent([node.log_dir], leads=Leaders(conn, node.node_id))
+        self.agent = SegmentAgent.beside([node.log_dir], conn, node.node_id)
         self.publisher = KafkaPublisher(conn, segments_topic)
         self.every_s = every_s
         self.published: list[tuple[float, int, int]] = []
@@ -529,7 +531,12 @@ class NodeAgent(Background):
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 continue
             now = time.monotonic()
-            self.published += [(now, self.node.node_id, e["partition"]) for e in events if e["type"] != "log_start"]
+            # what only a leader's agent publishes (a replica's own log is reported by every node holding one)
+            self.published += [
+                (now, self.node.node_id, e["partition"])
+                for e in events
+                if e["type"] not in ("log_start", "replica_log")
+            ]
 
     def __exit__(self, *exc: object) -> None:
         super().__exit__(*exc)
@@ -588,14 +595,14 @@ class LeaderWatch(Background):
 class Writer(Background):
     """Records into every partition of `topic`, 20 a partition every 0.2 s (acks=all), on a thread."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap, self.topic = bootstrap, topic
+    def __init__(self, bootstrap: str, topic: str, partitions: int = PARTITIONS) -> None:
+        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
         super().__init__("writer")
 
     def _run(self) -> None:
         producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 20})
         while not self.stop.wait(0.2):
-            for p in range(PARTITIONS):
+            for p in range(self.partitions):
                 for i in range(20):
                     producer.produce(self.topic, b"record", f"u{i}".encode(), partition=p)
             producer.poll(0)
@@ -704,6 +711,157 @@ def test_an_agent_per_node_publishes_each_partition_from_its_leader_through_a_ki
     assert not [e for a in agents if a.node is not victim for e in a.errors], [a.errors for a in agents]
     print(f"node {victim.node_id} killed: deletes on every partition {resumed:.1f} s later, the node down; "
           f"{after_restart:.1f} s after its restart; publishers by partition {dict(owners)}")  # fmt: skip
+
+
+class Sampler(Background):
+    """`read()` every 0.2 s on a thread (the job's last batch time): when each new value was first seen."""
+
+    def __init__(self, read: Callable[[], float]) -> None:
+        self.read, self.seen = read, []
+        super().__init__("sampler")
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.2):
+            value = self.read()
+            if not self.seen or value != self.seen[-1]:
+                self.seen.append(value)
+
+    def gaps(self, since: float) -> list[float]:
+        """The waits between the batches merged after `since` (epoch s), the first from `since` itself."""
+        after = [since, *(v for v in self.seen if v > since)]
+        return [b - a for a, b in itertools.pairwise(after)] or [float("inf")]
+
+
+ERASE_LAG_MS = 6_000  # compactd's max.compaction.lag.ms for the topic
+# While a node is stopped (SIGSTOP: it accepts connections and answers nothing), requests sent to it wait out the
+# clients' own timeouts (librdkafka's and the Java client's 30 s) before they go to another node: the job's batches
+# can wait that long, more than once (measured in the test below: the longest wait between two batches)
+STALL_S = 180
+KEEP_MS = 3_000  # delete.retention.ms, on the topic and as compactd's threshold
+
+
+def on_disk(node, topic: str, key: bytes) -> bool:
+    """Whether `key`'s bytes are in any segment file of the node's replica of `topic`-0 (records are not compressed:
+    a key is in its record as it was written)."""
+    for path in (node.log_dir / f"{topic}-0").glob("*.log"):
+        with contextlib.suppress(FileNotFoundError):  # the cleaner swapping a segment
+            if key in path.read_bytes():
+                return True
+    return False
+
+
+def log_keys(bootstrap: str, topic: str) -> list[bytes]:
+    """Every key the partition's log holds now (what a reader fetches: the leader's log), start to end."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.time_ns()}", "enable.auto.commit": False})
+    try:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
+        c.assign([TopicPartition(topic, 0, lo)])
+        keys, last, deadline = [], lo - 1, time.monotonic() + 20
+        while last < hi - 1 and time.monotonic() < deadline:
+            for m in c.consume(500, timeout=0.5):
+                if m.error() is None:
+                    keys.append(m.key())
+                    last = m.offset()
+        return keys
+    finally:
+        c.close()
+
+
+@pytest.mark.soak
+def test_a_follower_whose_cleaner_stopped_keeps_a_deleted_key_and_explain_and_the_metric_name_it_late(
+    spark, kafka3, job_settings
+) -> None:
+    """KIP-534 per replica: a key deleted by a tombstone is gone from the cluster only once every replica's own
+    cleaner has removed it. A follower stopped right after it took the tombstone (SIGSTOP: its fetcher and its cleaner
+    stop) keeps the key's record and the tombstone on its disk while the leader's cleaner removes both. Every node's
+    agent reports its replica's cleaner (`replica_log`); the time-to-erasure metric goes negative and `explain` names
+    that replica as late, while the leader's log, the one readers fetch, has nothing left of the key. Resumed, the
+    follower cleans its own copy and the bound is met again. Ground truth: the keys the leader serves and the bytes
+    in each node's segment files."""
+    for node in kafka3.nodes:
+        node.start()
+    cluster = Cluster(kafka3.bootstrap, replication=3)
+    topic = cluster.name("gdpr")
+    config = {"cleanup.policy": "compact", "segment.ms": "1000", "min.cleanable.dirty.ratio": "0.01",
+              "delete.retention.ms": str(KEEP_MS)}  # fmt: skip
+    cluster.create(topic, 1, config)
+    leader, _, _ = wait_until(f"{topic}[0] in sync", lambda: replicas(cluster, topic), lambda r: len(r[2]) == 3, 60,
+                              tolerate=kraft.not_yet)  # fmt: skip
+    follower = kafka3.node(next(n.node_id for n in kafka3.nodes if n.node_id != leader))
+    settings = job_settings(
+        bootstrap_servers=kafka3.bootstrap,
+        offsets_source="commits",
+        trigger_interval_ms=500,
+        thresholds={f"topic:{topic}": {"max.compaction.lag.ms": ERASE_LAG_MS, "delete.retention.ms": KEEP_MS}},
+    )  # dry.run: compactd changes nothing on the cluster; Kafka's cleaners clean on their own (dirty ratio 0.01)
+    cluster.create(settings.topics.segments)
+    state = settings.redis_state()
+    gauge = {"topic": topic, "partition": "0", "cluster": settings.cluster}
+    producer = Producer({"bootstrap.servers": kafka3.bootstrap, "acks": "all", "linger.ms": 1})
+    agents = [NodeAgent(n, kafka3.bootstrap, settings.topics.segments, every_s=0.5) for n in kafka3.nodes]
+
+    def headline(now: int) -> str:
+        [said] = explain(state, settings, f"{topic}/0", now)
+        return format_text(said).splitlines()[0]
+
+    def late() -> float | None:
+        return job.metrics.registry.get_sample_value("compactd_partition_time_to_erasure_seconds", gauge)
+
+    def merged_at() -> float:
+        return job.metrics.registry.get_sample_value("compactd_last_batch_timestamp_seconds",
+                                                     {"cluster": settings.cluster}) or 0.0  # fmt: skip
+
+    with contextlib.ExitStack() as stack:
+        for a in agents:
+            stack.enter_context(a)
+        job = stack.enter_context(Application(settings, spark=spark))
+        running = stack.enter_context(Running(job))
+        producer.produce(topic, key=b"user-42", value=b"address", partition=0)
+        producer.produce(topic, key=b"user-42", value=None, partition=0)  # the erasure request
+        assert producer.flush(30) == 0  # acks=all: every replica holds both
+        wait_for("the job running, the topic in its state", lambda: topic in state.topics(), 120)
+        running.assert_alive()
+        assert follower.proc is not None
+        os.killpg(follower.proc.pid, signal.SIGSTOP)
+        stopped, stopped_at = time.monotonic(), time.time()
+        batches = stack.enter_context(Sampler(merged_at))
+        try:
+            stack.enter_context(Writer(kafka3.bootstrap, topic, partitions=1))  # rolls and dirties the log
+            wait_for("the deleted key gone from the leader's log", lambda: b"user-42" not in log_keys(
+                kafka3.bootstrap, topic), 90, every_s=1.0)  # fmt: skip
+            erased = time.monotonic() - stopped
+            assert on_disk(follower, topic, b"user-42")  # ground truth: the stopped follower still holds it
+            wait_until("the metric past the deadline", late, lambda v: (v or 0) < 0, STALL_S)
+            running.assert_alive()
+            wait_until(
+                f"explain naming replica {follower.node_id} late",
+                lambda: headline(int(time.time() * 1000)),
+                lambda line: f"tombstone erasure overdue on replica {follower.node_id} by" in line,
+                STALL_S,
+            )
+            [said] = explain(state, settings, f"{topic}/0", int(time.time() * 1000))
+            reps = said["rules"]["max_compaction_lag"]["now"]["tombstones"]["replicas"]
+            assert sorted(r["replica"] for r in reps) == sorted(n.node_id for n in kafka3.nodes), reps
+            assert all(r["reported"] for r in reps), reps
+        except BaseException:
+            print(f"waits between batches merged after the stop: {[round(g, 1) for g in batches.gaps(stopped_at)]}")
+            raise
+        finally:
+            os.killpg(follower.proc.pid, signal.SIGCONT)
+        resumed = time.monotonic()
+        wait_for("the follower's own cleaner removing the key", lambda: not on_disk(follower, topic, b"user-42"),
+                 120, every_s=1.0)  # fmt: skip
+        cleaned = time.monotonic() - resumed
+        wait_for("the metric ahead of its deadline again", lambda: (late() or -1) > 0, 60)
+        running.assert_alive()
+    assert not running.failed, running.failed
+    assert not any(on_disk(n, topic, b"user-42") for n in kafka3.nodes)
+    gaps = batches.gaps(stopped_at)
+    sent = sorted({round(t, 1) for a in agents for t, _, p in a.published if t > stopped})
+    agent_gaps = [b - a for a, b in itertools.pairwise([stopped, *sent])] or [float("inf")]
+    print(f"leader's log without the key {erased:.1f} s after the follower stopped; the follower's copy removed "
+          f"{cleaned:.1f} s after it resumed; batches merged after the stop: first {gaps[0]:.1f} s, longest gap "
+          f"{max(gaps):.1f} s; the agents' longest pause in publishing {max(agent_gaps):.1f} s")  # fmt: skip
 
 
 def reassign(cluster_bootstrap: str, topic: str, replicas: dict[int, list[int]]) -> None:

@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 
 from compactd.agent.agent import KafkaPublisher, SegmentAgent
+from compactd.agent.leaders import node_id
 from compactd.app.application import Application
+from compactd.app.explain_cli import explain
+from compactd.app.explain_text import format_text
 from compactd.demo.broker import kafka_broker, tiered_settings
 from tests.support.compaction import Event, produce
 from tests.support.fixtures import Cluster
@@ -68,11 +71,9 @@ def test_consumed_retention_deletes_the_remote_segments_every_reader_read(spark,
         )
         cluster.create(s.topics.segments)
         publisher = KafkaPublisher(cluster.conn, s.topics.segments)
-        try:
-            events = SegmentAgent([broker.log_dir]).scan()
-            publisher.publish(events)
-        finally:
-            publisher.close()
+        agent = SegmentAgent([broker.log_dir], node=node_id(broker.log_dir))
+        events = agent.scan()
+        publisher.publish(events)
         assert sorted(e["base_offset"] for e in events if e.get("topic") == topic and e["type"] == "segment_rolled") \
             == closed  # fmt: skip
 
@@ -83,6 +84,16 @@ def test_consumed_retention_deletes_the_remote_segments_every_reader_read(spark,
                  60, last=lambda: (local_bases(broker, topic), remote_bases(remote, topic)))  # fmt: skip
         tiered = remote_bases(remote, topic)
         assert cluster.watermarks(topic) == (0, RECORDS) and tiered[: len(closed)] == closed
+        # the agent scans the trimmed log dir: the log start is still 0 (log-start-offset-checkpoint: the remote
+        # tier's), not the local tier's first segment; its replica reports where the local tier starts now
+        try:
+            later = [e for e in agent.scan() if e.get("topic") == topic]
+            publisher.publish(later)
+        finally:
+            publisher.close()
+        assert not [e for e in later if e["type"] == "log_start"], later
+        [local] = [e["local_log_start"] for e in later if e["type"] == "replica_log"]
+        assert local == min(local_bases(broker, topic)) >= active
 
         consume_and_commit(broker.bootstrap, cluster.name("billing"), topic, READ)  # the only reader
         with Application(s, spark=spark) as job:
@@ -101,5 +112,14 @@ def test_consumed_retention_deletes_the_remote_segments_every_reader_read(spark,
         assert [(a["before_offset"], a["reason"], a["status"]) for a in deletes] == [
             (due, "consumed_retention", "sent")
         ]
+        # explain: from the log start to the local tier's first offset, the data is in the remote tier only
+        [said] = explain(s.redis_state(), s, f"{topic}/0", int(time.time() * 1000))
+        me = node_id(broker.log_dir)
+        assert said["log_start"] == due
+        assert said["tiers"] == {"log_start": due, "local_log_start": {me: local},
+                                 "remote_only": {"from": due, "to": local}}  # fmt: skip
+        line = f"  tiers     offsets {due}-{local - 1} in the remote tier only; local logs from {local} (replica {me})"
+        assert line in format_text(said).splitlines(), format_text(said)
+        print(f"\n{line}")
     finally:
         broker.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import traceback
 from typing import Any
 
 
@@ -31,5 +32,9 @@ class Running:
         self.thread.join(self.join_s)
 
     def assert_alive(self) -> None:
-        """The job still runs and raised nothing."""
-        assert self.thread.is_alive() and not self.failed, self.failed
+        """The job still runs and raised nothing (what it raised is shown with its traceback)."""
+        assert self.thread.is_alive() and not self.failed, self.why()
+
+    def why(self) -> str:
+        """What the job raised, with where: the test's failure names the call that let it out."""
+        return "".join(line for exc in self.failed for line in traceback.format_exception(exc)) or "nothing raised"
