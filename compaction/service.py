@@ -452,8 +452,8 @@ class Compactor:
 
     def status(self, topic: str) -> dict[str, Any]:
         """The contract's status line: Redis's view of the last run, checked against the manifest topic."""
-        st = self.state.status(topic)
         published = self.log.read(topic)
+        st, holder = self.state.status_and_holder(topic)
         out: dict[str, Any] = {
             "topic": topic,
             "status": "NOT_RUN",
@@ -479,7 +479,6 @@ class Compactor:
             out["seconds"] = round((published.finished_at - published.started_at) / 1000, 3)
         if st:
             status = st.get("status", "NOT_RUN")
-            holder = self.state.lease_holder(topic) if status == "RUNNING" else None
             if status == "RUNNING" and holder is None:
                 status = "ERROR"  # the run died without a word: its lease expired
                 st["error"] = st.get("error") or "the run stopped without finishing (its lease expired)"

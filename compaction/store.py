@@ -29,7 +29,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,8 +226,21 @@ class CompactionState:
         pipe.sadd(self.index, topic)
         pipe.execute()
 
+    def status_and_holder(self, topic: str) -> tuple[dict[str, Any], str | None]:
+        """The topic's status and its lease's holder, read at one instant (MULTI: both keys share the topic's slot).
+        Read one after the other, a run that wrote SUCCESS and released its lease between the two reads showed as
+        RUNNING without a holder, which `status` reports as a run that died (seen once in `make test`)."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hgetall(self._key(topic, "status"))
+        pipe.get(self._key(topic, "lease"))
+        raw, holder = pipe.execute()
+        return self._status(raw), None if holder is None else holder.decode() if isinstance(holder, bytes) else holder
+
     def status(self, topic: str) -> dict[str, Any]:
-        raw = self.r.hgetall(self._key(topic, "status"))
+        return self._status(self.r.hgetall(self._key(topic, "status")))
+
+    @staticmethod
+    def _status(raw: Mapping[Any, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for k, v in raw.items():
             name = k.decode() if isinstance(k, bytes) else k
