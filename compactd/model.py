@@ -235,7 +235,11 @@ class PartitionNumbers:
         """The numbers of `rows` (repeats allowed), with their segments; without replicas."""
         rows = np.asarray(rows, dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(self.nseg)[:-1]]).astype(np.int64) if len(self.nseg) else self.nseg
-        seg_ix = np.concatenate([np.arange(starts[r], starts[r] + self.nseg[r]) for r in rows.tolist()] or [[]])
+        counts = self.nseg[rows]
+        # each taken row's segments: its first segment's index, then the next ones (vectorised: a chunk of 2,000
+        # partitions with three replicas each takes 6,000 rows)
+        within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        seg_ix = np.repeat(starts[rows], counts) + within
         return PartitionNumbers(
             self.partitions[rows], self.counted[rows], self.cleaned[rows], self.log_start[rows], self.zcard[rows],
             self.lowest[rows], self.nseg[rows], self.segments[seg_ix.astype(np.int64)].reshape(-1, 5),

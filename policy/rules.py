@@ -339,13 +339,17 @@ def erasure(nums: PartitionNumbers, limits: Limits, q: Quiet) -> Erasure:
     np.maximum.at(last, rows, bound)
     np.minimum.at(first, rows, np.where(bound == NONE, MAX, bound))
     first = np.where(first == MAX, NONE, first)
-    slowest, soonest = np.full(n, NONE, dtype=I64), np.full(n, NONE, dtype=I64)
-    for i in np.flatnonzero(replica_by != NONE).tolist():  # few rows: replicas whose bound is not the leader's
-        r, b = int(reps[i, 0]), int(replica_by[i])
-        if b > own.by[r] and b == last[r] and slowest[r] == NONE:
-            slowest[r] = reps[i, 1]
-        if (own.by[r] == NONE or b < own.by[r]) and b == first[r] and soonest[r] == NONE:
-            soonest[r] = reps[i, 1]
+    mine, known = own.by[reps[:, 0]], replica_by != NONE
+
+    def named(where: np.ndarray) -> np.ndarray:
+        """Per row, the first replica (in report order) where `where` holds; NONE where none does."""
+        out = np.full(n, NONE, dtype=I64)
+        at, first_ix = np.unique(reps[where, 0], return_index=True)
+        out[at] = reps[where, 1][first_ix]
+        return out
+
+    slowest = named(known & (replica_by > mine) & (replica_by == last[reps[:, 0]]))
+    soonest = named(known & ((mine == NONE) | (replica_by < mine)) & (replica_by == first[reps[:, 0]]))
     return Erasure(own.removable_after, own.clean_by, own.first_pass, own.dirty_by, last, first, replica_by, slowest,
                    soonest)  # fmt: skip
 

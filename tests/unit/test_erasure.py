@@ -140,3 +140,15 @@ def test_a_chunks_replica_rows_stay_with_their_partitions() -> None:
     assert er.by.tolist() == [T0 + KEEP + LAG] * 3
     assert er.first_by.tolist() == [T0 + KEEP + LAG, T0 + KEEP + LAG, T0 - 60 * S + 2 * LAG + KEEP]
     assert (er.slowest.tolist(), er.soonest.tolist()) == ([NONE] * 3, [NONE, NONE, 2])
+
+
+def test_taking_rows_keeps_each_rows_segments_in_any_order_and_repeated() -> None:
+    """`PartitionNumbers.take`, which gives every replica row its partition's segments, is the same as evaluating
+    those partitions' views in that order."""
+    views = [view(), view(cleaned=None, cleaned_at=None), view(dirty_at=T0, log_start=5), PartitionView("orders", 9)]
+    views = [dataclasses.replace(v, partition=i) for i, v in enumerate(views)]
+    rows = [2, 0, 3, 2, 1]
+    taken = PartitionNumbers.of_views(views).take(np.array(rows))
+    expected = PartitionNumbers.of_views([views[r] for r in rows])
+    for name in ("partitions", "counted", "cleaned", "log_start", "zcard", "lowest", "nseg", "segments", "cleaned_at"):
+        assert getattr(taken, name).tolist() == getattr(expected, name).tolist(), name
