@@ -10,10 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-# librdkafka's names for the leadership errors of KIP-320 / KIP-392 and their older forms; and _DESTROY_BROKER, what a
-# request gets when librdkafka drops the handle of the broker it was sent to because the cluster's metadata no longer
-# lists it (seen on three nodes: a follower stopped with SIGSTOP, fenced by the controller): asked again, the request
-# goes to the broker the metadata names now
+# librdkafka's names for the leadership errors of KIP-320 / KIP-392 and their older forms
 LEADER_MOVING = frozenset(
     {
         "NOT_LEADER_FOR_PARTITION",
@@ -22,7 +19,6 @@ LEADER_MOVING = frozenset(
         "FENCED_LEADER_EPOCH",
         "UNKNOWN_LEADER_EPOCH",
         "OFFSET_NOT_AVAILABLE",
-        "_DESTROY_BROKER",
     }
 )
 
