@@ -148,10 +148,7 @@ class SegmentAgent:
         segment, where either (or the partition's assignment) changed since the last report."""
         if self.node is None:
             return []
-        local: dict[tuple[str, int], int] = {}
-        for s in segments:
-            key = (s.topic, s.partition)
-            local[key] = min(local.get(key, s.base_offset), s.base_offset)
+        local = oldest_bases(segments)
         out = []
         for key in sorted(local.keys() | cleaned.keys()):
             replicas = self.assignment(key) if self.assignment is not None else (self.node,)
@@ -199,18 +196,22 @@ class SegmentAgent:
             for tp, o in self._checkpoint(log_dir / "log-start-offset-checkpoint").items()
             if led is None or tp in led
         }
-        oldest: dict[tuple[str, int], int] = {}
-        for s in segments:
-            key = (s.topic, s.partition)
-            if key not in starts:
-                oldest[key] = min(oldest.get(key, s.base_offset), s.base_offset)
-        starts.update(oldest)
+        starts.update({key: base for key, base in oldest_bases(segments).items() if key not in starts})
         out = []
         for (topic, p), offset in sorted(starts.items()):
             if offset > self._log_start.get((topic, p), 0):
                 self._log_start[(topic, p)] = offset
                 out.append({"type": "log_start", "topic": topic, "partition": p, "log_start_offset": offset, "ts": now})
         return out
+
+
+def oldest_bases(segments: Iterable[SegmentFile]) -> dict[tuple[str, int], int]:
+    """Each partition's oldest segment on disk (its base offset): where the replica's local log starts."""
+    out: dict[tuple[str, int], int] = {}
+    for s in segments:
+        key = (s.topic, s.partition)
+        out[key] = min(out.get(key, s.base_offset), s.base_offset)
+    return out
 
 
 class KafkaPublisher:

@@ -128,7 +128,15 @@ class ReadStore(StoreBase):
         script = self._script("views")
         read: dict[tuple[str, int], PartitionView] = {}
         for topic, parts in by_topic.items():
-            counted, rows = msgspec.msgpack.decode(script(keys=[self.keys.topic_base(topic)], args=parts))
+            counted, rows, reps = msgspec.msgpack.decode(script(keys=[self.keys.topic_base(topic)], args=parts))
+            replicas: dict[int, list[ReplicaLog]] = {}
+            for i in range(0, len(reps), 6):  # row, replica, cleaned, seen, reported, local (-1: none)
+                row, replica, cleaned, seen, reported, local = reps[i : i + 6]
+                replicas.setdefault(parts[row], []).append(
+                    ReplicaLog(
+                        replica, *(None if x < 0 else x for x in (cleaned, seen, local)), reported=bool(reported)
+                    )
+                )
             for row in rows:
                 n, cleaned, log_start, lowest, zcard, cleaned_at = row[:6]
                 read[(topic, n)] = PartitionView(
@@ -140,10 +148,8 @@ class ReadStore(StoreBase):
                     min_committed=lowest if counted > 0 and zcard == counted and lowest is not False else None,
                     counted_groups=counted,
                     cleaned_at=None if cleaned_at is False else cleaned_at,
+                    replicas=tuple(replicas.get(n, ())),
                 )
-        for topic, parts in by_topic.items():
-            for n, cleans in self.replica_logs(topic, parts).items():
-                read[(topic, n)] = dataclasses.replace(read[(topic, n)], replicas=cleans)
         return [read[k] for k in keys]
 
     def replica_logs(self, topic: str, partitions: Sequence[int]) -> dict[int, tuple[ReplicaLog, ...]]:

@@ -36,7 +36,7 @@ for _, n in ipairs(ns) do
 end
 for i = 1, m do head[k + i] = segs[i] end
 k = k + m
-local reps = replica_cleans(ns)
+local reps = replica_cleans(ns, false)
 head[k + 1] = #reps / 5
 for i = 1, #reps do head[k + 1 + i] = reps[i] end
 return cmsgpack.pack(head)

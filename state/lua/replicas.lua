@@ -52,9 +52,9 @@ end
 
 -- Partitions `ns` (strings, in order) → a flat list, 5 numbers per replica of each one's assignment: its row (0-based
 -- index into ns), the replica, its cleaned up to and when that was seen (-1: none), and 1 where an agent reported it
--- (0: in the assignment, never reported). Empty where the topic
+-- (0: in the assignment, never reported); `with_local`: a 6th, its local log start (-1: none). Empty where the topic
 -- has no reports (a single broker, agents that report no replicas): one EXISTS.
-local function replica_cleans(ns)
+local function replica_cleans(ns, with_local)
   local out = {}
   if redis.call('EXISTS', rc_key) == 0 then return out end
   for first = 1, #ns, 1000 do
@@ -72,13 +72,14 @@ local function replica_cleans(ns)
       local upto = math.min(at + 999, #fields)
       local vals = redis.call('HMGET', rc_key, unpack(fields, at, upto))
       for j = at, upto do
-        local v, c, seen, reported = vals[j - at + 1], -1, -1, 0
+        local v, c, seen, reported, loc = vals[j - at + 1], -1, -1, 0, -1
         if v then
-          local a, b = string.match(v, '^(%-?%d+):(%-?%d+):')
-          c, seen, reported = tonumber(a), tonumber(b), 1
+          local a, b, d = string.match(v, '^(%-?%d+):(%-?%d+):%d+:(%-?%d+)$')
+          c, seen, reported, loc = tonumber(a), tonumber(b), 1, tonumber(d)
         end
         local o = #out
         out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = rows[j], reps[j], c, seen, reported
+        if with_local then out[o + 6] = loc end
       end
     end
   end

@@ -3,10 +3,12 @@
 -- KEYS[1] = the topic's base key (<prefix>:{<topic>}); ARGV = partition numbers.
 -- Returns one MessagePack blob: [counted groups, [[n, cleaned, log_start, lowest counted offset, counted groups with
 -- an offset here, cleaned at, "base:end:ts:size:closed" ...], ...]] in the order of ARGV; cleaned, log_start, lowest
--- and cleaned at are false where there is none.
+-- and cleaned at are false where there is none; then every replica's own log (replicas.lua `replica_cleans`, 6
+-- numbers a replica, where agents report replicas)].
 local base = KEYS[1]
 --! include part.lua
 --! include counted.lua
+--! include replicas.lua
 local counted, ids = counted_ids()
 local count, lowest = counted_lowest(ids, ARGV)
 local out = {}
@@ -19,4 +21,4 @@ for i, n in ipairs(ARGV) do
   for _, s in ipairs(r.segs) do row[#row + 1] = seg_string(s) end
   out[i] = row
 end
-return cmsgpack.pack({counted, out})
+return cmsgpack.pack({counted, out, replica_cleans(ARGV, true)})
