@@ -106,8 +106,19 @@ def test_the_node_leading_most_partitions_killed_under_a_running_job(spark, kafk
     def all_at(offset: int) -> bool:
         return all(low(p) == offset for p in range(PARTITIONS))
 
+    def seen() -> str:
+        """At a deadline: each partition's low watermark and explain's first line, and whether the job still runs."""
+        state = settings.redis_state()
+        now_ms = int(time.time() * 1000)
+        said = [
+            format_text(s).splitlines()[0]
+            for p in range(PARTITIONS)
+            for s in explain(state, settings, f"{topic}/{p}", now_ms)
+        ]
+        return f"lows {[low(p) for p in range(PARTITIONS)]}; {said}; job: {running.why()}"
+
     with Application(settings, spark=spark) as job, Running(job) as running:
-        wait_for("every partition's first delete", lambda: all_at(1000), 120)
+        wait_for("every partition's first delete", lambda: all_at(1000), 120, last=seen)
         # the node that leads most partitions, Kafka's own included (the group coordinators and the share and
         # transaction state): as in the run the issue reports
         led = collections.Counter(
@@ -130,14 +141,16 @@ def test_the_node_leading_most_partitions_killed_under_a_running_job(spark, kafk
         commit(kafka3.bootstrap, group, topic, dict.fromkeys(range(PARTITIONS), 2500))
         for p in held:
             held[p].append(2500)
-        wait_for("every partition's delete after the kill, the node still down", lambda: all_at(2000), RESUME_S)
+        wait_for(
+            "every partition's delete after the kill, the node still down", lambda: all_at(2000), RESUME_S, last=seen
+        )
         resumed = time.monotonic() - killed
         running.assert_alive()
         victim.start()  # same log dir and ports: it catches up as a follower
         commit(kafka3.bootstrap, group, topic, dict.fromkeys(range(PARTITIONS), 3500))
         for p in held:
             held[p].append(3500)
-        wait_for("every partition's delete after the restart", lambda: all_at(3000), RESUME_S)
+        wait_for("every partition's delete after the restart", lambda: all_at(3000), RESUME_S, last=seen)
         cluster_settled = [low(p) for p in range(PARTITIONS)]
         assert cluster_settled == [3000] * PARTITIONS
         running.assert_alive()
