@@ -56,7 +56,7 @@ from compactd.state.redis_store import RedisState
 from tests.support import kraft
 from tests.support.events import old_segments
 from tests.support.fixtures import Cluster
-from tests.support.groups import commit
+from tests.support.groups import admin_commit, commit
 from tests.support.kraft import unanswered
 from tests.support.running import Running
 from tests.support.waiting import wait_for, wait_until
@@ -433,8 +433,7 @@ def read_and_commit(bootstrap: str, group: str, topic: str, start: int, end: int
     epoch = last.leader_epoch()
     a = kraft.admin(KafkaConnection(bootstrap))  # must outlive the future
     at = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, end, leader_epoch=epoch)])
-    wait_until(f"{group}'s commit taken", lambda: a.alter_consumer_group_offsets([at])[group].result(10),
-               lambda _: True, 60, tolerate=kraft.not_yet)  # fmt: skip
+    wait_until(f"{group}'s commit taken", lambda: admin_commit(a, at), lambda _: True, 60, tolerate=kraft.not_yet)
     [held] = a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30).topic_partitions
     assert (held.offset, held.leader_epoch) == (end, epoch), held  # the epoch went with the commit
     return epoch

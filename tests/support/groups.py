@@ -9,7 +9,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from tests.support.kraft import not_yet
 from tests.support.waiting import wait_until
@@ -124,14 +125,23 @@ def streams_assigned(bootstrap: str, application_id: str, topic: str) -> Iterato
 
 
 def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
-    """`group` commits `offsets` (partition -> offset) as a classic group's member does, through its coordinator;
-    the broker writes them to `__consumer_offsets`."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    tps = [TopicPartition(topic, p, o) for p, o in offsets.items()]
-    try:
-        # a coordinator still loading its `__consumer_offsets` partition (a node just started) or just moved answers
-        # with a retriable error: committed again until the broker takes it
-        wait_until(f"{group}'s commit taken", lambda: c.commit(offsets=tps, asynchronous=False), lambda _: True, 60,
-                   tolerate=not_yet)  # fmt: skip
-    finally:
-        c.close()
+    """`group` commits `offsets` (partition -> offset) as a member outside a generation does (a consumer that
+    assigns its partitions), through the group's coordinator; the broker writes them to `__consumer_offsets`.
+
+    Sent by the Admin API (the same OffsetCommit, generation -1): librdkafka aborted the process (SIGABRT) in a
+    consumer's synchronous commit retried while the coordinator was a killed node."""
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    at = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p, o) for p, o in offsets.items()])
+    # a coordinator still loading its `__consumer_offsets` partition (a node just started) or just moved answers
+    # with a retriable error: committed again until the broker takes it
+    wait_until(f"{group}'s commit taken", lambda: admin_commit(a, at), lambda _: True, 60, tolerate=not_yet)
+
+
+def admin_commit(a: AdminClient, at: ConsumerGroupTopicPartitions) -> None:
+    """OffsetCommit through `a`: a partition the broker refused (its error is in the answer, not raised by the
+    future) raises as the whole request would."""
+    from confluent_kafka import KafkaException
+
+    for tp in a.alter_consumer_group_offsets([at])[at.group_id].result(10).topic_partitions:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
