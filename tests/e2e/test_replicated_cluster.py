@@ -554,25 +554,28 @@ class NodeAgent(Background):
         self.agent = SegmentAgent.beside([node.log_dir], conn, node.node_id)
         self.publisher = KafkaPublisher(conn, segments_topic)
         self.every_s = every_s
-        self.published: list[tuple[float, int, int]] = []
+        self.published: list[tuple[float, int, int]] = []  # (delivered, node, partition)
+        # (asked, scanned, delivered, node, partition): the scan asked the leaders at `asked` and read the files
+        # until `scanned`; its delivery (a slow segments topic) says nothing about who led
+        self.decided: list[tuple[float, float, float, int, int]] = []
         self.errors: list[str] = []
         super().__init__(f"agent-{node.node_id}")
 
     def _run(self) -> None:
         while not self.stop.wait(self.every_s):
+            asked = time.monotonic()
             try:
                 events = self.agent.scan()
+                scanned = time.monotonic()
                 self.publisher.publish(events)
             except Exception as exc:  # the agent runs on through a broker's death, as the real one does
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 continue
             now = time.monotonic()
             # what only a leader's agent publishes (a replica's own log is reported by every node holding one)
-            self.published += [
-                (now, self.node.node_id, e["partition"])
-                for e in events
-                if e["type"] not in ("log_start", "replica_log")
-            ]
+            led = [e["partition"] for e in events if e["type"] not in ("log_start", "replica_log")]
+            self.published += [(now, self.node.node_id, p) for p in led]
+            self.decided += [(asked, scanned, now, self.node.node_id, p) for p in led]
 
     def __exit__(self, *exc: object) -> None:
         super().__exit__(*exc)
@@ -686,10 +689,12 @@ def deploy(stack: contextlib.ExitStack, spark, kafka3, settings, topic: str, gro
 
 def assert_published_by_leaders(agents: list[NodeAgent], watch: LeaderWatch) -> None:
     """Each partition published only by the agent of the node leading it then: as the cluster's metadata said within
-    LEADS_LAG_S of the publication (agents ask once a scan; brokers learn a new leader a moment apart)."""
-    for at, node, p in sorted(e for a in agents for e in a.published):
-        led_by = {lead.get(p) for t, lead in watch.seen if abs(t - at) <= LEADS_LAG_S}
-        assert node in led_by, (at, node, p, led_by)
+    LEADS_LAG_S of the scan that published it, from its question to the leaders to the end of its reading (brokers
+    learn a new leader a moment apart). The delivery that follows is not the agent's decision (counted from delivery,
+    the reassignment test failed 3 runs of 5, the cause of each not recorded; a failure now shows all three times)."""
+    for asked, scanned, delivered, node, p in sorted(e for a in agents for e in a.decided):
+        led_by = {lead.get(p) for t, lead in watch.seen if asked - LEADS_LAG_S <= t <= scanned + LEADS_LAG_S}
+        assert node in led_by, (f"asked {asked:.1f} scanned {scanned:.1f} delivered {delivered:.1f}", node, p, led_by)
 
 
 @pytest.mark.soak
@@ -964,8 +969,8 @@ def test_a_reassignment_to_another_node_then_its_election_under_a_running_job(sp
     lows.assert_never_past_the_group()
     assert resets in (None, 0)
     assert_published_by_leaders(agents, watch)
-    late = {p: {node for at, node, q in (e for a in agents for e in a.published) if q == p and at > t0 + LEADS_LAG_S}
-            for p in range(PARTITIONS)}  # fmt: skip
+    decided = [e for a in agents for e in a.decided]
+    late = {p: {node for at, _, _, node, q in decided if q == p and at > t0 + LEADS_LAG_S} for p in range(PARTITIONS)}
     assert late == {p: {r[0]} for p, r in moved.items()}, late  # published from the new replica's files only
     assert not [e for a in agents for e in a.errors], [a.errors for a in agents]
     print(f"reassigned {placed} -> {moved}: deletes on every partition {resumed:.1f} s after the new leaders")
