@@ -46,15 +46,22 @@ def first_where(where: np.ndarray, starts: np.ndarray, nseg: np.ndarray) -> np.n
 
 
 def prefix_end(
-    seg_row: np.ndarray, starts: np.ndarray, nseg: np.ndarray, live: np.ndarray, end: np.ndarray, ok: np.ndarray
+    seg_row: np.ndarray, starts: np.ndarray, nseg: np.ndarray, live: np.ndarray, seg: np.ndarray, ok: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the end of the longest run of its oldest live segments where `ok` holds (the first live segment where
-    it fails stops the run), and whether there is one. Rows without: end 0."""
-    idx = np.arange(len(end))
+    """Per row, where the longest run of its oldest live segments where `ok` holds ends (the first live segment where
+    it fails stops the run), and whether there is one. Rows without: end 0.
+
+    The run ends at its last segment's end, and never past the base of the segment that stopped it: segments from
+    two replicas' logs overlap (each broker rolls its own; the leader's agent reports its own after leadership
+    moves), and an old report's long segment must not carry a delete over the records of a newer one that is not
+    let go (after an unclean election, the records written again at those offsets)."""
+    idx = np.arange(len(seg))
     first_stop = first_where(live & ~ok, starts, nseg)
     last = per_row(np.maximum, np.where(live & (idx < first_stop[seg_row]), idx, -1), starts, nseg, -1)
+    run_end = seg[np.maximum(last, 0), 1] if len(seg) else np.zeros(len(last), dtype=I64)
+    run_end = np.minimum(run_end, pick(seg[:, 0], first_stop, MAX) if len(seg) else run_end)
     found = last >= 0
-    return np.where(found, end[np.maximum(last, 0)] if len(end) else 0, 0), found
+    return np.where(found, run_end, 0), found
 
 
 def reach_before(seg_row: np.ndarray, seg: np.ndarray, log_start: np.ndarray) -> np.ndarray:

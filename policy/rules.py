@@ -193,9 +193,9 @@ def due(nums: PartitionNumbers, limits: Limits, q: Quiet, now: int) -> Due:
     delay = now - limits.lag - q.earliest
     compact = limits.lag_on & (q.earliest != NONE) & (delay > 0)
     _, consumed_ok, forced_ok = _letting_go(nums, limits, seg_row, seg, now)
-    c_end, c_found = prefix_end(seg_row, starts, nseg, live, end, consumed_ok)
+    c_end, c_found = prefix_end(seg_row, starts, nseg, live, seg, consumed_ok)
     c_valid = limits.consumed_on & (q.min_committed != NONE) & c_found
-    f_end, f_found = prefix_end(seg_row, starts, nseg, live, end, forced_ok)
+    f_end, f_found = prefix_end(seg_row, starts, nseg, live, seg, forced_ok)
     f_valid = limits.forced_on & f_found
     forced = f_valid & (~c_valid | (f_end > c_end))
     before = np.where(forced, f_end, c_end)
@@ -241,7 +241,7 @@ def insight(nums: PartitionNumbers, limits: Limits, q: Quiet, d: Due, now: int) 
     live = end > ls[seg_row]
     dirty = live & (end > nums.cleaned[seg_row])
     aged, _, _ = _letting_go(nums, limits, seg_row, seg, now)
-    by_age, found = prefix_end(seg_row, starts, nseg, live, end, aged)
+    by_age, found = prefix_end(seg_row, starts, nseg, live, seg, aged)
     by_age = np.where(limits.consumed_on & found, by_age, NONE)
     held_from = ls + d.consumed_offsets  # past what consumed retention frees (the log start where it frees nothing)
     held = (by_age != NONE) & (by_age > held_from)

@@ -122,6 +122,21 @@ def test_offsets_no_segment_event_covers_stop_the_prefix() -> None:
         )
 
 
+def test_a_segment_not_let_go_holds_back_an_older_report_overlapping_it() -> None:
+    """Two logs of one partition reported: the old leader's [1000, 2000), closed hours ago, and the new leader's
+    [1200, 1600), closed a minute ago (each broker rolls its own segments; after an unclean election the offsets
+    from 1200 hold records written again). The old report alone would delete to 2000, over the new records: the
+    prefix ends at the base of the segment that stopped it."""
+    old, young = NOW - 3 * H, NOW - 60_000
+    v = view(seg(0, 1000, old), seg(1000, 2000, old), seg(1200, 1600, young), min_committed=2000)
+    for rule in (th(forced_retention_ms=H), th(consumed_retention_ms=H)):
+        assert decide_deletion(v, rule, NOW).before_offset == 1200
+    # once the young one is old too: up to the end of the run's last segment (by base), and the rest next time
+    later = NOW + 2 * H
+    assert decide_deletion(v, th(forced_retention_ms=H), later).before_offset == 1600
+    assert decide_deletion(view(*v.segments, log_start=1600), th(forced_retention_ms=H), later).before_offset == 2000
+
+
 def test_group_rewind_lowers_the_offset() -> None:
     segs = (seg(0, 100, NOW - 3 * H), seg(100, 200, NOW - 3 * H))
     assert decide_deletion(view(*segs, min_committed=200), th(consumed_retention_ms=H), NOW).before_offset == 200

@@ -31,10 +31,12 @@ def model(c: Case, now: int) -> dict[str, Any]:
 
     def prefix(ms: int, limit: int | None) -> int | None:
         """deleteRecords frees a prefix: the oldest segments, each old enough, read (limit), with no offsets unknown
-        before it; the first that fails stops it."""
+        before it; the first that fails stops it, and the prefix ends at its base at the latest (segments overlap
+        where two replicas' logs were reported: what one of them holds back is held back)."""
         end, reach = None, v.log_start
         for s in live:
             if s.base_offset > reach or (limit is not None and s.end_offset > limit) or now - s.closed_at <= ms:
+                end = None if end is None else min(end, s.base_offset)
                 break
             end, reach = s.end_offset, max(reach, s.end_offset)
         return end
