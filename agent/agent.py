@@ -54,7 +54,7 @@ class SegmentAgent:
         self.clock = clock
         self.full_every_ms = full_every_ms
         self._full_at: int | None = None  # when the last full re-announce began
-        self._segments: dict[tuple[str, int, int], tuple[int, int, int]] = {}
+        self._segments: dict[tuple[str, int, int], tuple[int, int, int, int | None]] = {}
         self._cleaned: dict[tuple[str, int], int] = {}
         self._log_start: dict[tuple[str, int], int] = {}
         self._replica: dict[tuple[str, int], tuple[int | None, int | None, tuple[int, ...]]] = {}
@@ -116,22 +116,23 @@ class SegmentAgent:
                 continue
             assert s.end_offset is not None and s.first_batch_max_ts is not None
             key = (s.topic, s.partition, s.base_offset)
-            value = (s.end_offset, s.first_batch_max_ts, s.size_bytes)
+            value = (s.end_offset, s.first_batch_max_ts, s.size_bytes, s.last_epoch)
             if self._segments.get(key) == value:
                 continue
             self._segments[key] = value
-            out.append(
-                {
-                    "type": "segment_rolled",
-                    "topic": s.topic,
-                    "partition": s.partition,
-                    "base_offset": s.base_offset,
-                    "end_offset": s.end_offset,
-                    "first_batch_max_ts": s.first_batch_max_ts,
-                    "size_bytes": s.size_bytes,
-                    "ts": s.mtime_ms,
-                }
-            )
+            event = {
+                "type": "segment_rolled",
+                "topic": s.topic,
+                "partition": s.partition,
+                "base_offset": s.base_offset,
+                "end_offset": s.end_offset,
+                "first_batch_max_ts": s.first_batch_max_ts,
+                "size_bytes": s.size_bytes,
+                "ts": s.mtime_ms,
+            }
+            if s.last_epoch is not None:  # the send-time check of a delete compares the log's records with it
+                event["last_epoch"] = s.last_epoch
+            out.append(event)
         return out
 
     def _checkpoint(self, path: Path) -> Mapping[tuple[str, int], int]:

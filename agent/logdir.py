@@ -13,7 +13,7 @@ import os
 import re
 import struct
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ class SegmentFile:
     magic: int | None = None
     first_batch_max_ts: int | None = None
     error: str | None = None
+    last_epoch: int | None = None  # the leader epoch of its last offset (leader-epoch-checkpoint); None: unknown
     path: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -121,20 +122,50 @@ def read_segment(path: Path, topic: str, partition: int, base: int, active: bool
     return SegmentFile(**common, magic=magic, first_batch_max_ts=ts)  # type: ignore[arg-type]
 
 
+def read_leader_epochs(pdir: Path) -> list[tuple[int, int]]:
+    """The partition's `leader-epoch-checkpoint`: (epoch, start offset) in offset order, each epoch's records from
+    its start offset up to the next one's. Empty when there is none or it cannot be read: the epochs are then unknown
+    (a segment's report goes without one), never guessed."""
+    try:
+        lines = [ln.split() for ln in (pdir / "leader-epoch-checkpoint").read_text().splitlines() if ln.strip()]
+    except (OSError, UnicodeDecodeError):
+        return []
+    if len(lines) < 2 or lines[0] != ["0"] or len(lines[1]) != 1 or not lines[1][0].isdigit():
+        return []
+    entries = lines[2:]
+    if len(entries) != int(lines[1][0]) or any(len(e) != 2 or not (e[0].isdigit() and e[1].isdigit()) for e in entries):
+        return []
+    return sorted(((int(e), int(o)) for e, o in entries), key=lambda eo: eo[1])
+
+
+def epoch_at(epochs: list[tuple[int, int]], offset: int) -> int | None:
+    """The leader epoch the record at `offset` was written in, by the checkpoint's entries (None: before them)."""
+    found = None
+    for epoch, start in epochs:
+        if start > offset:
+            break
+        found = epoch
+    return found
+
+
 def scan_partition(pdir: Path, topic: str, partition: int) -> list[SegmentFile]:
     try:
         names = os.listdir(pdir)
     except FileNotFoundError:
         return []
     bases = sorted(int(m.group(1)) for n in names if (m := SEGMENT_NAME.match(n)))
+    epochs = read_leader_epochs(pdir) if len(bases) > 1 else []
     out = []
     for i, base in enumerate(bases):
         active = i == len(bases) - 1
         end = None if active else bases[i + 1]
         try:
-            out.append(read_segment(pdir / f"{base:020d}.log", topic, partition, base, active, end))
+            seg = read_segment(pdir / f"{base:020d}.log", topic, partition, base, active, end)
         except FileNotFoundError:
             continue  # deleted while we looked
+        if end is not None and epochs:
+            seg = replace(seg, last_epoch=epoch_at(epochs, end - 1))
+        out.append(seg)
     return out
 
 

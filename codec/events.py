@@ -18,6 +18,7 @@ Millis = Annotated[int, Field(ge=0, le=MAX_INT, strict=True)]
 Partition = Annotated[int, Field(ge=0, le=2**31 - 1, strict=True)]
 TopicName = Annotated[str, Field(min_length=1, max_length=249, pattern=r"^[a-zA-Z0-9._-]+$")]
 BrokerId = Annotated[int, Field(ge=0, le=2**31 - 1, strict=True)]
+LeaderEpoch = Annotated[int, Field(ge=0, le=2**31 - 1, strict=True)]  # Kafka's is an int32
 GroupId = Annotated[str, Field(min_length=1, max_length=1024)]
 
 
@@ -34,6 +35,10 @@ class SegmentRolled(_Event):
     first_batch_max_ts: Millis
     size_bytes: Offset = 0
     ts: Millis
+    # the leader epoch of the segment's last record, as the reporting broker's leader-epoch-checkpoint assigns it
+    # (an extension: the agent sends it). A record below a delete written in a later epoch than the segment that
+    # holds it says the log was written again under the report (an unclean election): the delete is skipped
+    last_epoch: LeaderEpoch | None = None
 
     @model_validator(mode="after")
     def _range(self) -> SegmentRolled:

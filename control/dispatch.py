@@ -18,7 +18,7 @@ from compactd.control.lifecycle import BehindHighWatermark
 from compactd.control.share import Layers
 from compactd.errors import DeliveryTimeout, DependencyUnavailable
 from compactd.model import ActionRecord
-from compactd.policy.identity import commit_outlived
+from compactd.policy.identity import commit_outlived, report_outlived
 from compactd.policy.plan import NOT_CAUGHT_UP, cluster_check, send_check
 from compactd.policy.readers import fold_view, readers_say_no
 from compactd.policy.thresholds import Thresholds, group_counts, resolve_global, topic_excluded
@@ -185,7 +185,7 @@ class Dispatch:
                         held += 1  # waits in the outbox until a nudged partition shows up compacted
                         continue
                 try:
-                    why = self._stale(rec, now) or self._cluster_says_no(rec, th)
+                    why = self._stale(rec, now) or self._cluster_says_no(rec, th) or self._reports_outlived(rec)
                 except BehindHighWatermark as exc:  # the followers have not caught up: it waits, the round goes on
                     held += 1
                     behind[(rec.topic, rec.partition)] = str(exc)
@@ -343,6 +343,36 @@ class Dispatch:
                 "Kafka (the log under the groups' commits)", rec.topic, "Read on the topic", str(exc)
             ) from None
         return None
+
+    def _reports_outlived(self, rec: ActionRecord) -> str | None:
+        """The last guard before a delete goes, whatever its rule: the segments it was decided by, where their
+        reports carry the leader epoch of their last record, still hold the log's records below it
+        (policy/identity.py `report_outlived`). Only a partition whose leader epoch now is later than a report's is
+        read (the last record below the delete; Read on the topic). Raises DependencyUnavailable when the log
+        cannot say."""
+        reader = self.lifecycle.reader
+        if reader is None or rec.action != "delete_records" or rec.before_offset is None:
+            return None
+        view = self.state.views([(rec.topic, rec.partition)])[0]
+        if view is None:
+            return None
+        segments = [s for s in view.segments if s.base_offset < rec.before_offset]
+        epochs = self.state.segment_epochs(rec.topic, rec.partition, [s.base_offset for s in segments])
+        if not epochs:
+            return None  # reports without epochs (the contract's JSON events): the log end is the only evidence
+        try:
+            _, epoch_now = reader.leader_epoch(rec.topic, rec.partition)
+            if 0 <= epoch_now <= min(epochs.values()):
+                return None  # no leader since the reports: nothing was written again
+            below = reader.last_record_below(rec.topic, rec.partition, rec.before_offset)
+        except Exception as exc:
+            raise DependencyUnavailable(
+                "Kafka (the log under the segments' reports)", rec.topic, "Read on the topic", str(exc)
+            ) from None
+        why = report_outlived(below, segments, epochs)
+        if why is not None:
+            log.warning("delete of %s/%d before %s skipped: %s", rec.topic, rec.partition, rec.before_offset, why)
+        return why
 
     def _finish(self, finished: list[ActionRecord]) -> None:
         """Audit every outcome, then move each record on: completed, or kept for its retry."""

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import base64
 import uuid
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from compactd.model import PartitionView
+from compactd.model import PartitionView, Segment
 
 STALE = "stale state"  # how the `why` of an action skipped because its state describes another log begins
 TRUNCATED = "the log was truncated"  # a reset's `why` for a log cut below what the state holds, under the same ID
@@ -142,4 +143,31 @@ def commit_outlived(group: str, offset: int, epoch: int, high: int, below: tuple
             f"epoch {written_in}, after the commit (epoch {epoch}): the log was truncated and written again under "
             "it (an unclean leader election?)"
         )
+    return None
+
+
+def report_outlived(
+    below: tuple[int, int] | None, segments: Sequence[Segment], epochs: Mapping[int, int]
+) -> str | None:
+    """Why the segment reports a delete was decided by no longer describe the log under it (None: nothing says so).
+
+    A segment's report carries the leader epoch of its last record (`segment_rolled`'s `last_epoch`, from the
+    reporting broker's leader-epoch-checkpoint): every record the segment held was written in that epoch or an
+    earlier one. An unclean leader election (or a failover after `acks=1` writes) truncates the log under the same
+    topic ID and writes the offsets again in a later epoch, while the old leader's reports stay in the state with
+    their old close times: a forced-retention delete by them would delete records no rule made due. `below`:
+    (offset, leader epoch) of the last record below the delete in the log now; `epochs`: base offset -> last epoch
+    of the reported segments that have one. A record written in a later epoch than a segment that holds its offset
+    is a record that segment never held."""
+    if below is None:
+        return None
+    at, written_in = below
+    for s in segments:
+        epoch = epochs.get(s.base_offset)
+        if epoch is not None and s.base_offset <= at < s.end_offset and written_in > epoch:
+            return (
+                f"the record at offset {at}, below the delete, was written in leader epoch {written_in}, after the "
+                f"segment [{s.base_offset}, {s.end_offset}) that holds it was reported (its last record's epoch "
+                f"{epoch}): the log was written again under the report (an unclean leader election?)"
+            )
     return None

@@ -11,6 +11,9 @@ from compactd.model import ReplicaReport, Segment
 @dataclass
 class TopicChanges:
     segments: list[tuple[int, Segment]] = field(default_factory=list)
+    # (partition, base offset) -> the leader epoch of the segment's last record, where its event gave one: a delete
+    # whose last record was written in a later epoch is skipped (the log was written again under the report)
+    segment_epochs: dict[tuple[int, int], int] = field(default_factory=dict)
     # (partition, cleaned_up_to, ts): ts is when the clean was seen (the event's `ts`; a pair: unknown)
     compacted: list[tuple[int, int, int] | tuple[int, int]] = field(default_factory=list)
     log_start: list[tuple[int, int]] = field(default_factory=list)

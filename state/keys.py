@@ -11,7 +11,8 @@
                                 hashes (id -> partitions with an offset / highest bucket), ct hash (id -> the
                                 group's latest commit time on the topic), groups / counted / asg (assigned) / parts
                                 sets, applied hash (stream id -> last merged batch), rc hash (every replica's own
-                                log: cleaner checkpoint, local log start; lua/replicas.lua); lua/offsets.lua has the
+                                log: cleaner checkpoint, local log start; lua/replicas.lua), se hash
+                                ("<partition>:<base>" -> a segment's last leader epoch); lua/offsets.lua has the
                                 rules, lua/counted.lua how a partition's minimum over the counted groups is read
                                 from the o: buckets
 <prefix>:{sched}:deadlines      zset "<topic>/<partition>" -> next evaluation time (ms)
@@ -71,6 +72,11 @@ class RedisKeys:
         """Every replica's own log as the agents report it (`replica_log`), and each partition's replica assignment
         (lua/replicas.lua has the fields)."""
         return f"{self.topic_base(topic)}:rc"
+
+    def segment_epochs(self, topic: str) -> str:
+        """"<partition>:<base offset>" -> the leader epoch of that segment's last record, where its report gave one
+        (lua/merge.lua keeps it as long as the segment)."""
+        return f"{self.topic_base(topic)}:se"
 
     def commit_times(self, topic: str) -> str:
         """id -> a group's latest offset commit time on the topic (epoch ms), for `compactd explain`."""

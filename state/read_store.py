@@ -178,6 +178,14 @@ class ReadStore(StoreBase):
             )  # fmt: skip
         return {n: tuple(v) for n, v in out.items()}
 
+    def segment_epochs(self, topic: str, partition: int, bases: Sequence[int]) -> dict[int, int]:
+        """base offset -> the leader epoch of that segment's last record, for the segments of `bases` whose report
+        gave one (lua/merge.lua)."""
+        if not bases:
+            return {}
+        got = self.r.hmget(self.keys.segment_epochs(topic), [f"{partition}:{b}" for b in bases])
+        return {b: int(v) for b, v in zip(bases, got, strict=True) if v is not None}
+
     def views_pipelined(self, keys: Iterable[tuple[str, int]]) -> list[PartitionView]:
         """The same read as `views`, in plain commands (each topic's counted groups and ids, then per key its record
         and each counted group's offset), with the minimum computed here: the reference `views` is tested against."""

@@ -116,8 +116,11 @@ def collect_changes(
             memberships[r["grp"]] = ((r["ord_a"], r["ord_b"]), r["assigned"] or "{}")
     changes = out.changes
     segments = _columns(table.filter(pc.equal(k, "segment_rolled")), *_SEGMENT_COLUMNS)
-    for topic, partition, base, end, first_ts, size, ts in zip(*segments, strict=True):
-        changes.topic(topic).segments.append((partition, Segment(base, end, first_ts, size, ts)))
+    for topic, partition, base, end, first_ts, size, ts, epoch in zip(*segments, strict=True):
+        tc = changes.topic(topic)
+        tc.segments.append((partition, Segment(base, end, first_ts, size, ts)))
+        if epoch is not None:  # the segment's last leader epoch (the agent's; value_offset carries it)
+            tc.segment_epochs[(partition, base)] = epoch
     compacted = _columns(table.filter(pc.equal(k, "compacted")), *_FORWARD_COLUMNS, "ts")
     for topic, partition, value, ts in zip(*compacted, strict=True):  # with the clean's time (lua/merge.lua keeps it)
         changes.topic(topic).compacted.append((partition, value, ts))
@@ -155,7 +158,9 @@ def collect_changes(
 
 
 _PER_TOPIC = pa.array(PER_TOPIC_KINDS)
-_SEGMENT_COLUMNS = ("topic", "partition", "base_offset", "end_offset", "first_batch_max_ts", "size_bytes", "ts")
+_SEGMENT_COLUMNS = (
+    "topic", "partition", "base_offset", "end_offset", "first_batch_max_ts", "size_bytes", "ts", "value_offset",
+)  # fmt: skip
 _FORWARD_COLUMNS = ("topic", "partition", "value_offset")
 _OFFSET_COLUMNS = ("grp", "topic", "partition", "kind", "value_offset", "ord_a", "ord_b", "ts", "topic_id", "stream")
 

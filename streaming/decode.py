@@ -168,6 +168,7 @@ class Decoder:
                 end_offset=ev.end_offset,
                 first_batch_max_ts=ev.first_batch_max_ts,
                 size_bytes=ev.size_bytes,
+                value_offset=ev.last_epoch,  # the segment's last leader epoch: no segment carries an offset value
             )
         elif isinstance(ev, Compacted):
             out.update(topic=ev.topic, partition=ev.partition, value_offset=ev.cleaned_up_to)

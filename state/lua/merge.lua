@@ -221,6 +221,11 @@ end
 merge_replicas(p.replicas or {})
 for _, e in ipairs(p.replicas or {}) do touch_later(tostring(e[1])) end
 
+-- Each segment's last leader epoch (`segment_rolled`'s `last_epoch`, where the agent gave one), in the topic's :se
+-- hash by "<partition>:<base>": the send-time check of a delete reads it (control/dispatch.py). Kept as long as the
+-- segment is, written and deleted in two calls at the end.
+local epochs_set, epochs_gone = {}, {}
+
 for _, l in ipairs(p.logstart or {}) do
   local r = record(l[1])
   if l[2] > r.log_start then
@@ -228,7 +233,7 @@ for _, l in ipairs(p.logstart or {}) do
     -- drop segments wholly below the log start: they are gone from disk
     local kept = {}
     for _, s in ipairs(r.segs) do
-      if s[2] > l[2] then kept[#kept + 1] = s end
+      if s[2] > l[2] then kept[#kept + 1] = s else epochs_gone[#epochs_gone + 1] = r.n .. ':' .. s[1] end
     end
     r.segs = kept
     mark(r)
@@ -272,7 +277,22 @@ for _, n in ipairs(seg_order) do
     if #kept > 1 then table.sort(kept, function(x, y) return x[1] < y[1] end) end
     r.segs = kept
   end
+  for b, e in pairs(new.segs) do  -- a segment replaced without an epoch keeps none: never an older log's
+    local field = n .. ':' .. b
+    if e[3] > r.log_start and type(e[7]) == 'number' and e[7] >= 0 then
+      epochs_set[#epochs_set + 1] = field
+      epochs_set[#epochs_set + 1] = int(e[7])
+    else
+      epochs_gone[#epochs_gone + 1] = field
+    end
+  end
   mark(r)
+end
+for i = 1, #epochs_gone, 1000 do  -- first: a segment the log start dropped may come back in this batch's reports
+  redis.call('HDEL', base .. ':se', unpack(epochs_gone, i, math.min(i + 999, #epochs_gone)))
+end
+for i = 1, #epochs_set, 1000 do
+  redis.call('HSET', base .. ':se', unpack(epochs_set, i, math.min(i + 999, #epochs_set)))
 end
 
 do

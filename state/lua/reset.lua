@@ -1,7 +1,7 @@
 -- Reset ONE topic's log state: the topic was deleted and created again (or its log otherwise is not the one the
 -- state describes: policy/identity.py). KEYS[1] = "<prefix>:{<topic>}".
 -- Goes: every partition's packed record (segments, log start, cleaner checkpoint), every replica's cleaner
--- checkpoint (:rc), every group's offsets on the
+-- checkpoint (:rc), every segment's last leader epoch (:se), every group's offsets on the
 -- topic and their commit times, the partition index. Stays: which groups hold the topic (gid, groups, counted,
 -- asg): a group that counted still counts, now without a position on any partition, so consumed retention deletes
 -- nothing until it commits on the new log (or its offsets are deleted and it stops counting); the applied-batch
@@ -20,5 +20,5 @@ for i = 2, #ids, 2 do
   end
   redis.call('HSET', base .. ':oc', id, 0)
 end
-redis.call('DEL', base .. ':ob', base .. ':ct', base .. ':parts', base .. ':rc')
+redis.call('DEL', base .. ':ob', base .. ':ct', base .. ':parts', base .. ':rc', base .. ':se')
 return parts

@@ -22,6 +22,7 @@ from compactd.policy.identity import (
     commit_outlived,
     identity_changed,
     other_incarnation,
+    report_outlived,
     topic_id_bytes,
 )
 
@@ -256,3 +257,20 @@ def test_a_commit_the_log_was_truncated_and_written_again_under_is_told_by_its_e
     assert commit_outlived("spark", 200, -1, 250, (199, 9)) is None
     assert commit_outlived("billing", 200, 3, 250, None) is None
     assert commit_outlived("billing", 250, 3, 250, (249, 3)) is None  # at the log end: read everything
+
+
+def test_a_record_written_in_a_later_epoch_than_the_segment_holding_it_outlives_the_report() -> None:
+    """The old leader reported [0, 1000) and [1000, 2000), each last written in epoch 0; the new leader's log holds
+    offset 1999 written in epoch 2 (an unclean election wrote the offsets from 1200 again). Judged by the segment
+    that holds the record: a record in its epoch or an earlier one says nothing; a segment without a reported epoch
+    says nothing; nothing read says nothing."""
+    segs = [Segment(0, 1000, 0, 1, 0), Segment(1000, 2000, 0, 1, 0)]
+    epochs = {0: 0, 1000: 0}
+    why = report_outlived((1999, 2), segs, epochs)
+    assert why is not None and "offset 1999" in why and "epoch 2" in why and "[1000, 2000)" in why
+    assert report_outlived((1999, 0), segs, epochs) is None  # the record the report described
+    assert report_outlived((999, 2), segs, {1000: 0}) is None  # its segment's epoch unknown
+    assert report_outlived(None, segs, epochs) is None
+    # overlapping reports: any segment holding the offset in an earlier epoch than the record's says so
+    assert report_outlived((1500, 1), [*segs, Segment(1200, 1600, 0, 1, 0)], {1200: 1, 1000: 0}) is not None
+    assert report_outlived((1500, 1), [*segs, Segment(1200, 1600, 0, 1, 0)], {1200: 1}) is None

@@ -93,6 +93,25 @@ def test_checkpoints(tmp_path: Path) -> None:
         read_checkpoint(path)
 
 
+def test_each_closed_segment_carries_the_leader_epoch_of_its_last_offset(tmp_path: Path) -> None:
+    """`leader-epoch-checkpoint` (version 0, count, `epoch start_offset`): epoch 0 from offset 0, 3 from 15, 4 from
+    30. A segment's report carries the epoch its last offset was written in; the active one is never reported; a
+    checkpoint that cannot be read leaves the epochs unknown, never guessed. A new epoch for an offset already
+    reported (the log written again) is reported again."""
+    p = tmp_path / "orders-0"
+    for base in (0, 10, 20, 40):
+        segment(p, base, encode_batch_v2(base, T, T + 1), mtime_ms=T)
+    (p / "leader-epoch-checkpoint").write_text("0\n3\n0 0\n3 15\n4 30\n")
+    agent = SegmentAgent([tmp_path], clock=lambda: T + 1000)
+    got = {e["base_offset"]: e.get("last_epoch") for e in agent.scan() if e["type"] == "segment_rolled"}
+    assert got == {0: 0, 10: 3, 20: 4}
+    (p / "leader-epoch-checkpoint").write_text("0\n3\n0 0\n3 15\n5 25\n")  # from 25 on, written again in 5
+    assert {e["base_offset"]: e.get("last_epoch") for e in agent.scan()} == {20: 5}
+    for broken in ("", "1\n1\n0 0\n", "0\n2\n0 0\n", "0\n1\nx 0\n"):
+        (p / "leader-epoch-checkpoint").write_text(broken)
+        assert all(s.last_epoch is None for s in scan_log_dir(tmp_path)), broken
+
+
 def test_agent_publishes_changes_once(tmp_path: Path) -> None:
     p = tmp_path / "orders-0"
     segment(p, 0, encode_batch_v2(0, T, T + 1), mtime_ms=T + 100)

@@ -29,10 +29,10 @@ public final class JsonDecode implements UDF3<byte[], Integer, Integer, Row> {
   private static final byte[][] TYPE_BYTES = ascii(TYPES);
   private static final byte[][] FIELDS = ascii(new String[] {
     "type", "group", "topic", "partition", "offset", "base_offset", "end_offset", "first_batch_max_ts",
-    "size_bytes", "cleaned_up_to", "log_start_offset", "ts"
+    "size_bytes", "cleaned_up_to", "log_start_offset", "ts", "last_epoch"
   });
   private static final int TYPE = 0, GROUP = 1, TOPIC = 2, PARTITION = 3, OFFSET = 4, BASE = 5, END = 6,
-      FIRST_TS = 7, SIZE = 8, CLEANED = 9, LOG_START = 10, TS = 11, STRINGS = 3;
+      FIRST_TS = 7, SIZE = 8, CLEANED = 9, LOG_START = 10, TS = 11, LAST_EPOCH = 12, STRINGS = 3;
   private static final int MAX_DEPTH = 32;
   private static final int MAX_NUMBER_CHARS = 1000;
   /** Digits past which an integer cannot pass the contract's ranges (2^53 has 16): refused before it overflows. */
@@ -119,12 +119,15 @@ public final class JsonDecode implements UDF3<byte[], Integer, Integer, Row> {
         return Decoded.row(true, kind, null, null, group, null, null, null, null, null, ts, null, null);
       case 3: // segment_rolled
         long size = (seen & (1 << SIZE)) != 0 ? num[SIZE] : 0;
+        boolean epochSeen = (seen & (1 << LAST_EPOCH)) != 0; // the segment's last leader epoch: an int32, optional
         if (!topicOk || !count(seen, num, BASE) || !count(seen, num, END) || !count(seen, num, FIRST_TS)
-            || size < 0 || size > Decoded.MAX_INT || num[END] <= num[BASE]) {
+            || size < 0 || size > Decoded.MAX_INT || num[END] <= num[BASE]
+            || (epochSeen && (num[LAST_EPOCH] < 0 || num[LAST_EPOCH] > Integer.MAX_VALUE))) {
           return Decoded.REFUSED;
         }
-        return Decoded.row(true, kind, topic, partition, null, num[BASE], num[END], num[FIRST_TS], size, null, ts,
-            null, null);
+        // the epoch travels in value_offset, which no segment otherwise carries
+        return Decoded.row(true, kind, topic, partition, null, num[BASE], num[END], num[FIRST_TS], size,
+            epochSeen ? (Long) num[LAST_EPOCH] : null, ts, null, null);
       case 4: // compacted
         if (!topicOk || !count(seen, num, CLEANED)) return Decoded.REFUSED;
         return Decoded.row(true, kind, topic, partition, null, null, null, null, null, num[CLEANED], ts, null, null);
