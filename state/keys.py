@@ -74,7 +74,7 @@ class RedisKeys:
         return f"{self.topic_base(topic)}:rc"
 
     def segment_epochs(self, topic: str) -> str:
-        """"<partition>:<base offset>" -> the leader epoch of that segment's last record, where its report gave one
+        """`<partition>:<base offset>` -> the leader epoch of that segment's last record, where its report gave one
         (lua/merge.lua keeps it as long as the segment)."""
         return f"{self.topic_base(topic)}:se"
 

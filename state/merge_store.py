@@ -216,10 +216,12 @@ class MergeStore(StoreBase):
                 ],
                 "logstart": [list(c) for c in tc.log_start],
                 "segments": [
-                    [p, s.base_offset, s.end_offset, s.first_batch_max_ts, s.size_bytes, s.closed_at,
-                     tc.segment_epochs.get((p, s.base_offset), -1)]
+                    [
+                        *(p, s.base_offset, s.end_offset, s.first_batch_max_ts, s.size_bytes, s.closed_at),
+                        tc.segment_epochs.get((p, s.base_offset), -1),
+                    ]
                     for p, s in tc.segments
-                ],  # fmt: skip
+                ],
             }
         )
 
