@@ -439,34 +439,49 @@ def read_and_commit(bootstrap: str, group: str, topic: str, start: int, end: int
     return epoch
 
 
-def test_an_unclean_election_that_writes_the_offsets_under_a_groups_commit_again_holds_the_delete_until_it_reads(
+def test_an_unclean_election_that_writes_offsets_again_holds_the_consumed_and_the_forced_delete_over_them(
     kafka3, rclient: redis.Redis
 ) -> None:
-    """Two replicas, unclean elections allowed, min ISR 1. The follower is killed; the leader alone takes offsets
-    100-199, which a group reads and commits (200, in the leader's epoch). The leader is killed and the follower
-    started: the controller elects it though it is out of the ISR, its log ends at 100, and new records take
-    offsets 100-249 in a new epoch. The group's commit at 200 now sits above 100 records it never read. Consumed
-    retention holds a delete to 200 (before: sent, and the broker deleted the 100 new records), until the group has
-    read the new records and committed under the leader of now; then it goes."""
+    """Two replicas, unclean elections allowed, min ISR 1, two topics placed alike (each election moves both). The
+    follower is killed; the leader alone takes offsets 100-199, which a group reads and commits (200, in the
+    leader's epoch). The leader is killed and the follower started: the controller elects it though it is out of
+    the ISR, its log ends at 100, and new records take offsets 100-249 in a new epoch.
+
+    Consumed retention: the group's commit at 200 now sits above 100 records it never read. A delete to 200 is held
+    (before: sent, and the broker deleted the 100 new records), until the group has read the new records and
+    committed under the leader of now; then it goes.
+
+    Forced retention: the old leader's agent reported its closed segments [0, 100) and [100, 200) from its own log
+    dir, each with the leader epoch of its last record (`last_epoch`). Once they are past `forced.retention.ms` a
+    delete to 200 is decided by them; the record at 199 in the new leader's log was written in a later epoch than
+    the report that holds it, so the delete is skipped. The same reports without epochs (the contract's JSON events)
+    send it, and the broker deletes the new records: the control that shows what the epochs hold."""
     for node in kafka3.nodes:
         node.start()
     cluster = Cluster(kafka3.bootstrap, replication=3)
     conn = KafkaConnection(kafka3.bootstrap)
     topic, actions, group = cluster.name("ledger"), cluster.name("actions"), cluster.name("billing")
+    archive = cluster.name("archive")  # forced retention's, its segments rolled on the old leader's disk
     cluster.create(actions)
     first, second = 1, 2  # the partition's two replicas; node 3 keeps the KRaft quorum while one of them is down
     unclean = {"cleanup.policy": "delete", "min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
-    new = NewTopic(topic, num_partitions=1, replica_assignment=[[first, second]], config=unclean)
     creator = kraft.admin(conn)  # must outlive the future
-    creator.create_topics([new])[topic].result(30)
-    wait_until(f"{topic} led by {first}, both in sync", lambda: replicas(cluster, topic),
-               lambda r: r[0] == first and sorted(r[2]) == [first, second], 60, tolerate=kraft.not_yet)  # fmt: skip
+    for name, config in ((topic, unclean), (archive, {**unclean, "segment.ms": "500"})):
+        creator.create_topics([NewTopic(name, num_partitions=1, replica_assignment=[[first, second]], config=config)])[
+            name
+        ].result(30)
+        wait_until(f"{name} led by {first}, both in sync", lambda n=name: replicas(cluster, n),
+                   lambda r: r[0] == first and sorted(r[2]) == [first, second], 60, tolerate=kraft.not_yet)  # fmt: skip
 
     now = int(time.time() * 1000)
     state = RedisState(rclient)
     ctl = Controller(
         state,
-        {"global": {"dry.run": False}, f"topic:{topic}": {"consumed.retention.ms": H}},
+        {
+            "global": {"dry.run": False},
+            f"topic:{topic}": {"consumed.retention.ms": H},
+            f"topic:{archive}": {"forced.retention.ms": H},
+        },
         KafkaAdminSink(conn, state),
         AuditLog(conn, actions),
         Metrics(CollectorRegistry()),
@@ -475,30 +490,44 @@ def test_an_unclean_election_that_writes_the_offsets_under_a_groups_commit_again
         topics=ClusterTopics(conn),
     )
     bound = BatchChanges()
-    bound.topic(topic).log_start.append((0, 0))
-    ctl.on_batch("s", 0, bound)  # the topic first merged: its ID bound to its state
+    for name in (topic, archive):
+        bound.topic(name).log_start.append((0, 0))
+    ctl.on_batch("s", 0, bound)  # the topics first merged: their IDs bound to their state
 
     producer = Producer({"bootstrap.servers": kafka3.bootstrap, "acks": "all"})
-    for i in range(100):
-        producer.produce(topic, b"old", f"k{i}".encode(), partition=0)
-    assert producer.flush(30) == 0
+
+    def write(name: str, offsets: range, value: bytes) -> None:
+        for i in offsets:
+            producer.produce(name, value, f"k{i}".encode(), partition=0)
+        assert producer.flush(30) == 0
+
+    write(topic, range(100), b"old")
+    write(archive, range(100), b"old")
     kafka3.node(second).kill()
-    wait_until(f"{second} out of the ISR", lambda: replicas(cluster, topic), lambda r: r[2] == [first], 60,
-               tolerate=kraft.not_yet)  # fmt: skip
-    for i in range(100, 200):
-        producer.produce(topic, b"old", f"k{i}".encode(), partition=0)
-    assert producer.flush(30) == 0
+    for name in (topic, archive):
+        wait_until(f"{second} out of {name}'s ISR", lambda n=name: replicas(cluster, n), lambda r: r[2] == [first], 60,
+                   tolerate=kraft.not_yet)  # fmt: skip
+    write(topic, range(100, 200), b"old")
+    time.sleep(0.6)  # segment.ms: the next record rolls the archive's segment at 100, and the one after at 200
+    write(archive, range(100, 200), b"old")
+    time.sleep(0.6)
+    write(archive, range(200, 201), b"old")
     read_in = read_and_commit(kafka3.bootstrap, group, topic, 0, 200)
+    # the old leader's agent: its closed segments of the archive, from its own files, each with its last epoch
+    rolled = [e for e in SegmentAgent([kafka3.node(first).log_dir]).scan()
+              if e["type"] == "segment_rolled" and e["topic"] == archive]  # fmt: skip
+    assert [(e["base_offset"], e["end_offset"]) for e in rolled] == [(0, 100), (100, 200)]
+    [old_epoch] = {e.get("last_epoch") for e in rolled}  # one leader wrote both, before the election
+    assert old_epoch is not None and old_epoch >= 0
 
     kafka3.node(first).kill()
     kafka3.node(second).start()
-    wait_until(f"{second} elected, unclean", lambda: replicas(cluster, topic), lambda r: r[0] == second, 120,
-               tolerate=unanswered)  # fmt: skip
-    assert cluster.watermarks(topic) == (0, 100)  # the log the new leader had: 100 records
-    for i in range(100, 250):
-        producer.produce(topic, b"new", f"k{i}".encode(), partition=0)
-    assert producer.flush(30) == 0
-    assert cluster.watermarks(topic) == (0, 250)
+    for name in (topic, archive):
+        wait_until(f"{second} elected for {name}, unclean", lambda n=name: replicas(cluster, n),
+                   lambda r: r[0] == second, 120, tolerate=unanswered)  # fmt: skip
+        assert cluster.watermarks(name) == (0, 100)  # the log the new leader had: 100 records
+        write(name, range(100, 250), b"new")
+        assert cluster.watermarks(name) == (0, 250)
 
     # compactd's state: two old segments below the group's commit at 200, a consumed-retention delete to 200 due
     changes = BatchChanges()
@@ -521,6 +550,34 @@ def test_an_unclean_election_that_writes_the_offsets_under_a_groups_commit_again
     ctl.on_batch("s", 2, again)
     assert [(a["status"], a["before_offset"]) for a in cluster.read_all(actions)] == [("skipped", 200), ("sent", 200)]
     assert cluster.watermarks(topic) == (200, 250)
+
+    # forced retention: the old leader's reports, past forced.retention.ms, decide a delete to 200 on the archive
+    def reports(with_epochs: bool) -> BatchChanges:
+        changes = BatchChanges()
+        tc = changes.topic(archive)
+        for e in rolled:
+            seg = Segment(e["base_offset"], e["end_offset"], e["first_batch_max_ts"], e["size_bytes"], e["ts"])
+            tc.segments.append((0, seg))
+            if with_epochs:
+                tc.segment_epochs[(0, seg.base_offset)] = e["last_epoch"]
+        return changes
+
+    def archived() -> list[tuple[str, int, str]]:
+        return [(a["status"], a["before_offset"], a["detail"].get("why", ""))
+                for a in cluster.read_all(actions) if a["topic"] == archive]  # fmt: skip
+
+    now = max(e["ts"] for e in rolled) + 2 * H
+    ctl.on_batch("s", 3, reports(with_epochs=True))
+    [(status, before, why)] = archived()
+    print(f"forced delete over the reports: {status}: {why}")
+    assert (status, before) == ("skipped", 200), why
+    assert "offset 199" in why and f"epoch {old_epoch})" in why and "written again" in why, why
+    assert cluster.watermarks(archive) == (0, 250)  # the 150 new records are all there
+    # the control: the same reports without their epochs (JSON events from another agent) send the delete
+    now += ctl.thresholds(archive, 0).action_retry_ms + 1
+    ctl.on_batch("s", 4, reports(with_epochs=False))
+    assert [a[:2] for a in archived()] == [("skipped", 200), ("sent", 200)]
+    assert cluster.watermarks(archive) == (200, 250)  # 100 of the new records gone: what the epochs held back
     ctl.sink.close()
     kafka3.node(first).start()  # it truncates its log to the new leader's and follows
 

@@ -11,7 +11,7 @@ from compactd.codec.events import MAX_INT, OFFSET_TYPES, SEGMENT_TYPES
 
 TYPES = sorted(SEGMENT_TYPES | OFFSET_TYPES)
 FIELDS = ("group", "topic", "partition", "offset", "base_offset", "end_offset", "first_batch_max_ts", "size_bytes",
-          "cleaned_up_to", "log_start_offset", "ts", "replica", "replicas")  # fmt: skip
+          "cleaned_up_to", "log_start_offset", "ts", "replica", "replicas", "last_epoch")  # fmt: skip
 INTS = st.sampled_from([0, 1, 7, 2**31 - 1, 2**31, MAX_INT, MAX_INT + 1, -1, 2**63, 2**64 + 3]) | st.integers(0, 10**6)
 ODD = st.sampled_from([1.0, 2.5, True, False, None, [], {}, "0", "", "x" * 250, "bad topic!", "abc\n", "é", "\ud800"])
 TOPICS = st.sampled_from(["orders", "a.b_c-1", "x" * 249])

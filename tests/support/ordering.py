@@ -27,7 +27,7 @@ SLOW: dict[str, float] = {
     "test_replicated_cluster.py::test_the_node_leading_most_partitions_killed_under_a_running_job": 100,
     "::test_a_delete_whose_answer_times_out_on_a_stopped_follower_is_audited_as_the_broker_did_it": 15,
     "::test_a_delete_past_a_high_watermark_that_trails_the_log_end_waits_and_the_state_is_kept": 25,
-    "_an_unclean_election_that_writes_the_offsets_under_a_groups_commit_again_holds_the_delete_until_it_reads": 40,
+    "::test_an_unclean_election_that_writes_offsets_again_holds_the_consumed_and_the_forced_delete_over_them": 45,
     "test_lifecycle.py::test_nudges_are_put_back_after_kill_9_and_state_loss": 51,
     "::test_a_log_start_that_goes_back_after_a_broker_kill_keeps_the_views_lineage_and_its_keys": 18,
     "test_compaction_memory.py::test_two_tasks_over_large_values_share_one_byte_budget_in_a_small_driver": 21,
