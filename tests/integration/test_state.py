@@ -110,6 +110,31 @@ def test_log_start_prunes_segments_and_large_offsets_keep_every_digit(rclient: r
     assert st.view("t", 0).log_start == 150
 
 
+def test_a_segments_last_epoch_lives_as_long_as_the_segment_and_a_report_without_one_drops_it(
+    rclient: redis.Redis,
+) -> None:
+    """The epochs the send-time check reads (`segment_epochs`): kept per (partition, base) with the segment, replaced
+    by a new report of the same base (without an epoch: none, never the older log's), dropped with the segment below
+    the log start, and with the topic's reset."""
+    st = RedisState(rclient)
+    c = BatchChanges()
+    tc = c.topic("t")
+    tc.segments += [(0, Segment(0, 100, 1, 1, 1)), (0, Segment(100, 200, 2, 1, 2)), (1, Segment(0, 50, 1, 1, 1))]
+    tc.segment_epochs.update({(0, 0): 3, (0, 100): 4, (1, 0): 7})
+    st.merge("s", 0, c, everyone)
+    assert st.segment_epochs("t", 0, [0, 100, 200]) == {0: 3, 100: 4}
+    assert st.segment_epochs("t", 1, [0]) == {0: 7}
+    c2 = BatchChanges()
+    c2.topic("t").log_start.append((0, 100))  # [0, 100) gone from disk
+    c2.topic("t").segments.append((0, Segment(100, 200, 2, 1, 5)))  # re-reported by an agent that gave no epoch
+    c2.topic("t").segments.append((0, Segment(200, 300, 2, 1, 5)))
+    c2.topic("t").segment_epochs[(0, 200)] = 6
+    st.merge("s", 1, c2, everyone)
+    assert st.segment_epochs("t", 0, [0, 100, 200]) == {200: 6}
+    assert st.reset_topic("t", "re-created", 1) == [0, 1]
+    assert st.segment_epochs("t", 0, [200]) == {} and st.segment_epochs("t", 1, [0]) == {}
+
+
 def test_outbox_lifecycle(rclient: redis.Redis) -> None:
     st = RedisState(rclient)
     r = ActionRecord("x1", "delete_records", "t", 0, "consumed_retention", False, 1, "pending", before_offset=9)
