@@ -76,9 +76,12 @@ NEEDS: tuple[Need, ...] = (
          "the compaction service reads the topics it compacts; the check before a consumed-retention delete reads "
          "the last record below a group's commit made under an earlier leader (an unclean leader election may have "
          "written the offsets again); without it such a delete holds until the group commits under the leader of "
-         "now", "watched",
+         "now; the check before any delete decided by segments the agent reported with their leader epoch reads the "
+         "last record below it when the partition had a leader since (forced retention over offsets written "
+         "again); without it such a delete holds", "watched",
          lambda s: (s.cluster_offsets_check and s.cluster_check != "off")
-         or any(v.get("compaction.service") for v in s.thresholds.values())),
+         or any(v.get("compaction.service") or v.get("forced.retention.ms") is not None
+                for v in s.thresholds.values())),
     Need("Topic", "`compactd.` (prefixed), and each view `<topic>.compacted`", ("CREATE", "DESCRIBE", "READ",
          "WRITE", "DELETE"), "CreateTopics, Produce, Fetch, DeleteRecords",
          "compactd's own topics (Create only with `create_topics: true`, the default) and the compaction views "
