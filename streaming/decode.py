@@ -66,7 +66,8 @@ DECODED_SCHEMA = pa.schema(
         ("raw_value", pa.binary()),
         # group metadata: JSON {topic: [partition, ...]} of the members' assignments; a `replica_log` event: JSON
         # [replica, ...] of the partition's replica assignment (its `grp` is the reporting replica's broker id, its
-        # `value_offset` the replica's cleaned_up_to, its `base_offset` the replica's oldest local segment's base)
+        # `value_offset` the replica's cleaned_up_to, its `base_offset` the replica's oldest local segment's base); a
+        # `segment_rolled` event's `value_offset` is its `last_epoch`
         ("assigned", pa.string()),
         ("topic_id", pa.string()),  # an offset commit's topic ID (OffsetCommitValue v4), as a UUID string
         ("n", pa.int64()),  # input records this row stands for (pre-aggregated in the source: many)
