@@ -41,7 +41,16 @@ SECRET_KEYS = re.compile(
 # Kafka 4.4, the node leading most partitions killed with -9): the share-group reader stayed blind, and every delete
 # held, for minutes at librdkafka's default.
 METADATA_REFRESH_MS = 10_000
-_EVERY_ROLE: dict[str, KafkaValue] = {"topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS}
+# A request to a node that stopped answering (SIGSTOP, a frozen VM, a full GC: it holds the connection open) waits
+# out `socket.timeout.ms` before the client gives up on it and asks the metadata where the leader went: librdkafka's 60
+# s (a produce: the lesser of it and `message.timeout.ms`) kept the agents' segment events, and with them the job's
+# batches, waiting for a minute while the controller had moved the leaders 2 s after the node stopped. 10 s, as the
+# job's own source (streaming/job.py `kafka.request.timeout.ms`).
+REQUEST_TIMEOUT_MS = 10_000
+_EVERY_ROLE: dict[str, KafkaValue] = {
+    "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
+    "socket.timeout.ms": REQUEST_TIMEOUT_MS,
+}
 ROLE_DEFAULTS: dict[str, dict[str, KafkaValue]] = {
     "producer": {**_EVERY_ROLE, "linger.ms": 5},
     "consumer": {**_EVERY_ROLE, "enable.auto.commit": False},

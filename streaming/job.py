@@ -105,6 +105,7 @@ class StreamingJob:
             .option("kafka.isolation.level", "read_committed")
             # a source not created yet is picked up once it exists; a read must never create it with broker defaults
             .option("kafka.allow.auto.create.topics", "false")
+            .option("kafka.request.timeout.ms", "10000")
         )
         for key, value in s.kafka_options.items():
             reader = reader.option(f"kafka.{key}", value)
