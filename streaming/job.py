@@ -105,6 +105,8 @@ class StreamingJob:
             .option("kafka.isolation.level", "read_committed")
             # a source not created yet is picked up once it exists; a read must never create it with broker defaults
             .option("kafka.allow.auto.create.topics", "false")
+            # a node that stopped answering is given up on after 10 s, not the Java client's 30 (kafka/config.py
+            # REQUEST_TIMEOUT_MS); the user's `spark_kafka:` settings below may say otherwise
             .option("kafka.request.timeout.ms", "10000")
         )
         for key, value in s.kafka_options.items():
