@@ -54,7 +54,9 @@ TEST_WORKERS ?= $(shell awk '/MemAvailable/ { w = int(($$2 / 1048576 - 1) / 1.5)
 PACKAGE_DIRS := compactd kafka codec streaming state policy control sinks app agent demo dashboards compaction tests
 test: deps
 	$(BIN)/python -m compileall -q -j 0 $(PACKAGE_DIRS) >/dev/null
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
+	@rm -rf $${TMPDIR:-/tmp}/compactd-test-crashes
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15 || { \
+	  cat $${TMPDIR:-/tmp}/compactd-test-crashes/*.log 2>/dev/null; exit 1; }
 
 # The same suite on a machine half as fast: a busy loop holds one core (CPU 0) for the whole run, so every test meets
 # a slow machine's timing. A test that passes here does not depend on speed (issue 50). RUNS=3: three in a row.

@@ -3,8 +3,11 @@ tests that start Spark wait for its class-data archive (tests/support/warmup.py)
 
 from __future__ import annotations
 
+import logging
 import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -30,8 +33,24 @@ def pytest_configure(config: pytest.Config) -> None:
     # the tests make Kafka clients of their own too, before compactd makes one: the collector leaves librdkafka's
     # threads from the start (compactd/gc_pause.py; a worker died with SIGABRT in a 3-node teardown before it did)
     collect_on_own_thread()
+    keep_client_crashes()
     if not hasattr(config, "workerinput") and not config.option.collectonly:  # the suite's own process, not a worker
         warmup.start()
+
+
+CRASH_DIR = Path(tempfile.gettempdir()) / "compactd-test-crashes"
+
+
+def keep_client_crashes() -> None:
+    """librdkafka's last words before it aborts a process (its CRASH and FATAL lines, through compactd's logger) to a
+    file of the worker's own, written as they come: pytest keeps a test's log in memory, which an abort loses with
+    the worker. `make test` prints the files when the suite fails (a worker aborted twice in 3-node tests, its
+    reason unseen)."""
+    CRASH_DIR.mkdir(exist_ok=True)
+    handler = logging.FileHandler(CRASH_DIR / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}.log")
+    handler.setLevel(logging.CRITICAL)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.getLogger("compactd.librdkafka").addHandler(handler)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import gc
 import itertools
 import os
 import shutil
@@ -22,7 +23,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,19 @@ from tests.support.running import Running
 from tests.support.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(autouse=True)
+def _clients_freed_after_each_test() -> Iterator[None]:
+    """A test's Kafka clients that nothing holds any more are freed when it ends, on this thread, while its nodes
+    run, not during the next test's kills. A worker aborted in librdkafka (SIGABRT) in two of five clean-clone runs
+    while the unclean-election test killed nodes, after this module's other tests had run in the same process, and
+    never in 22 runs of the module or the test alone: which client aborted was not seen (tests/conftest.py now keeps
+    librdkafka's last lines)."""
+    yield
+    gc.collect()
+
+
 H = 3_600_000
 PARTITIONS = 3
 RESUME_S = 60  # the bound stated in docs/safety.md: a delete due on a partition whose leader died goes within it
