@@ -429,9 +429,10 @@ def read_and_commit(bootstrap: str, group: str, topic: str, start: int, end: int
     """`group` reads `topic`/0 from `start` up to `end` and commits where it stopped, with the leader epoch of the
     last record it read (KIP-320); returns that epoch.
 
-    The commit goes through the Admin API (OffsetCommit with the epoch, as a member's commit sends it): librdkafka
-    aborted the whole process (SIGABRT, twice in clean-clone runs) in a consumer's synchronous commit retried while
-    the group's coordinator was a killed node."""
+    The commit goes through the Admin API (OffsetCommit with the epoch, as a member's commit sends it): a worker
+    aborted in librdkafka (SIGABRT) while this helper retried a consumer's synchronous commit with the group's
+    coordinator a killed node. Another abort came later with no commit under way, so the commit was at most one way
+    in; the Admin API's is one request a try, with no group state of the client's own."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{group}-reader", "enable.auto.commit": False})
     c.assign([TopicPartition(topic, 0, start)])
     last = None

@@ -128,8 +128,9 @@ def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> N
     """`group` commits `offsets` (partition -> offset) as a member outside a generation does (a consumer that
     assigns its partitions), through the group's coordinator; the broker writes them to `__consumer_offsets`.
 
-    Sent by the Admin API (the same OffsetCommit, generation -1): librdkafka aborted the process (SIGABRT) in a
-    consumer's synchronous commit retried while the coordinator was a killed node."""
+    Sent by the Admin API (the same OffsetCommit, generation -1): one request a try, no group state of the client's
+    own (a worker aborted in librdkafka while a consumer's synchronous commit was retried against a killed
+    coordinator; which client aborted was not seen)."""
     a = AdminClient({"bootstrap.servers": bootstrap})
     at = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p, o) for p, o in offsets.items()])
     # a coordinator still loading its `__consumer_offsets` partition (a node just started) or just moved answers
