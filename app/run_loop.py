@@ -16,7 +16,7 @@ from compactd.app.source_loss import SourceLoss
 from compactd.clock import now_ms
 from compactd.control.controller import RunShares
 from compactd.control.runtime_config import ConfigOutcome
-from compactd.control.share import Layers, ShareResult
+from compactd.control.share import BatchThresholds, ShareResult
 from compactd.errors import ForcedStop, QueryFailed, StopTimeout, forced_by
 from compactd.kafka.admin import admin_client, list_end_offsets, retire
 from compactd.state.outage import REDIS_DOWN
@@ -155,7 +155,7 @@ class RunLoop:
             return None
         per_topic = batch.per_topic
 
-        def run(layers: Layers, now: int) -> list[ShareResult]:
+        def run(layers: BatchThresholds, now: int) -> list[ShareResult]:
             fn = share_task.task(
                 self.settings, layers.layers, layers.own_topics, self.stream_id, batch.batch_id, now,
                 batch.collected.deleted, layers.holds,

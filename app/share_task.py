@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from compactd.app.settings import Settings
-from compactd.control.share import Layers, ShareResult, evaluate_share
+from compactd.control.share import BatchThresholds, ShareResult, evaluate_share
 from compactd.policy.arrays import NONE
 from compactd.policy.forecast import PartitionStats
 from compactd.policy.readers import Holds
@@ -57,7 +57,9 @@ def task(
             changes = collect_changes(rows, deleted_elsewhere=deleted).changes
             state = settings.redis_state()
             try:
-                result = evaluate_share(state, Layers(layers, own_topics, holds), stream_id, batch_id, changes, now)
+                result = evaluate_share(
+                    state, BatchThresholds(layers, own_topics, holds), stream_id, batch_id, changes, now
+                )
             finally:
                 state.close()
         out: list[dict[str, Any]] = [

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from compactd.control.lifecycle import BehindHighWatermark
-from compactd.control.share import Layers
+from compactd.control.share import BatchThresholds
 from compactd.errors import DeliveryTimeout, DependencyUnavailable
 from compactd.model import ActionRecord
 from compactd.policy.identity import commit_outlived, report_outlived
@@ -255,7 +255,7 @@ class Dispatch:
             return excluded
         if self.readers is not None and rec.reason == "consumed_retention":
             # the readers read now, whatever the batch saw: one may have appeared or fallen behind since
-            layers = Layers(self.layers, self.own_topics, self.readers.holds(self.layers, fresh=True))
+            layers = BatchThresholds(self.layers, self.own_topics, self.readers.holds(self.layers, fresh=True))
             holds = layers.readers(rec.topic, th)
             blind = next((h for h in holds if h.blind), None)
             if blind is not None and not excluded:  # cannot be read now: held, and tried again soon (not skipped)

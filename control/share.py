@@ -62,7 +62,7 @@ class TopicChunk:
         return [((self.topic, self.parts[row]), st) for row, st in zip(rows, stats, strict=True)]
 
 
-class Layers:
+class BatchThresholds:
     """Threshold resolution for one batch: each topic's thresholds once, partition scopes where they exist."""
 
     def __init__(
@@ -104,7 +104,12 @@ def read_chunk(state: ControllerState, topic: str, parts: list[int]) -> ChunkRea
 
 
 def plan_chunk(
-    state: ControllerState, layers: Layers, topic: str, parts: list[int], now: int, read: ChunkRead | None = None
+    state: ControllerState,
+    layers: BatchThresholds,
+    topic: str,
+    parts: list[int],
+    now: int,
+    read: ChunkRead | None = None,
 ) -> TopicChunk:
     """Read a chunk (or take what `read_chunk` read for it) and find its quiet rows."""
     nums, records = read_chunk(state, topic, parts) if read is None else read
@@ -137,7 +142,7 @@ class ShareResult:
 
 def evaluate_share(
     state: ControllerState,
-    layers: Layers,
+    layers: BatchThresholds,
     stream_id: str,
     batch_id: int,
     changes: BatchChanges,
