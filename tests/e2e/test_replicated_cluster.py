@@ -135,15 +135,26 @@ def test_the_node_leading_most_partitions_killed_under_a_running_job(spark, kafk
         return all(low(p) == offset for p in range(PARTITIONS))
 
     def seen() -> str:
-        """At a deadline: each partition's low watermark and explain's first line, and whether the job still runs."""
+        """At a deadline: each partition's low watermark and explain's first line (or why there is none), the job's
+        last merged batch and its query's last progress, and what the job raised."""
         state = settings.redis_state()
         now_ms = int(time.time() * 1000)
-        said = [
-            format_text(s).splitlines()[0]
-            for p in range(PARTITIONS)
-            for s in explain(state, settings, f"{topic}/{p}", now_ms)
-        ]
-        return f"lows {[low(p) for p in range(PARTITIONS)]}; {said}; job: {running.why()}"
+        said = []
+        for p in range(PARTITIONS):
+            try:
+                said += [format_text(s).splitlines()[0] for s in explain(state, settings, f"{topic}/{p}", now_ms)]
+            except Exception as exc:
+                said.append(f"{type(exc).__name__}: {exc}")
+        merged = job.metrics.registry.get_sample_value(
+            "compactd_last_batch_timestamp_seconds", {"cluster": settings.cluster}
+        )
+        query = job.job.query if job.job is not None else None
+        last = None if query is None else query.lastProgress
+        progress = None if query is None else (query.status, str(last)[:400] if last is not None else None)
+        return (
+            f"lows {[low(p) for p in range(PARTITIONS)]}; {said}; last batch merged at {merged} (now "
+            f"{now_ms / 1000:.0f}); query {progress}; job: {running.why()}"
+        )
 
     with Application(settings, spark=spark) as job, Running(job) as running:
         wait_for("every partition's first delete", lambda: all_at(1000), 120, last=seen)
