@@ -110,6 +110,8 @@ def consumed_job(job_settings, kafka3, topic: str, retention_ms: int):
 
 
 def test_the_node_leading_most_partitions_killed_under_a_running_job(spark, kafka3, job_settings) -> None:
+    for node in kafka3.nodes:  # whatever ran before on the module's cluster: every node running
+        node.start()
     cluster = Cluster(kafka3.bootstrap, replication=3)
     topic = cluster.name("orders")
     cluster.create(topic, PARTITIONS, {"cleanup.policy": "delete"})
