@@ -17,7 +17,7 @@ import msgspec
 from compactd.control.lifecycle import BehindHighWatermark
 from compactd.control.share import BatchThresholds
 from compactd.errors import DeliveryTimeout, DependencyUnavailable
-from compactd.model import ActionRecord
+from compactd.model import ActionRecord, PartitionView
 from compactd.policy.identity import commit_outlived, report_outlived
 from compactd.policy.plan import NOT_CAUGHT_UP, cluster_check, send_check
 from compactd.policy.readers import fold_view, readers_say_no
@@ -185,7 +185,14 @@ class Dispatch:
                         held += 1  # waits in the outbox until a nudged partition shows up compacted
                         continue
                 try:
-                    why = self._stale(rec, now) or self._cluster_says_no(rec, th) or self._reports_outlived(rec)
+                    # the partition's state, read once for the checks that judge a delete by it
+                    judged = rec.action == "delete_records" and self.lifecycle.reader is not None
+                    view = self.state.views([(rec.topic, rec.partition)])[0] if judged else None
+                    why = (
+                        self._stale(rec, now, view)
+                        or self._cluster_says_no(rec, th)
+                        or self._reports_outlived(rec, view)
+                    )
                 except BehindHighWatermark as exc:  # the followers have not caught up: it waits, the round goes on
                     held += 1
                     behind[(rec.topic, rec.partition)] = str(exc)
@@ -272,16 +279,15 @@ class Dispatch:
         cap = None if self.view_caps is None else self.view_caps.cap(rec.topic, rec.partition, th, now, fresh=True)
         return send_check(rec, view, th, now, excluded, cap)
 
-    def _stale(self, rec: ActionRecord, now: int) -> str | None:
+    def _stale(self, rec: ActionRecord, now: int, view: PartitionView | None) -> str | None:
         """Why `rec` must not go because its topic is not the log its state describes (control/lifecycle.py).
         BehindHighWatermark passes through: the delete waits for the followers."""
         if rec.action not in ("delete_records", "compact"):
             return None
         # a delete is judged by the log's evidence too; a nudge (put back whatever happens) by the topic ID alone
         deleting = self.lifecycle.reader is not None and rec.action == "delete_records"
-        view = self.state.views([(rec.topic, rec.partition)])[0] if deleting else None
         try:
-            return self.lifecycle.check(rec, view, now)
+            return self.lifecycle.check(rec, view if deleting else None, now)
         except BehindHighWatermark:
             raise
         except Exception as exc:  # the cluster cannot say which log it holds: hold the action
@@ -344,17 +350,14 @@ class Dispatch:
             ) from None
         return None
 
-    def _reports_outlived(self, rec: ActionRecord) -> str | None:
+    def _reports_outlived(self, rec: ActionRecord, view: PartitionView | None) -> str | None:
         """The last guard before a delete goes, whatever its rule: the segments it was decided by, where their
         reports carry the leader epoch of their last record, still hold the log's records below it
         (policy/identity.py `report_outlived`). Only a partition whose leader epoch now is later than a report's is
         read (the last record below the delete; Read on the topic). Raises DependencyUnavailable when the log
         cannot say."""
         reader = self.lifecycle.reader
-        if reader is None or rec.action != "delete_records" or rec.before_offset is None:
-            return None
-        view = self.state.views([(rec.topic, rec.partition)])[0]
-        if view is None:
+        if reader is None or view is None or rec.action != "delete_records" or rec.before_offset is None:
             return None
         segments = [s for s in view.segments if s.base_offset < rec.before_offset]
         epochs = self.state.segment_epochs(rec.topic, rec.partition, [s.base_offset for s in segments])
