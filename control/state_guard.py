@@ -46,9 +46,13 @@ class StateGuard:
         return why
 
     def loss_now(self, stream_id: str) -> str | None:
-        """The same comparison while running: one small read, before every merge and on every tick."""
+        """The same comparison while running: one small read, before every merge and on every tick. What this process
+        merged is taken before Redis is read: the batch thread marks a batch in Redis, then remembers it, so Redis
+        must hold at least what was remembered before the read (taken after, a batch merged in between read as lost
+        writes, and the state was wiped and rebuilt for nothing)."""
+        merged = self.merged
         return state_loss(
-            self.epoch, self.state.health(), stream_id, self.merged, has_state=True, shards=self.state.shard_marks()
+            self.epoch, self.state.health(), stream_id, merged, has_state=True, shards=self.state.shard_marks()
         )
 
     def intact(self) -> bool:

@@ -60,6 +60,26 @@ def test_writes_lost_in_a_failover_are_a_loss(rclient, tmp_path) -> None:
     assert "lost writes" in (guard(rclient, tmp_path).loss_at_start("s") or "")
 
 
+def test_a_batch_merged_while_a_tick_reads_the_state_hash_is_no_loss(rclient, tmp_path) -> None:
+    """The run loop's tick checks the state while the batch thread merges. A batch that completes (its mark written,
+    then remembered) between the tick's read of the state hash and its look at what was merged is no loss. Before:
+    "Redis lost writes: its last merged batch is none, batch 0 was merged" right after a rebuild's first batch, and
+    the state was wiped and rebuilt a second time (a clean-clone make test, test_state_loss)."""
+    g = guard(rclient, tmp_path)
+    g.loss_at_start("s")
+    read = g.state.health
+
+    def read_then_merge() -> dict[str, str]:
+        seen = read()
+        g.merged_batch("s", 0)  # the batch thread, right after the tick's read
+        return seen
+
+    g.state.health = read_then_merge  # type: ignore[method-assign]
+    assert g.loss_now("s") is None
+    g.state.health = read  # type: ignore[method-assign]
+    assert g.loss_now("s") is None and g.merged == 0
+
+
 def test_an_upgraded_checkpoint_without_an_epoch_adopts_the_state_it_finds(rclient, tmp_path) -> None:
     merged_something(rclient)
     completed(tmp_path, 7)  # batches merged by a version that kept no epoch and no batch marker
