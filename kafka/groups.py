@@ -28,7 +28,7 @@ from compactd.codec.streams_group import MEMBER, TOPOLOGY, Topology, decode_key,
 from compactd.errors import DecodeError, DependencyUnavailable
 from compactd.kafka.admin import admin_client, retire
 from compactd.kafka.config import KafkaConnection
-from compactd.kafka.offset_fetch import OffsetFetcher, error_text
+from compactd.kafka.coordinator import CoordinatorChild, error_text
 from compactd.kafka.share_state import read_to_ends, tail_consumer
 from compactd.model import PartitionOffsets
 
@@ -93,7 +93,7 @@ class GroupReader:
         self.conn = conn
         self.timeout_s = timeout_s
         self._admin: Any = None
-        self.offsets = OffsetFetcher(conn, timeout_s)
+        self.coordinator = CoordinatorChild(conn, timeout_s)
         self.fetches = 0  # OffsetFetch requests sent (tests and the benchmark read it)
         self.lists = 0  # ListGroups requests sent
         self.describes = 0  # groups described
@@ -134,45 +134,33 @@ class GroupReader:
 
     def fetch(self, groups: Iterable[str]) -> dict[str, PartitionOffsets | Exception]:
         """Each group's committed offsets (partitions with none left out), or the error that group's fetch met.
-        Read in a process of its own (kafka/offset_fetch.py): librdkafka's OffsetFetch can crash the process that
-        sends it while a coordinator moves."""
+        Sent from a process of its own (kafka/coordinator.py): librdkafka can kill the process that sends a
+        coordinator request while a coordinator moves."""
         groups = list(groups)
-        if not groups:
-            return {}
         self.fetches += len(groups)
-        out = self.offsets.fetch(groups)
+        out = self.coordinator.offsets(groups)
         if any(isinstance(got, Exception) for got in out.values()):
             self.close()  # a coordinator that moved (its broker died): the next round asks with a new client
         return out
 
     def assignments(self, groups: Iterable[str]) -> dict[str, frozenset[str] | Exception]:
         """The topics each group's members are assigned now (DescribeGroups / ConsumerGroupDescribe, one request
-        per coordinator), or the error that group's describe met."""
+        per coordinator), or the error that group's describe met; from the same child as `fetch`, for the same
+        reason."""
         groups = list(groups)
-        if not groups:
-            return {}
-        futures = self.admin.describe_consumer_groups(groups, request_timeout=self.timeout_s)
         self.describes += len(groups)
-        out: dict[str, frozenset[str] | Exception] = {}
-        for group, fut in futures.items():
-            try:
-                desc = fut.result(self.timeout_s)
-                out[group] = frozenset(
-                    tp.topic for m in desc.members for tp in (m.assignment.topic_partitions if m.assignment else [])
-                )
-            except Exception as exc:
-                out[group] = exc
+        out = self.coordinator.assignments(groups)
         if any(isinstance(got, Exception) for got in out.values()):
             self.close()
         return out
 
     def close(self) -> None:
-        """The admin client goes; the next request makes a new one, which learns the cluster's leaders and
-        coordinators afresh. After a broker of a replicated cluster died, the old one kept sending a moved group's
-        OffsetFetch towards the dead node: every delete held a minute and more (measured on three nodes)."""
+        """The clients go; the next request makes new ones, which learn the cluster's leaders and coordinators
+        afresh. After a broker of a replicated cluster died, the old one kept sending a moved group's OffsetFetch
+        towards the dead node: every delete held a minute and more (measured on three nodes)."""
         retire(self._admin)  # a request of it may still be out: freed once that has had its answer
         self._admin = None
-        self.offsets.close()
+        self.coordinator.close()
 
 
 class ClusterGroupOffsets:
