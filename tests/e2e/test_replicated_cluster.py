@@ -30,7 +30,6 @@ import pytest
 import redis
 from confluent_kafka import (
     Consumer,
-    ConsumerGroupTopicPartitions,
     ElectionType,
     Producer,
     TopicCollection,
@@ -57,7 +56,7 @@ from compactd.state.redis_store import RedisState
 from tests.support import kraft
 from tests.support.events import old_segments
 from tests.support.fixtures import Cluster
-from tests.support.groups import admin_commit, commit
+from tests.support.groups import commit
 from tests.support.kraft import unanswered
 from tests.support.running import Running
 from tests.support.waiting import wait_for, wait_until
@@ -449,10 +448,8 @@ def read_and_commit(bootstrap: str, group: str, topic: str, start: int, end: int
     """`group` reads `topic`/0 from `start` up to `end` and commits where it stopped, with the leader epoch of the
     last record it read (KIP-320); returns that epoch.
 
-    The commit goes through the Admin API (OffsetCommit with the epoch, as a member's commit sends it): a worker
-    aborted in librdkafka (SIGABRT) while this helper retried a consumer's synchronous commit with the group's
-    coordinator a killed node. Another abort came later with no commit under way, so the commit was at most one way
-    in; the Admin API's is one request a try, with no group state of the client's own."""
+    The commit goes through `commit` (the Admin API's OffsetCommit with the epoch, as a member's commit sends it,
+    from a child process: tests/support/groups.py says why)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{group}-reader", "enable.auto.commit": False})
     c.assign([TopicPartition(topic, 0, start)])
     last = None
@@ -466,11 +463,7 @@ def read_and_commit(bootstrap: str, group: str, topic: str, start: int, end: int
     finally:
         c.close()
     epoch = last.leader_epoch()
-    a = kraft.admin(KafkaConnection(bootstrap))  # must outlive the future
-    at = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, end, leader_epoch=epoch)])
-    wait_until(f"{group}'s commit taken", lambda: admin_commit(a, at), lambda _: True, 60, tolerate=kraft.not_yet)
-    [held] = a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30).topic_partitions
-    assert (held.offset, held.leader_epoch) == (end, epoch), held  # the epoch went with the commit
+    commit(bootstrap, group, topic, {0: end}, {0: epoch})  # read back from the broker: the epoch went with it
     return epoch
 
 

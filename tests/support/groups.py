@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,25 +126,58 @@ def streams_assigned(bootstrap: str, application_id: str, topic: str) -> Iterato
             proc.wait(10)
 
 
-def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
-    """`group` commits `offsets` (partition -> offset) as a member outside a generation does (a consumer that
-    assigns its partitions), through the group's coordinator; the broker writes them to `__consumer_offsets`.
+def commit(
+    bootstrap: str, group: str, topic: str, offsets: dict[int, int], epochs: dict[int, int] | None = None
+) -> None:
+    """`group` commits `offsets` (partition -> offset; `epochs`: partition -> the leader epoch of the last record read,
+    KIP-320) as a member outside a generation does (a consumer that assigns its partitions), through the group's
+    coordinator; the broker writes them to `__consumer_offsets`, and the commit is read back from it.
 
-    Sent by the Admin API (the same OffsetCommit, generation -1): one request a try, no group state of the client's
-    own (a worker aborted in librdkafka while a consumer's synchronous commit was retried against a killed
-    coordinator; which client aborted was not seen)."""
-    a = AdminClient({"bootstrap.servers": bootstrap})
-    at = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p, o) for p, o in offsets.items()])
-    # a coordinator still loading its `__consumer_offsets` partition (a node just started) or just moved answers
-    # with a retriable error: committed again until the broker takes it
-    wait_until(f"{group}'s commit taken", lambda: admin_commit(a, at), lambda _: True, 60, tolerate=not_yet)
+    Sent by the Admin API (the same OffsetCommit, generation -1), from a child process: librdkafka 2.16 aborts the
+    process whose coordinator request's send fails while the coordinator moves (librdkafka#4605, SIGABRT), which
+    took down pytest workers in the 3-node tests. A child that dies of a signal is started again (up to 3 times)."""
+    request = json.dumps({"bootstrap": bootstrap, "group": group, "topic": topic, "offsets": offsets,
+                          "epochs": epochs or {}})  # fmt: skip
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.support.groups", request], capture_output=True, text=True, timeout=150
+        )
+        if done.returncode >= 0:
+            break
+    assert done.returncode == 0, f"{group}'s commit failed ({done.returncode}): {done.stderr.strip()[-600:]}"
 
 
-def admin_commit(a: AdminClient, at: ConsumerGroupTopicPartitions) -> None:
-    """OffsetCommit through `a`: a partition the broker refused (its error is in the answer, not raised by the
-    future) raises as the whole request would."""
+def _commit_here(bootstrap: str, group: str, topic: str, offsets: dict[int, int], epochs: dict[int, int]) -> None:
+    """The child's part of `commit`."""
     from confluent_kafka import KafkaException
 
-    for tp in a.alter_consumer_group_offsets([at])[at.group_id].result(10).topic_partitions:
-        if tp.error is not None:
-            raise KafkaException(tp.error)
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    at = ConsumerGroupTopicPartitions(
+        group, [TopicPartition(topic, p, o, leader_epoch=epochs.get(p, -1)) for p, o in offsets.items()]
+    )
+
+    def once() -> None:
+        for tp in a.alter_consumer_group_offsets([at])[group].result(10).topic_partitions:
+            if tp.error is not None:
+                raise KafkaException(tp.error)  # a partition the broker refused: its error is in the answer
+
+    # a coordinator still loading its `__consumer_offsets` partition (a node just started) or just moved answers
+    # with a retriable error: committed again until the broker takes it
+    wait_until(f"{group}'s commit taken", once, lambda _: True, 60, tolerate=not_yet)
+    held = wait_until(
+        f"{group}'s commit read back",
+        lambda: a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30),
+        tolerate=not_yet,
+    ).topic_partitions
+    got = {tp.partition: (tp.offset, tp.leader_epoch if tp.leader_epoch is not None else -1) for tp in held
+           if tp.topic == topic}  # fmt: skip
+    want = {p: (o, epochs.get(p, -1)) for p, o in offsets.items()}
+    assert {p: got.get(p) for p in want} == want, f"{group} holds {got}, committed {want}"  # the epoch went too
+
+
+if __name__ == "__main__":
+    job = json.loads(sys.argv[1])
+    _commit_here(
+        job["bootstrap"], job["group"], job["topic"],
+        {int(p): o for p, o in job["offsets"].items()}, {int(p): e for p, e in job["epochs"].items()},
+    )  # fmt: skip
