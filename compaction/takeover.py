@@ -123,7 +123,8 @@ class Takeovers:
 
     def current(self) -> dict[str, Takeover]:
         if self.held is None:
-            self.held = dict(self.ledger.load_takeovers())
+            loaded = (Takeover.from_json(raw) for raw in self.ledger.load_takeovers().values())
+            self.held = {tk.topic: tk for tk in loaded if tk is not None}
         return self.held
 
     def take(self, topic: str) -> Takeover | None:

@@ -93,15 +93,13 @@ class NudgeLedger:
         self._writer.write(f"{TAKEOVER}{topic}", None)
         self._writer.flush(self.timeout_s)
 
-    def load_takeovers(self) -> dict[str, Any]:
-        """topic -> its takeover (compaction/takeover.py Takeover), those the topic holds."""
-        from compactd.compaction.takeover import Takeover
-
+    def load_takeovers(self) -> dict[str, dict[str, Any]]:
+        """topic -> the takeover record the topic holds for it, as `record_takeover` wrote it (compaction/takeover.py
+        reads it back: the ledger keeps records, it does not know the compaction service's types)."""
         out = {}
         for key, value in self._live().items():
-            tk = Takeover.from_json(value) if key.startswith(TAKEOVER.encode()) and isinstance(value, dict) else None
-            if tk is not None:
-                out[tk.topic] = tk
+            if key.startswith(TAKEOVER.encode()) and isinstance(value, dict):
+                out[key.decode()[len(TAKEOVER) :]] = value
         return out
 
     def load(self) -> list[Nudge]:
