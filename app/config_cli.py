@@ -9,8 +9,7 @@ from typing import Any
 from compactd.app.settings import Settings
 from compactd.clock import now_ms
 from compactd.codec.config_events import digest, parse_config_event, sign
-from compactd.codec.events import Rejected
-from compactd.errors import UsageError
+from compactd.errors import Rejected, UsageError
 from compactd.kafka.reader import read_to_end
 from compactd.kafka.writer import JsonTopicWriter
 from compactd.policy.runtime_config import AppliedLayer, apply_event, effective_layers

@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from compactd.codec.events import MAX_INT, Rejected
-from compactd.errors import ConfigError
+from compactd.codec.events import MAX_INT
+from compactd.errors import ConfigError, Rejected
 from compactd.labels import BAD_SIGNATURE, INVALID_CONFIG, MALFORMED_JSON, NULL_VALUE, OVERSIZED
 from compactd.policy.thresholds import KNOWN_KEYS, parse_scope, validate_layer
 

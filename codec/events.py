@@ -8,6 +8,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from compactd.errors import Rejected
 from compactd.labels import INVALID_FIELD, MALFORMED_JSON, NULL_VALUE, OVERSIZED, UNKNOWN_TYPE
 
 # Offsets and timestamps travel through Lua and zset scores (doubles): above 2**53 they would lose digits,
@@ -126,16 +127,6 @@ def _types(*models: type[_Event]) -> frozenset[str]:
 # the `type`s each topic carries (an event of the other topic's types is `unknown_type` there)
 SEGMENT_TYPES = _types(SegmentRolled, Compacted, ReplicaLog, LogStart)
 OFFSET_TYPES = _types(OffsetCommit, OffsetDelete, GroupDelete)
-
-
-class Rejected(Exception):
-    """An input record that fails the contract; `reason` is a short, stable code (`compactd.labels`) plus a human
-    message."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
 
 
 def parse(adapter: TypeAdapter, value: bytes | None, max_bytes: int) -> AnyEvent:

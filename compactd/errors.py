@@ -76,3 +76,13 @@ def forced_by(stop: object) -> ForcedStop | None:
 
 class StopTimeout(CompactdError):
     """The running batch did not finish within stop_timeout_ms after a stop was asked for."""
+
+
+class Rejected(Exception):
+    """An input record (an event, a config event) that fails the contract, and goes to the DLQ; `reason` is a short,
+    stable code (`compactd.labels`) plus a human message."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactd.codec.config_events import digest, parse_config_event
-from compactd.codec.events import Rejected
 from compactd.control.controller import Controller
-from compactd.metrics import Metrics
+from compactd.control.metrics import Metrics
+from compactd.errors import Rejected
 from compactd.policy.runtime_config import AppliedLayer, apply_event, effective_layers
 from compactd.policy.thresholds import parse_scope
 from compactd.state.redis_store import RedisState

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from compactd.codec.config_events import ConfigEvent
-from compactd.codec.events import Rejected
-from compactd.errors import ConfigError
+from compactd.errors import ConfigError, Rejected
 from compactd.labels import INVALID_CONFIG, STALE_VERSION
 from compactd.policy.readers import declared
 from compactd.policy.thresholds import parse_scope, resolve
@@ -22,6 +20,22 @@ from compactd.policy.thresholds import parse_scope, resolve
 Layers = Mapping[str, Mapping[str, Any]]
 GROUP_KEYS = frozenset({"groups.include", "groups.exclude", "groups.required"})
 MAX_DIGESTS = 1000  # applied events remembered per scope, so re-reading the topic from the start is a replay
+
+
+class ConfigChange(Protocol):
+    """What a config event asks (codec/config_events.py `ConfigEvent` is one, decoded and validated): the rules take
+    its values, not the wire format."""
+
+    @property
+    def scope(self) -> str: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def ts(self) -> int: ...
+    @property
+    def set_(self) -> Mapping[str, Any]: ...
+    @property
+    def unset(self) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -80,7 +94,7 @@ def _touched_scopes(scope: str, layers: Layers) -> Iterable[tuple[str, int | Non
 
 
 def apply_event(
-    event: ConfigEvent, raw_digest: str, base: Layers, applied: Mapping[str, AppliedLayer]
+    event: ConfigChange, raw_digest: str, base: Layers, applied: Mapping[str, AppliedLayer]
 ) -> Change | None:
     """The change an event makes, None for a replay of an applied event, or Rejected (stale, invalid result)."""
     current = applied.get(event.scope, AppliedLayer())

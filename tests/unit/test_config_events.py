@@ -7,7 +7,7 @@ import json
 import pytest
 
 from compactd.codec.config_events import canonical, digest, parse_config_event, sign
-from compactd.codec.events import Rejected
+from compactd.errors import Rejected
 from compactd.policy.runtime_config import AppliedLayer, apply_event, effective_layers
 
 BASE = {"global": {"dry.run": False}, "topic:orders": {"forced.retention.ms": 7_200_000}}

@@ -12,7 +12,7 @@ from compactd.app.settings import Settings
 from compactd.codec.config_events import ConfigEvent
 from compactd.codec.share_state import advance, decode_key, decode_value
 from compactd.codec.spark_checkpoint import kafka_positions, latest_batch
-from compactd.errors import ConfigError, DecodeError
+from compactd.errors import ConfigError, DecodeError, Rejected
 from compactd.model import PartitionNumbers, PartitionView
 from compactd.policy.readers import (
     PATTERNS,
@@ -29,7 +29,7 @@ from compactd.policy.readers import (
     pin_holds,
     readers_say_no,
 )
-from compactd.policy.runtime_config import Rejected, apply_event
+from compactd.policy.runtime_config import apply_event
 from compactd.policy.thresholds import parse_scope, resolve, validate_layer
 
 # bytes a live Apache Kafka 4.4 broker wrote to __share_group_state (share group "sg1", one topic)
