@@ -25,6 +25,7 @@ from compactd.compaction.takeover import Takeovers
 from compactd.control.agent_watch import AgentWatch
 from compactd.control.compaction_trigger import POOL, CompactionTrigger
 from compactd.control.controller import Controller, Probe, _no_probe
+from compactd.control.metrics import Metrics, default_metrics
 from compactd.control.readers import Readers
 from compactd.control.runtime_config import RuntimeConfig
 from compactd.control.state_guard import StateGuard
@@ -34,7 +35,6 @@ from compactd.kafka.admin import check_reachable, ensure_topics
 from compactd.kafka.groups import ClusterGroupOffsets
 from compactd.kafka.share_state import ShareStateTail
 from compactd.kafka.topics import ClusterTopics
-from compactd.metrics import Metrics, default_metrics
 from compactd.model import ActionRecord
 from compactd.policy.readiness import Readiness
 from compactd.policy.thresholds import without_nudges

@@ -13,10 +13,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from compactd.control.metrics import Metrics
 from compactd.kafka.admin import admin_client
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.watermarks import list_offsets
-from compactd.metrics import Metrics
 from compactd.streaming.checkpoint import batch_end_offsets
 
 log = logging.getLogger("compactd.source")

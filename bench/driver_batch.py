@@ -19,8 +19,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import Controller
+from compactd.control.metrics import Metrics
 from compactd.demo.embedded import redis_server
-from compactd.metrics import Metrics
 from compactd.model import Segment
 from compactd.sinks.recording import RecordingSink
 from compactd.state.changes import BatchChanges

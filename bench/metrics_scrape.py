@@ -18,8 +18,8 @@ import redis
 from prometheus_client import CollectorRegistry, generate_latest
 
 from compactd.control.controller import Controller
+from compactd.control.metrics import Metrics
 from compactd.demo.embedded import redis_server
-from compactd.metrics import Metrics
 from compactd.model import Segment
 from compactd.sinks.recording import RecordingSink
 from compactd.state.changes import BatchChanges

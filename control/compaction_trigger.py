@@ -25,8 +25,8 @@ from compactd.compaction.manifest import Manifest, RunDue, find_gaps, garbage_be
 from compactd.compaction.service import Compactor, ViewGap, eligible
 from compactd.compaction.store import RunInProgress
 from compactd.compaction.takeover import Takeover, Takeovers, overlay, wanted
+from compactd.control.metrics import Metrics
 from compactd.control.view_caps import ViewCaps
-from compactd.metrics import Metrics
 from compactd.model import ActionRecord
 from compactd.policy.thresholds import Thresholds, parse_scope, resolve, resolve_global
 

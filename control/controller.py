@@ -23,6 +23,7 @@ from compactd.clock import now_ms
 from compactd.control.dispatch import NUDGE_CHECK_MS, Dispatch
 from compactd.control.io_ahead import IoAhead
 from compactd.control.lifecycle import Lifecycle, Records, TopicReader
+from compactd.control.metrics import Metrics
 from compactd.control.readers import Readers
 from compactd.control.scheduled import Scheduled
 from compactd.control.share import (
@@ -36,7 +37,6 @@ from compactd.control.share import (
 )
 from compactd.gc_pause import gc_paused
 from compactd.kafka.groups import GroupCheck
-from compactd.metrics import Metrics
 from compactd.model import ActionRecord
 from compactd.policy.arrays import NONE
 from compactd.policy.forecast import partition_stats, stats_rows

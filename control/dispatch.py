@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     import threading
 
     from compactd.control.lifecycle import Lifecycle
+    from compactd.control.metrics import Metrics
     from compactd.control.readers import Readers
     from compactd.kafka.groups import GroupCheck
-    from compactd.metrics import Metrics
     from compactd.policy.throttle import TokenBucket
     from compactd.sinks.audit import AuditLog
     from compactd.sinks.base import ActionSink

@@ -19,8 +19,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
+from compactd.control.metrics import Metrics
 from compactd.kafka.topics import TopicsNow
-from compactd.metrics import Metrics
 from compactd.model import ActionRecord, PartitionView
 from compactd.policy.identity import (
     STALE,

@@ -16,7 +16,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
 from compactd import labels
-from compactd.partition_metrics import PartitionMetrics
+from compactd.control.partition_metrics import PartitionMetrics
 
 
 class ClusterRegistry(CollectorRegistry):

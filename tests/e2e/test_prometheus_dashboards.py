@@ -13,10 +13,10 @@ import pytest
 
 from compactd.app.application import Application
 from compactd.app.cli import main
+from compactd.control.metrics import Metrics
 from compactd.dashboards.build import BUILDERS
 from compactd.dashboards.render import panel_results, render
 from compactd.demo.embedded import free_port, prometheus_server
-from compactd.metrics import Metrics
 from tests.support import waiting
 from tests.support.compaction import history, produce
 from tests.support.waiting import wait_until

@@ -21,8 +21,8 @@ from compactd.codec.offsets import (
     encode_offset_value,
 )
 from compactd.control.controller import Controller
+from compactd.control.metrics import Metrics
 from compactd.kafka.config import KafkaConnection
-from compactd.metrics import Metrics
 from compactd.model import Segment
 from compactd.policy.plan import NOT_CAUGHT_UP
 from compactd.policy.readiness import Readiness

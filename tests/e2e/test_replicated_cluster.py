@@ -44,10 +44,10 @@ from compactd.app.explain_cli import explain
 from compactd.app.explain_text import format_text
 from compactd.control.controller import Controller
 from compactd.control.dispatch import BEHIND_RECHECK_MS
+from compactd.control.metrics import Metrics
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.groups import ClusterGroupOffsets
 from compactd.kafka.topics import ClusterTopics
-from compactd.metrics import Metrics
 from compactd.model import ActionRecord, Segment
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.kafka_admin import KafkaAdminSink

@@ -9,8 +9,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from compactd.app.application import Application
+from compactd.control.metrics import Metrics
 from compactd.demo.broker import kafka_broker
-from compactd.metrics import Metrics
 from tests.support.fixtures import Cluster
 
 pytestmark = pytest.mark.spark

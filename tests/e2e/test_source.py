@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from compactd.app.settings import Settings
 from compactd.app.source_loss import SourceLoss
-from compactd.metrics import Metrics
+from compactd.control.metrics import Metrics
 from compactd.streaming.checkpoint import adopt_source
 from compactd.streaming.connector import java_options
 from compactd.streaming.decode import Decoder

@@ -30,8 +30,8 @@ from prometheus_client import CollectorRegistry
 from compactd.agent.admin_poll import AdminPoll, Event
 from compactd.app.settings import Settings
 from compactd.control.controller import Controller
+from compactd.control.metrics import Metrics
 from compactd.kafka.groups import GroupCheck
-from compactd.metrics import Metrics
 from compactd.model import ActionRecord, Segment
 from compactd.sinks.recording import RecordingSink
 from compactd.state.changes import BatchChanges

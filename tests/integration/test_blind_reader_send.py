@@ -10,9 +10,9 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import Controller
+from compactd.control.metrics import Metrics
 from compactd.control.readers import Readers
 from compactd.kafka.config import KafkaConnection
-from compactd.metrics import Metrics
 from compactd.model import Segment
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.kafka_admin import KafkaAdminSink

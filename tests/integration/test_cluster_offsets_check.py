@@ -13,9 +13,9 @@ from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import Controller
+from compactd.control.metrics import Metrics
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.groups import ClusterGroupOffsets
-from compactd.metrics import Metrics
 from compactd.model import Segment
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.kafka_admin import KafkaAdminSink

@@ -14,8 +14,8 @@ from compactd.app.cli import main
 from compactd.app.explain_cli import explain
 from compactd.app.settings import Settings
 from compactd.control.controller import Controller
+from compactd.control.metrics import Metrics
 from compactd.demo.embedded import Service, redis_cluster
-from compactd.metrics import Metrics
 from compactd.model import ActionRecord, Segment
 from compactd.sinks.recording import RecordingSink
 from compactd.state.changes import BatchChanges

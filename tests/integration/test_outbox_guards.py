@@ -6,7 +6,7 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import Controller
-from compactd.metrics import Metrics
+from compactd.control.metrics import Metrics
 from compactd.model import ActionRecord, Segment
 from compactd.sinks.recording import RecordingSink
 from compactd.state.changes import BatchChanges

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import Controller
+from compactd.control.metrics import Metrics
 from compactd.keys import partition_key
-from compactd.metrics import Metrics
 from compactd.model import ActionRecord, Segment
 from compactd.policy.forecast import partition_stats
 from compactd.policy.plan import plan_partition

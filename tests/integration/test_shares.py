@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import Controller
+from compactd.control.metrics import Metrics
 from compactd.control.share import share_of
-from compactd.metrics import Metrics
 from compactd.model import Segment
 from compactd.sinks.recording import RecordingSink
 from compactd.state.changes import BatchChanges

@@ -8,8 +8,8 @@ from confluent_kafka.admin import ResourceType
 from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import Controller
+from compactd.control.metrics import Metrics
 from compactd.kafka.config import KafkaConnection
-from compactd.metrics import Metrics
 from compactd.model import ActionRecord, Segment
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.kafka_admin import KafkaAdminSink

@@ -10,8 +10,8 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import Dashboard
 from prometheus_client import CollectorRegistry, generate_latest
 
+from compactd.control.metrics import Metrics
 from compactd.dashboards.build import BUILDERS, JSON_DIR, build_all, load, panel_queries
-from compactd.metrics import Metrics
 from compactd.model import PartitionView, Segment
 from compactd.policy.forecast import partition_stats
 from compactd.policy.thresholds import Thresholds

@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from compactd.control.lifecycle import TRUNCATION_GRACE_MS, BehindHighWatermark, Lifecycle
+from compactd.control.metrics import Metrics
 from compactd.kafka.topics import TopicsNow
-from compactd.metrics import Metrics
 from compactd.model import ActionRecord, PartitionView, Segment
 from compactd.policy.identity import (
     ZERO_ID,

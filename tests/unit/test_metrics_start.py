@@ -14,9 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from compactd import labels
 from compactd.codec.config_events import MAX_CONFIG_EVENT_BYTES, digest, parse_config_event
-from compactd.codec.events import Rejected
 from compactd.codec.offsets import OffsetValue, encode_offset_key, encode_offset_value
-from compactd.metrics import Metrics
+from compactd.control.metrics import Metrics
+from compactd.errors import Rejected
 from compactd.model import ActionKind, Reason, Status
 from compactd.policy.runtime_config import AppliedLayer, apply_event
 from compactd.streaming.decode import Decoder

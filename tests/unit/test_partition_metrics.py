@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from compactd.metrics import Metrics
+from compactd.control.metrics import Metrics
+from compactd.control.partition_metrics import PartitionMetrics
 from compactd.model import PartitionView, Segment
-from compactd.partition_metrics import PartitionMetrics
 from compactd.policy.forecast import partition_stats
 from compactd.policy.thresholds import Thresholds
 
