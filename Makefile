@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.stamp-deps
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps system-deps demo test test-slow soak lint docs bench clean
+.PHONY: deps system-deps demo test test-slow soak lint imports docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,7 +52,7 @@ TEST_WORKERS ?= $(shell awk '/MemAvailable/ { w = int(($$2 / 1048576 - 1) / 1.5)
 # The suite starts a few hundred Python processes (jobs, CLI calls, Spark's workers): compiled once here, where
 # PYTHONDONTWRITEBYTECODE would otherwise have each of them compile compactd again (0.6 s of CPU per job start).
 PACKAGE_DIRS := compactd kafka codec streaming state policy control sinks app agent demo dashboards compaction tests
-test: deps
+test: deps imports
 	$(BIN)/python -m compileall -q -j 0 $(PACKAGE_DIRS) >/dev/null
 	@rm -rf $${TMPDIR:-/tmp}/compactd-test-crashes
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15 || { \
@@ -85,9 +85,21 @@ soak: deps
 	COMPACTD_NUDGE_EXAMPLES=$${NUDGE_EXAMPLES:-60} $(BIN)/pytest -q tests/integration/test_nudges.py -k every_nudge
 	COMPACTD_SOAK=1 COMPACTD_REPLICATED_EXAMPLES=$${REPLICATED_EXAMPLES:-30} $(BIN)/pytest -q -m soak tests
 
-lint: deps
+lint: deps imports
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# The layers contract of pyproject.toml ([tool.importlinter]) over the import graph. import-linter finds a package's
+# modules on disk under one folder; compactd's stages are top-level folders mapped into it, so the check runs over a
+# tree of links that lays them out as the installed package does.
+IMPORT_TREE := build/import-graph
+imports: $(STAMP)
+	@rm -rf $(IMPORT_TREE) && mkdir -p $(IMPORT_TREE)/compactd
+	@ln -s $(CURDIR)/compactd/*.py $(IMPORT_TREE)/compactd/
+	@for p in $(filter-out compactd tests,$(PACKAGE_DIRS)); do ln -s $(CURDIR)/$$p $(IMPORT_TREE)/compactd/$$p; done
+	@cd $(IMPORT_TREE) && PYTHONPATH=. $(CURDIR)/$(BIN)/lint-imports --no-cache $(CURDIR)/pyproject.toml \
+	  >../import-graph.log 2>&1; rc=$$?; sed -n '/^Contracts/,$$p' ../import-graph.log | grep -v '^[-[:space:]]*$$'; \
+	  exit $$rc
 
 # docs/configuration.md is generated from the settings models (app/config_doc.py), docs/architecture.md's module map
 # from the docstrings (app/module_map.py); tests/unit/test_config_doc.py and test_module_map.py fail
