@@ -72,7 +72,7 @@ def _clients_freed_after_each_test() -> Iterator[None]:
     librdkafka 2.16 aborts a process (`rd_kafka_enq_once_del_source_return: Assertion 'eonce->refcnt > 0'`, seen
     in `make soak`'s rolling restart) when a client's coordinator request (ListConsumerGroupOffsets,
     DescribeConsumerGroups) is sent again on a broker's state change and its connection fails: the error path frees
-    what it still uses (librdkafka issue 4605, fix proposed in PR 5397, not released). A client left over from an
+    what it still uses (librdkafka#4605, its fix (PR 5397) unreleased). A client left over from an
     earlier test keeps such requests through the next test's kills: a worker aborted in two of six clean-clone runs
     in the unclean-election test, never when the test ran alone (22 runs)."""
     yield
