@@ -26,10 +26,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from compactd.model import PartitionOffsets
+from compactd.model import PartitionOffsets, PartitionRef
 
 Event = dict[str, Any]
-TP = tuple[str, int]
 
 
 @dataclass
@@ -53,8 +52,8 @@ class AdminPoll:
         self.slice_ms = slice_ms
         self.group_grace_ms = group_grace_ms
         self.counts = counts
-        self.logs: dict[TP, _Log] = {}
-        self.committed: dict[str, dict[TP, int]] = {}  # group -> its offsets as last published
+        self.logs: dict[PartitionRef, _Log] = {}
+        self.committed: dict[str, dict[PartitionRef, int]] = {}  # group -> its offsets as last published
         self.missing_since: dict[str, int] = {}  # group -> the first poll that did not list it
         self.polled_at: int | None = None
 
@@ -105,7 +104,7 @@ class AdminPoll:
 
     # -- logs
     def logs_seen(
-        self, now: int, starts: PartitionOffsets, ends: PartitionOffsets, watched: set[TP] | None = None
+        self, now: int, starts: PartitionOffsets, ends: PartitionOffsets, watched: set[PartitionRef] | None = None
     ) -> list[Event]:
         """Events for one poll's ListOffsets earliest (`starts`) and latest (`ends`). `watched`: every partition the
         cluster has (default: those answered); one missing from it is gone, one not answered waits for a poll."""

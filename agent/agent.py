@@ -17,8 +17,8 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
+from compactd.agent.admin_poll import Event
 from compactd.agent.leaders import Leaders
 from compactd.agent.logdir import CheckpointError, SegmentFile, read_checkpoint, scan_log_dir
 from compactd.clock import now_ms
@@ -27,7 +27,6 @@ from compactd.kafka.writer import JsonTopicWriter
 from compactd.keys import partition_key
 
 log = logging.getLogger("compactd.agent")
-Event = dict[str, Any]
 
 
 FULL_EVERY_MS = 3_600_000

@@ -17,9 +17,9 @@ from typing import Any
 
 from compactd.kafka.admin import admin_client, retire
 from compactd.kafka.config import KafkaConnection
+from compactd.model import PartitionRef
 
 log = logging.getLogger("compactd.agent")
-TP = tuple[str, int]
 
 
 def node_id(log_dir: Path) -> int | None:
@@ -40,13 +40,13 @@ class Leaders:
     def __init__(self, conn: KafkaConnection, node: int, timeout_s: float = 10.0) -> None:
         self.conn, self.node, self.timeout_s = conn, node, timeout_s
         self._admin: Any = None
-        self._assignment: dict[TP, tuple[int, ...]] = {}
+        self._assignment: dict[PartitionRef, tuple[int, ...]] = {}
 
-    def assignment(self, tp: TP) -> tuple[int, ...] | None:
+    def assignment(self, tp: PartitionRef) -> tuple[int, ...] | None:
         """The partition's replicas as the last scan's metadata gave them (None: not known)."""
         return self._assignment.get(tp)
 
-    def __call__(self) -> set[TP] | None:
+    def __call__(self) -> set[PartitionRef] | None:
         if self._admin is None:
             self._admin = admin_client(self.conn, self.timeout_s)
         try:

@@ -17,11 +17,11 @@ from typing import Any
 
 from compactd.app.settings import Settings
 from compactd.kafka.admin import admin_client
+from compactd.kafka.groups import OFFSETS_TOPIC
 from compactd.kafka.share_state import STATE_TOPIC
 from compactd.policy.thresholds import group_counts, parse_scope, resolve, resolve_global
 from compactd.streaming.connector import GROUP_ID_PREFIX
 
-OFFSETS_TOPIC = "__consumer_offsets"
 OWN_GROUP = "compactd-doctor"  # stands for the group ids of compactd's own consumers (`compactd-<purpose>-<uuid>`)
 SOURCE_GROUP = f"{GROUP_ID_PREFIX}-doctor"  # stands for the groups of Spark's Kafka connector's offset reader
 

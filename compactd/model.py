@@ -13,7 +13,8 @@ import numpy as np
 from compactd.keys import partition_key
 
 # (topic, partition) -> offset: a group's committed offsets, a poll's log starts or ends
-PartitionOffsets = Mapping[tuple[str, int], int]
+PartitionRef = tuple[str, int]  # (topic, partition): one partition, wherever one is named
+PartitionOffsets = Mapping[PartitionRef, int]
 # topic -> partition (a string, as Spark's offset JSON writes it) -> offset: where a stream's sources stand
 SourceOffsets = Mapping[str, Mapping[str, int]]
 
@@ -56,7 +57,7 @@ class ReplicaReport(msgspec.Struct, frozen=True):
     replicas: list[int]
 
 
-class ReplicaLog(msgspec.Struct, frozen=True):
+class ReplicaState(msgspec.Struct, frozen=True):
     """One replica of the partition's assignment and its own log, as the last report gave it (None: not reported, or
     never cleaned). KIP-534 erases a tombstone from the cluster once every replica's cleaner has, so the erasure
     bound is theirs too; with tiered storage, the offsets below `local_log_start` are in the remote tier only."""
@@ -86,7 +87,7 @@ class PartitionView:
     # before compactd kept it).
     cleaned_at: int | None = None
     # every replica's own log, where the agents report them (a node id to name the replica by); () elsewhere
-    replicas: tuple[ReplicaLog, ...] = ()
+    replicas: tuple[ReplicaState, ...] = ()
 
     @property
     def key(self) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from compactd.clock import now_ms
 from compactd.compaction.cluster import CompactionCluster
 from compactd.compaction.manifest import (
     Gap,
@@ -30,7 +31,7 @@ from compactd.compaction.manifest import (
     source_changed,
 )
 from compactd.compaction.spark_run import ReadRange, RunInput, WriteSpec, run_phases, split
-from compactd.compaction.store import MANIFEST_TOPIC_CONFIG, CompactionState, Holder, Lease, ManifestLog, now_ms
+from compactd.compaction.store import MANIFEST_TOPIC_CONFIG, CompactionState, Holder, Lease, ManifestLog
 from compactd.compaction.strategy import Strategy
 from compactd.errors import CompactdError, ConfigError
 from compactd.policy.thresholds import Thresholds, resolve

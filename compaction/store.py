@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from compactd.clock import now_ms
 from compactd.compaction.manifest import Manifest
 from compactd.errors import CompactdError, DeliveryTimeout
 from compactd.kafka.config import KafkaConnection, new_producer
@@ -369,7 +370,3 @@ class Lease:
         with contextlib.suppress(Exception):  # the TTL frees it
             self.state.r.eval(RELEASE_LUA, 1, self.state._key(self.topic, "lease"), self.token)
         self.held = False
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)

@@ -23,9 +23,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from compactd.policy.thresholds import HeaderFormat, TombstoneRule
+
 Kind = Literal["offset", "timestamp", "header"]
-HeaderFormat = Literal["long", "decimal"]
-TombstoneRule = Literal["version", "latest"]
 Headers = Sequence[tuple[str, bytes | None]]
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 

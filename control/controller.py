@@ -27,6 +27,7 @@ from compactd.control.metrics import Metrics
 from compactd.control.readers import Readers
 from compactd.control.scheduled import Scheduled
 from compactd.control.share import (
+    EVAL_CHUNK,
     BatchThresholds,
     ChunkRead,
     ShareResult,
@@ -60,7 +61,6 @@ from compactd.state.protocols import ControllerState
 
 log = logging.getLogger("compactd.controller")
 
-EVAL_CHUNK = 2000
 # A probe is called at named points of a batch ("after_merge", "after_enqueue") with the batch id, and after a nudge
 # was made ("after_nudge", 0); crash tests inject one that kills the process there, the way an OOM kill would.
 Probe = Callable[[str, int], None]

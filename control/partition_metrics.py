@@ -19,9 +19,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from compactd.clock import now_ms
+from compactd.model import PartitionRef
 from compactd.policy.forecast import PartitionStats
-
-PartitionRef = tuple[str, int]
 
 
 def _top(n: int, scored: Iterable[tuple[float, PartitionRef]]) -> list[tuple[float, PartitionRef]]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from compactd.model import ActionRecord, PartitionNumbers
+from compactd.model import ActionRecord, PartitionNumbers, PartitionRef
 from compactd.policy.forecast import PartitionStats, stats_rows
 from compactd.policy.readers import SHARE_GROUP, Holds, ReaderHold, fold_numbers, holds_on
 from compactd.policy.rules import Limits, Quiet, quiet
@@ -36,7 +36,6 @@ from compactd.state.changes import BatchChanges
 from compactd.state.protocols import ControllerState
 
 EVAL_CHUNK = 2000
-Key = tuple[str, int]
 
 
 @dataclass
@@ -56,7 +55,7 @@ class TopicChunk:
     def calm(self) -> list[int]:
         return np.flatnonzero(~self.full).tolist()
 
-    def calm_stats(self) -> list[tuple[Key, PartitionStats]]:
+    def calm_stats(self) -> list[tuple[PartitionRef, PartitionStats]]:
         rows = self.calm
         stats = stats_rows(rows, self.nums, self.limits, self.q)
         return [((self.topic, self.parts[row]), st) for row, st in zip(rows, stats, strict=True)]
@@ -135,8 +134,8 @@ class ShareResult:
 
     touched: int = 0  # partitions its merge touched
     replayed: bool = False  # a topic of the share had this batch already (Spark replayed it)
-    full: list[Key] = field(default_factory=list)  # partitions for the driver's full plan
-    stats: list[tuple[Key, PartitionStats]] = field(default_factory=list)  # the quiet partitions' metrics
+    full: list[PartitionRef] = field(default_factory=list)  # partitions for the driver's full plan
+    stats: list[tuple[PartitionRef, PartitionStats]] = field(default_factory=list)  # the quiet partitions' metrics
     merged: list[str] = field(default_factory=list)  # topics merged, with partitions touched or not (where known)
 
 

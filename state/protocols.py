@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
-from compactd.model import ActionRecord, Nudge, PartitionNumbers, PartitionView
+from compactd.model import ActionRecord, Nudge, PartitionNumbers, PartitionRef, PartitionView
 from compactd.state.changes import BatchChanges
-
-PartitionRef = tuple[str, int]
 
 
 class PartitionStore(Protocol):

@@ -14,7 +14,7 @@ import msgspec
 import numpy as np
 
 from compactd.keys import partition_key
-from compactd.model import ActionRecord, PartitionNumbers, PartitionView, ReplicaLog, Segment
+from compactd.model import ActionRecord, PartitionNumbers, PartitionView, ReplicaState, Segment
 from compactd.state.keys import OFFSET_BUCKET
 from compactd.state.outbox_store import _records
 from compactd.state.store_base import StoreBase, _s
@@ -129,11 +129,11 @@ class ReadStore(StoreBase):
         read: dict[tuple[str, int], PartitionView] = {}
         for topic, parts in by_topic.items():
             counted, rows, reps = msgspec.msgpack.decode(script(keys=[self.keys.topic_base(topic)], args=parts))
-            replicas: dict[int, list[ReplicaLog]] = {}
+            replicas: dict[int, list[ReplicaState]] = {}
             for i in range(0, len(reps), 6):  # row, replica, cleaned, seen, reported, local (-1: none)
                 row, replica, cleaned, seen, reported, local = reps[i : i + 6]
                 replicas.setdefault(parts[row], []).append(
-                    ReplicaLog(
+                    ReplicaState(
                         replica, *(None if x < 0 else x for x in (cleaned, seen, local)), reported=bool(reported)
                     )
                 )
@@ -152,7 +152,7 @@ class ReadStore(StoreBase):
                 )
         return [read[k] for k in keys]
 
-    def replica_logs(self, topic: str, partitions: Sequence[int]) -> dict[int, tuple[ReplicaLog, ...]]:
+    def replica_logs(self, topic: str, partitions: Sequence[int]) -> dict[int, tuple[ReplicaState, ...]]:
         """Each partition's replicas and their own logs, where agents report them (lua/replicas.lua has the fields;
         explain_rank.lua reads the cleaners in bulk): the replica assignment first, then its replicas."""
         key = self.keys.replica_logs(topic)
@@ -166,14 +166,14 @@ class ReadStore(StoreBase):
         ]
         if not wanted:
             return {}
-        out: dict[int, list[ReplicaLog]] = {}
+        out: dict[int, list[ReplicaState]] = {}
         for (n, r), v in zip(wanted, self.r.hmget(key, [f"{n}:{r}" for n, r in wanted]), strict=True):
             if v is None:
-                out.setdefault(n, []).append(ReplicaLog(r))
+                out.setdefault(n, []).append(ReplicaState(r))
                 continue
             cleaned, seen, _, local = (int(x) for x in _s(v).split(":"))
             out.setdefault(n, []).append(
-                ReplicaLog(r, None if cleaned < 0 else cleaned, None if seen < 0 else seen,
+                ReplicaState(r, None if cleaned < 0 else cleaned, None if seen < 0 else seen,
                            None if local < 0 else local, reported=True)
             )  # fmt: skip
         return {n: tuple(v) for n, v in out.items()}

@@ -8,7 +8,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compactd.model import ActionRecord, PartitionView, ReplicaLog, ReplicaReport, Segment
+from compactd.model import ActionRecord, PartitionView, ReplicaReport, ReplicaState, Segment
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
 from tests.support.fixtures import dump_redis
@@ -458,18 +458,18 @@ def test_every_replicas_log_is_kept_apart_from_the_leaders_and_read_by_every_pat
     v = st.view("orders", 0)
     assert v.cleaned_up_to is None  # a replica's report is not the leader's clean
     assert v.replicas == (
-        ReplicaLog(1, 100, 1_000, 0, reported=True), ReplicaLog(2, None, None, 0, reported=True), ReplicaLog(3)
+        ReplicaState(1, 100, 1_000, 0, reported=True), ReplicaState(2, None, None, 0, reported=True), ReplicaState(3)
     )  # fmt: skip
     # the same checkpoint later keeps its first time; a moved one takes the report's; an older report is ignored
     st.merge("s", 1, replica_log(replica_log(BatchChanges(), 0, 1, 100, 10, 2_000, [1, 2, 3]), 0, 2, 100, 0, 2_000,
                                  [1, 2, 3]), everyone)  # fmt: skip
     st.merge("s", 2, replica_log(BatchChanges(), 0, 2, 50, 0, 1_500, [1, 2, 3]), everyone)
     assert st.view("orders", 0).replicas == (
-        ReplicaLog(1, 100, 1_000, 10, True), ReplicaLog(2, 100, 2_000, 0, True), ReplicaLog(3)
+        ReplicaState(1, 100, 1_000, 10, True), ReplicaState(2, 100, 2_000, 0, True), ReplicaState(3)
     )  # fmt: skip
     # reassigned: replica 1 left, 4 joined; 1's log is forgotten
     st.merge("s", 3, replica_log(BatchChanges(), 0, 4, None, 0, 3_000, [2, 3, 4]), everyone)
-    expected = (ReplicaLog(2, 100, 2_000, 0, True), ReplicaLog(3), ReplicaLog(4, None, None, 0, True))
+    expected = (ReplicaState(2, 100, 2_000, 0, True), ReplicaState(3), ReplicaState(4, None, None, 0, True))
     assert st.view("orders", 0).replicas == expected
     assert st.views_pipelined([("orders", 0)])[0].replicas == expected
     groups = st.topic_groups("orders")

@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 
-from compactd.model import PartitionNumbers, PartitionView, ReplicaLog, Segment
+from compactd.model import PartitionNumbers, PartitionView, ReplicaState, Segment
 from compactd.policy.arrays import NONE
 from compactd.policy.rules import Evaluation, Limits, value
 from compactd.policy.thresholds import Thresholds
@@ -90,7 +90,7 @@ def test_each_row_takes_its_own_delete_retention_and_lag() -> None:
     assert np.all(er.first_pass == NONE)
 
 
-def replicas(v: PartitionView, *logs: ReplicaLog) -> PartitionView:
+def replicas(v: PartitionView, *logs: ReplicaState) -> PartitionView:
     return dataclasses.replace(v, replicas=logs)
 
 
@@ -110,18 +110,18 @@ def test_a_follower_whose_cleaner_is_behind_is_late_first_and_one_that_cleaned_l
     assert leader == T0 - 5 * S + LAG + KEEP + LAG  # its dirty part is the later
     oldest = T0 - 60 * S  # replica 2 cleaned nothing: its dirty part starts at the first segment
     never = oldest + LAG + KEEP + LAG
-    by, first_by, each, slowest, soonest = bounds(replicas(v, ReplicaLog(1, 100, T0, reported=True),
-                                                           ReplicaLog(2, reported=True)))  # fmt: skip
+    by, first_by, each, slowest, soonest = bounds(replicas(v, ReplicaState(1, 100, T0, reported=True),
+                                                           ReplicaState(2, reported=True)))  # fmt: skip
     assert (by, first_by, each, slowest, soonest) == (leader, never, [leader, never], None, 2)
     # a follower that cleaned later than the leader: its own clean's horizon is the last copy's
-    later = replicas(v, ReplicaLog(1, 100, T0, reported=True), ReplicaLog(3, 100, T0 + 60 * S, reported=True))
+    later = replicas(v, ReplicaState(1, 100, T0, reported=True), ReplicaState(3, 100, T0 + 60 * S, reported=True))
     assert bounds(later)[0::3] == (T0 + 60 * S + KEEP + LAG, 3)
     assert bounds(later)[1] == leader  # nothing earlier than the leader's own
 
 
 def test_a_replica_no_agent_reported_is_unknown_and_left_out() -> None:
     v = view(dirty_at=T0 - 5 * S)
-    assert bounds(replicas(v, ReplicaLog(1, 100, T0, reported=True), ReplicaLog(2))) == (
+    assert bounds(replicas(v, ReplicaState(1, 100, T0, reported=True), ReplicaState(2))) == (
         deadline(v)["by"],
         deadline(v)["by"],
         [deadline(v)["by"], None],
@@ -132,7 +132,7 @@ def test_a_replica_no_agent_reported_is_unknown_and_left_out() -> None:
 
 def test_a_chunks_replica_rows_stay_with_their_partitions() -> None:
     """Rows evaluated together (and concatenated chunks) keep each replica with its own partition."""
-    behind = replicas(view(), ReplicaLog(2, reported=True))  # never cleaned: its bound is the oldest record's
+    behind = replicas(view(), ReplicaState(2, reported=True))  # never cleaned: its bound is the oldest record's
     plain = view()
     nums = PartitionNumbers.concat([PartitionNumbers.of_views([plain]), PartitionNumbers.of_views([plain, behind])])
     assert nums.replicas.tolist() == [[2, 2, -1, -1, 1]]

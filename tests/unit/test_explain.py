@@ -9,7 +9,7 @@ from typing import Any
 from compactd.app.explain import Caps, GroupsHere, explain_partition, threshold_sources, worst_first
 from compactd.app.explain_cli import parse_target
 from compactd.app.explain_text import fmt_at, fmt_dur, format_text
-from compactd.model import ActionRecord, PartitionView, ReplicaLog, Segment
+from compactd.model import ActionRecord, PartitionView, ReplicaState, Segment
 from compactd.policy.runtime_config import AppliedLayer, effective_layers
 from compactd.policy.thresholds import key_scope, resolve
 
@@ -384,9 +384,9 @@ def test_explain_names_each_replicas_cleaner_and_the_one_that_is_late() -> None:
         view(cleaned=300),
         cleaned_at=leader_clean,
         replicas=(
-            ReplicaLog(1, 300, leader_clean, 0, reported=True),
-            ReplicaLog(2, None, None, 0, reported=True),  # its cleaner has not run: every tombstone still there
-            ReplicaLog(3),
+            ReplicaState(1, 300, leader_clean, 0, reported=True),
+            ReplicaState(2, None, None, 0, reported=True),  # its cleaner has not run: every tombstone still there
+            ReplicaState(3),
         ),
     )
     e = explain(v, {"max.compaction.lag.ms": H, "delete.retention.ms": 60_000})
@@ -406,7 +406,9 @@ def test_explain_names_each_replicas_cleaner_and_the_one_that_is_late() -> None:
 def test_explain_says_which_offsets_are_in_the_remote_tier_only() -> None:
     """Tiered storage: below every replica's oldest local segment (and above the log start) the offsets are in the
     remote tier only; a DeleteRecords deletes them there too."""
-    v = replace(view(), replicas=(ReplicaLog(1, None, None, 36, reported=True), ReplicaLog(2, None, None, 45, True)))
+    v = replace(
+        view(), replicas=(ReplicaState(1, None, None, 36, reported=True), ReplicaState(2, None, None, 45, True))
+    )
     e = explain(v, {"consumed.retention.ms": H})
     assert e["tiers"] == {"log_start": 0, "local_log_start": {1: 36, 2: 45}, "remote_only": {"from": 0, "to": 36}}
     assert "  tiers     offsets 0-35 in the remote tier only; local logs from 36 (replica 1), 45 (replica 2)" in (
