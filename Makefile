@@ -30,8 +30,9 @@ system-deps:
 
 # JVM artifacts (compactd/maven.py): `mvn -B dependency:copy-dependencies` of a pom into ~/.cache/compactd/<name>-
 # <version>-<hash of the pom>, once per pom: Apache Kafka's jars for the test and demo broker (demo/jvm/pom.xml), and
-# Spark's Kafka connector for the job (streaming/jvm/pom.xml); and compactd's Java decoders, compiled once with javac
-# against pyspark's own jars (streaming/udfs.py). A broker or job start fills an empty one too.
+# Spark's Kafka connector for the job (streaming/jvm/pom.xml); and compactd's Java for Spark's tasks (the decoders
+# and the compaction's task), compiled once with javac against pyspark's own jars (streaming/udfs.py). A broker or job
+# start fills an empty one too.
 deps: system-deps $(STAMP)
 	@$(BIN)/python -m compactd.demo.broker --fetch
 	@$(BIN)/python -m compactd.streaming.connector --fetch

@@ -5,10 +5,11 @@ read_committed) and reduces each (partition, key) to the record with the largest
 the winners into the view's partition of the same number, in source-offset order, and reports the contiguous view
 range it wrote. Tombstones are settled there (`reduce.settle`).
 
-The fast path runs both phases in one JVM task per group of whole partitions (`run_in_jvm`, `compaction/jvm/`):
-Spark only schedules the tasks. The Python path below it (`shuffle_phases`: reading tasks combining with the pure
-rules, a group-by with `max_by` in Spark's shuffle, which spills, Python writing tasks) takes only a partition whose
-keys outgrow a JVM task's map. The pure rules (`strategy`, `reduce`) are the reference both are tested against.
+The fast path runs both phases in one JVM task per group of whole partitions (`run_in_jvm`; its Java is
+`streaming/jvm/java/io/compactd/compaction/`): Spark only schedules the tasks. The Python path below it
+(`shuffle_phases`: reading tasks combining with the pure rules, a group-by with `max_by` in Spark's shuffle, which
+spills, Python writing tasks) takes only a partition whose keys outgrow a JVM task's map. The pure rules (`strategy`,
+`reduce`) are the reference both are tested against.
 
 A retried writing task starts a new range after the failed attempt's records: those are below the published range
 and are collected as garbage like an old generation. One module: both paths share the ranges, the task layout, the
@@ -568,7 +569,8 @@ CONSUMER_ONLY = ("fetch.max.wait.ms", "max.partition.fetch.bytes", "isolation.le
 
 
 def jvm_task(task: ReadTask, job: RunInput, spec: WriteSpec) -> str:
-    """One task's JSON for `ViewRun.java` (compaction/jvm): what to read and write, by which rules; no credentials."""
+    """One task's JSON for `ViewRun.java` (streaming/jvm/java/io/compactd/compaction): what to read and write, by
+    which rules; no credentials."""
     return json.dumps(
         {
             "ranges": [r.__dict__ for r in task.ranges],

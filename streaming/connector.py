@@ -94,7 +94,7 @@ def connector_jars(quiet: bool = False) -> list[Path]:
     jars = sorted(libs.glob("*.jar"))
     if not jars:
         raise CompactdError(f"no jar in {libs}: remove {libs.parent} and run `make deps` again")
-    return [*jars, udfs.decoders_jar(quiet, jars)]
+    return [*jars, udfs.tasks_jar(quiet, jars)]
 
 
 def java_options(conn: KafkaConnection, spark_kafka: Mapping[str, KafkaValue] | None = None) -> dict[str, str]:

@@ -1,5 +1,6 @@
-"""compactd's own JVM code: the stream's decoders (the fast path's two Spark UDFs, `jvm/java/io/compactd/spark/`) and
-the compaction's task (`compaction/jvm/`, registered per run by `compaction.spark_run`). Built once with `javac`
+"""compactd's own JVM code, all of it Java that runs in Spark's tasks, under `streaming/jvm/java/`: the stream's
+decoders (the fast path's two Spark UDFs, `io/compactd/spark/`) and the compaction's task (`io/compactd/compaction/`,
+registered per run by `compaction.spark_run`). Built once with `javac`
 against pyspark's own jars and the connector's `kafka-clients` (the exact classes they run with), cached beside the
 Maven jars; the decoders are registered on each session.
 
@@ -33,21 +34,20 @@ UDFS = {"compactd_offsets": "io.compactd.spark.OffsetsDecode", "compactd_json": 
 
 
 def _sources() -> list[Path]:
-    """The stream's decoders and the compaction's task (compaction/jvm): one jar, one compile."""
-    roots = ("compactd.streaming.jvm", "compactd.compaction.jvm")
-    return sorted(p for root in roots for p in Path(str(resources.files(root).joinpath("java"))).rglob("*.java"))
+    """The stream's decoders and the compaction's task: one tree, one jar, one compile."""
+    return sorted(Path(str(resources.files("compactd.streaming.jvm").joinpath("java"))).rglob("*.java"))
 
 
-def decoders_jar(quiet: bool = False, libs: list[Path] | None = None) -> Path:
-    """The decoders' jar, compiled once per source content and pyspark version (`make deps`; else the first session
-    builds it in about two seconds), under `maven.once`'s lock. `libs`: the connector's jars (the compaction task
-    uses its Kafka client), on the compile's classpath."""
+def tasks_jar(quiet: bool = False, libs: list[Path] | None = None) -> Path:
+    """compactd's jar for Spark's tasks (the decoders and the compaction's task), compiled once per source content and
+    pyspark version (`make deps`; else the first session builds it in about two seconds), under `maven.once`'s lock.
+    `libs`: the connector's jars (the compaction task uses its Kafka client), on the compile's classpath."""
     import pyspark
 
     sources = _sources()
     extra = [p.name.encode() for p in libs or []]
     digest = hashlib.sha256(b"".join([*(p.read_bytes() for p in sources), *extra, pyspark.__version__.encode()]))
-    jar = maven.cache_root() / f"decoders-{digest.hexdigest()[:16]}" / "compactd-decoders.jar"
+    jar = maven.cache_root() / f"tasks-{digest.hexdigest()[:16]}" / "compactd-tasks.jar"
     if jar.exists():
         return jar
     javac = shutil.which("javac")
@@ -57,14 +57,14 @@ def decoders_jar(quiet: bool = False, libs: list[Path] | None = None) -> Path:
 
     def build() -> None:
         if not quiet:
-            print("compiling compactd's decoders (once) ...", file=sys.stderr, flush=True)
+            print("compiling compactd's Java for Spark's tasks (once) ...", file=sys.stderr, flush=True)
         classpath = os.pathsep.join([str(Path(pyspark.__file__).parent / "jars" / "*"), *map(str, libs or [])])
         with tempfile.TemporaryDirectory() as out:
             argv = [javac, "-nowarn", "--release", "17", "-d", out, "-cp", classpath, *map(str, sources)]
             proc = subprocess.run(argv, capture_output=True, text=True)
             if proc.returncode != 0:
                 first = next((ln for ln in proc.stderr.splitlines() if ln.strip()), "see javac's output")
-                raise CompactdError(f"compiling compactd's decoders failed: {first[:300]}")
+                raise CompactdError(f"compiling compactd's Java for Spark's tasks failed: {first[:300]}")
             partial = jar.with_suffix(".partial")
             with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
                 for f in sorted(Path(out).rglob("*.class")):

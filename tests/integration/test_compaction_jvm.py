@@ -1,8 +1,8 @@
-"""The compaction's JVM task (compaction/jvm/.../ViewRun.java) against the pure rules, through the real broker: on
-generated histories (keys reused and absent, tombstones, timestamps tied and out of order, version headers missing,
-null, malformed, out of a long's range, of another name or given twice), each strategy under both tombstone rules
-writes into the view exactly what `reduce.reduce_partition` keeps, in source-offset order, with the contract's headers,
-and counts what the reference counts. A second generation reads the first one back from the view."""
+"""The compaction's JVM task (streaming/jvm/java/io/compactd/compaction/ViewRun.java) against the pure rules, through
+the real broker: on generated histories (keys reused and absent, tombstones, timestamps tied and out of order, version
+headers missing, null, malformed, out of a long's range, of another name or given twice), each strategy under both
+tombstone rules writes into the view exactly what `reduce.reduce_partition` keeps, in source-offset order, with the
+contract's headers, and counts what the reference counts. A second generation reads the first one back from the view."""
 
 from __future__ import annotations
 
