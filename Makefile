@@ -52,7 +52,8 @@ TEST_WORKERS ?= $(shell awk '/MemAvailable/ { w = int(($$2 / 1048576 - 1) / 1.5)
 	/proc/meminfo 2>/dev/null || echo 3)
 # The suite starts a few hundred Python processes (jobs, CLI calls, Spark's workers): compiled once here, where
 # PYTHONDONTWRITEBYTECODE would otherwise have each of them compile compactd again (0.6 s of CPU per job start).
-PACKAGE_DIRS := compactd kafka codec streaming state policy control sinks app agent demo dashboards compaction tests
+PACKAGE_DIRS := compactd kafka codec streaming state policy control sinks app daemon explain agent demo dashboards \
+  compaction tests
 test: deps imports
 	$(BIN)/python -m compileall -q -j 0 $(PACKAGE_DIRS) >/dev/null
 	@rm -rf $${TMPDIR:-/tmp}/compactd-test-crashes

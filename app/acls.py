@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from compactd.app.settings import Settings
 from compactd.kafka.admin import admin_client
 from compactd.kafka.groups import OFFSETS_TOPIC
 from compactd.kafka.share_state import STATE_TOPIC
 from compactd.policy.thresholds import group_counts, parse_scope, resolve, resolve_global
+from compactd.settings import Settings
 from compactd.streaming.connector import GROUP_ID_PREFIX
 
 OWN_GROUP = "compactd-doctor"  # stands for the group ids of compactd's own consumers (`compactd-<purpose>-<uuid>`)

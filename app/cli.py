@@ -42,7 +42,7 @@ def _env(name: str) -> str | None:
 
 
 def _setting_default(name: str) -> Any:
-    from compactd.app.settings import Settings
+    from compactd.settings import Settings
 
     return Settings.model_fields[name].default
 
@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace, options: Sequence[str] = JOB_OPTIONS) -> Any:
-    from compactd.app.settings import load_settings
+    from compactd.settings import load_settings
 
     flags = {opt: getattr(args, opt, None) for opt in options}
     return load_settings(args.config, **flags)
@@ -294,7 +294,7 @@ def _stop_on_signals() -> StopEvent:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from compactd.app.application import Application
+    from compactd.daemon.application import Application
 
     stop = _stop_on_signals()
     settings = _settings(args)
@@ -390,8 +390,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
     from compactd.agent.agent import KafkaPublisher, SegmentAgent, run_agent
     from compactd.agent.leaders import node_id
-    from compactd.app.settings import load_settings
     from compactd.kafka.admin import check_reachable
+    from compactd.settings import load_settings
 
     if args.admin:
         return _admin_agent(args)
@@ -426,9 +426,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
 def _admin_agent(args: argparse.Namespace) -> int:
     from compactd.agent.admin_agent import AdminAgent, AdminPublisher, run_admin_agent
     from compactd.agent.admin_poll import AdminPoll
-    from compactd.app.settings import load_settings
     from compactd.kafka.admin import check_reachable, ensure_topics
     from compactd.policy.thresholds import group_counts, parse_scope, resolve, resolve_global
+    from compactd.settings import load_settings
 
     settings = load_settings(args.config, bootstrap_servers=args.bootstrap_servers)
     conn = settings.kafka_connection()

@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from compactd.app.progress import SparkTasks, progress
-from compactd.app.settings import Settings
 from compactd.errors import UsageError
+from compactd.settings import Settings
 
 
 def compactor(settings: Settings, spark: Any = None) -> tuple[Any, Any]:

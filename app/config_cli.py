@@ -6,7 +6,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from compactd.app.settings import Settings
 from compactd.clock import now_ms
 from compactd.codec.config_events import digest, parse_config_event, sign
 from compactd.errors import Rejected, UsageError
@@ -14,6 +13,7 @@ from compactd.kafka.reader import read_to_end
 from compactd.kafka.writer import JsonTopicWriter
 from compactd.policy.runtime_config import AppliedLayer, apply_event, effective_layers
 from compactd.policy.thresholds import Thresholds, parse_scope, resolve
+from compactd.settings import Settings
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:

@@ -2,7 +2,7 @@
 
 A topic is ranked first, then explained: `rank` reads a few integers per partition (one read-only script call per
 2,000 partitions, lua/explain_rank.lua, returning one string numpy parses) and orders every partition worst first
-over arrays (app/explain_rank.py); `explanations` then reads and builds only the partitions shown, 20 by default
+over arrays (explain/rank.py); `explanations` then reads and builds only the partitions shown, 20 by default
 (lua/explain.lua, one round trip per chunk). Building an explanation costs ~100 µs of Python and its text is a
 screen: at 100k partitions, doing it for all of them was what made the command take half a minute and print 94 MB.
 """
@@ -17,16 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from compactd.app.explain import Caps, GroupsHere, explain_partition, threshold_sources, view_report, worst_first
-from compactd.app.explain_rank import Deletes, rule_facts, worst_order
-from compactd.app.explain_text import format_text
 from compactd.app.progress import Reporter, progress
-from compactd.app.settings import Settings
 from compactd.clock import now_ms
 from compactd.compaction.manifest import Manifest, retention_cap
 from compactd.compaction.store import CompactionState
 from compactd.compaction.takeover import Takeover, overlay
 from compactd.errors import UsageError
+from compactd.explain.model import Caps, GroupsHere, explain_partition, threshold_sources, view_report, worst_first
+from compactd.explain.rank import Deletes, rule_facts, worst_order
+from compactd.explain.text import format_text
 from compactd.keys import parse_partition_key, partition_key
 from compactd.model import PartitionNumbers
 from compactd.policy.arrays import NONE
@@ -42,6 +41,7 @@ from compactd.policy.readers import (
 from compactd.policy.rules import Evaluation, Limits
 from compactd.policy.runtime_config import AppliedLayer, effective_layers
 from compactd.policy.thresholds import Thresholds, group_counts, resolve, resolve_global, topic_excluded
+from compactd.settings import Settings
 from compactd.state.redis_store import PartitionDetail, RedisState, TopicGroups
 
 CHUNK = 2000  # partitions explained per Redis round trip
@@ -139,7 +139,7 @@ def read_target(state: RedisState, settings: Settings, target: str) -> Target:
 
 def rank(state: RedisState, t: Target, now: int) -> list[int]:
     """The target's partitions worst first, in `worst_first`'s order, from a few numbers per partition read a chunk
-    per script call (app/explain_rank.py); no explanation is built here."""
+    per script call (explain/rank.py); no explanation is built here."""
     if t.partition is not None:
         return [t.partition]
     parts = sorted(t.groups.partitions)

@@ -7,11 +7,11 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from compactd.app.settings import Settings
 from compactd.clock import now_ms
 from compactd.model import ActionRecord, PartitionView
 from compactd.policy.rules import Evaluation, value
 from compactd.policy.thresholds import resolve
+from compactd.settings import Settings
 from compactd.state.redis_store import RedisState
 
 COLUMNS = ("partition", "compaction_delay_s", "min_committed", "deletable", "last_action")

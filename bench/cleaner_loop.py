@@ -28,10 +28,10 @@ from latency import summary  # p50/p99/max, as the latency bench reports them (b
 
 from compactd.agent.agent import KafkaPublisher, SegmentAgent, run_agent
 from compactd.agent.logdir import read_checkpoint, scan_log_dir
-from compactd.app.application import Application
-from compactd.app.settings import Settings, TopicNames
+from compactd.daemon.application import Application
 from compactd.demo.broker import kafka_broker, kafka_version
 from compactd.demo.embedded import redis_server
+from compactd.settings import Settings, TopicNames
 
 ROLL_MS = 1_000
 

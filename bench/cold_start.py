@@ -35,10 +35,10 @@ from pathlib import Path
 import yaml
 from confluent_kafka import Producer
 
-from compactd.app.settings import Settings, TopicNames
 from compactd.demo.broker import kafka_broker
 from compactd.demo.embedded import redis_server
 from compactd.kafka.admin import ensure_topics
+from compactd.settings import Settings, TopicNames
 
 DAY = 86_400_000
 BATCH_LINE = re.compile(r"compactd\.job: batch (\d+): (\d+) records .*; spark ([\d.]+)s, merge\+decide\+act ([\d.]+)s")

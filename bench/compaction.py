@@ -41,12 +41,12 @@ import redis
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compactd.app.settings import Settings
 from compactd.compaction.service import Compactor
 from compactd.demo.broker import kafka_broker
 from compactd.demo.embedded import redis_server
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.range_read import READER_DEFAULTS, KafkaRange, read_messages
+from compactd.settings import Settings
 
 log = logging.getLogger("compactd.bench")
 LAYERS = {"global": {"compaction.view.grace.ms": 0}}  # old generations go at once: the broker holds one copy

@@ -30,10 +30,10 @@ from typing import Any
 import redis
 
 from compactd.app.explain_cli import LIMIT, explain, print_explain, rank, read_target
-from compactd.app.explain_text import format_text
-from compactd.app.settings import Settings
 from compactd.demo.embedded import redis_server
+from compactd.explain.text import format_text
 from compactd.model import ActionRecord, Segment
+from compactd.settings import Settings
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
 

@@ -27,10 +27,10 @@ from pathlib import Path
 import yaml
 from confluent_kafka import Consumer, Producer
 
-from compactd.app.settings import Settings
 from compactd.demo.broker import kafka_broker
 from compactd.demo.embedded import redis_server
 from compactd.keys import partition_key
+from compactd.settings import Settings
 
 LAG_MS = 3_600_000
 

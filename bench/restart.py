@@ -28,11 +28,11 @@ import yaml
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compactd.app.settings import Settings
 from compactd.demo.broker import kafka_broker
 from compactd.demo.embedded import redis_server
 from compactd.kafka.config import KafkaConnection
 from compactd.keys import partition_key
+from compactd.settings import Settings
 
 DAY = 86_400_000
 GROUPS = 10

@@ -35,9 +35,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import Histogram
 from pyspark.sql import SparkSession
 
-from compactd.app.application import Application
-from compactd.app.settings import Settings
 from compactd.codec.offsets import OffsetValue, encode_offset_key, encode_offset_value
+from compactd.daemon.application import Application
 from compactd.demo.broker import kafka_broker
 from compactd.demo.embedded import redis_server
 from compactd.kafka.admin import admin_client, list_end_offsets
@@ -45,6 +44,7 @@ from compactd.kafka.config import KafkaConnection
 from compactd.kafka.range_read import READER_DEFAULTS
 from compactd.keys import partition_key
 from compactd.model import SourceOffsets
+from compactd.settings import Settings
 from compactd.streaming import columns
 from compactd.streaming.connector import READ_DEFAULTS
 from compactd.streaming.decode import KAFKA_COLUMNS, Decoder

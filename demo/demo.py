@@ -40,13 +40,13 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka.admin import ConfigResource, NewTopic
 
 from compactd.agent.agent import Event, KafkaPublisher, SegmentAgent
-from compactd.app.settings import Settings
 from compactd.app.status import print_table, rich_table, status_rows
 from compactd.clock import now_ms
 from compactd.demo.broker import KafkaBroker, KafkaCluster, kafka_broker
 from compactd.demo.embedded import Service, free_port, prometheus_server, redis_server
 from compactd.kafka.admin import admin_client, ensure_topics
 from compactd.kafka.config import KafkaConnection, new_consumer, new_producer
+from compactd.settings import Settings
 
 PARTITIONS = 2
 ROLL_MS = 4_000  # segment.ms of both topics: a segment closes on the first append 4 s after it opened
@@ -414,7 +414,7 @@ def run_demo(
 
     `render_dir`: also scrape the job with a local Prometheus and draw the dashboards there when the demo ends.
     """
-    from compactd.app.application import Application
+    from compactd.daemon.application import Application
 
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="compactd-demo-"))
     services: list[Service | KafkaBroker | KafkaCluster] = []

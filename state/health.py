@@ -10,7 +10,7 @@ pass a group whose commits were lost. So the job keeps two facts in both places 
   checkpoint completed (or than this process merged) lost writes.
 
 Either mismatch is a loss: deletes are held, the state is wiped and rebuilt from the sources (see
-`app/application.py`), and deletes resume once the rebuild has read the sources up to where they stood.
+`daemon/application.py`), and deletes resume once the rebuild has read the sources up to where they stood.
 """
 
 from __future__ import annotations

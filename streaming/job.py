@@ -74,7 +74,7 @@ class StreamSpec:
     name: str = "compactd"
     shares: int = 0  # > 0: per-topic rows stay in the executors, in this many tasks (Batch.per_topic)
     reference: bool = False  # True: decode record by record (the reference path), for the equivalence tests
-    # called with the batch id before the batch's records are read (the source-loss check: app/source_loss.py)
+    # called with the batch id before the batch's records are read (the source-loss check: daemon/source_loss.py)
     before_read: Callable[[int], None] | None = None
 
 

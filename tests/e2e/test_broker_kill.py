@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from compactd.app.application import Application
+from compactd.daemon.application import Application
 from compactd.demo.broker import kafka_broker
 from tests.support.events import old_segments
 from tests.support.fixtures import Cluster

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from compactd.app.application import Application
+from compactd.daemon.application import Application
 from tests.support.events import old_segments
 
 pytestmark = pytest.mark.spark

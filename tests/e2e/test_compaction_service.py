@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from compactd.app.application import Application
 from compactd.app.cli import main
 from compactd.compaction.strategy import Strategy
 from compactd.compaction.view import CompactedReader, table
+from compactd.daemon.application import Application
 from tests.support.compaction import history, produce
 from tests.support.waiting import wait_for
 

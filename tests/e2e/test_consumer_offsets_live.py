@@ -11,8 +11,8 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupType, TopicPartition
 
-from compactd.app.application import Application
 from compactd.codec.offsets import decode_record
+from compactd.daemon.application import Application
 from tests.support.events import consumed_retention_job, old_segments
 from tests.support.groups import consume_and_commit, streams_read
 

@@ -11,7 +11,7 @@ import pytest
 import redis
 import yaml
 
-from compactd.app.application import Application
+from compactd.daemon.application import Application
 from tests.support.fixtures import dump_redis
 
 pytestmark = pytest.mark.spark

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from compactd.app.application import Application
 from compactd.app.explain_cli import explain
+from compactd.daemon.application import Application
 from tests.support.events import consumed_retention_job, old_segments
 from tests.support.groups import consume_and_commit
 

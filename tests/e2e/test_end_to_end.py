@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from compactd.app.application import Application
+from compactd.daemon.application import Application
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.spark

@@ -20,9 +20,9 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 
 from compactd.agent.agent import KafkaPublisher, SegmentAgent, run_agent
 from compactd.agent.logdir import read_checkpoint, scan_log_dir
-from compactd.app.application import Application
 from compactd.app.explain_cli import explain
-from compactd.app.explain_text import fmt_at, format_text
+from compactd.daemon.application import Application
+from compactd.explain.text import fmt_at, format_text
 from tests.support.waiting import holds_for, wait_for
 
 pytestmark = pytest.mark.spark

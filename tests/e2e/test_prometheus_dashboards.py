@@ -11,9 +11,9 @@ import urllib.request
 
 import pytest
 
-from compactd.app.application import Application
 from compactd.app.cli import main
 from compactd.control.metrics import Metrics
+from compactd.daemon.application import Application
 from compactd.dashboards.build import BUILDERS
 from compactd.dashboards.render import panel_results, render
 from compactd.demo.embedded import free_port, prometheus_server

@@ -9,7 +9,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from compactd.agent.agent import KafkaPublisher, SegmentAgent, run_agent
-from compactd.app.application import Application
 from compactd.codec.offsets import (
     GroupValue,
     Member,
@@ -22,6 +21,7 @@ from compactd.codec.offsets import (
 )
 from compactd.control.controller import Controller
 from compactd.control.metrics import Metrics
+from compactd.daemon.application import Application
 from compactd.kafka.config import KafkaConnection
 from compactd.model import Segment
 from compactd.policy.plan import NOT_CAUGHT_UP

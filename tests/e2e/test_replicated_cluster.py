@@ -39,12 +39,12 @@ from confluent_kafka.admin import NewTopic
 from prometheus_client import CollectorRegistry
 
 from compactd.agent.agent import KafkaPublisher, SegmentAgent
-from compactd.app.application import Application
 from compactd.app.explain_cli import explain
-from compactd.app.explain_text import format_text
 from compactd.control.controller import Controller
 from compactd.control.dispatch import BEHIND_RECHECK_MS
 from compactd.control.metrics import Metrics
+from compactd.daemon.application import Application
+from compactd.explain.text import format_text
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.groups import ClusterGroupOffsets
 from compactd.kafka.topics import ClusterTopics

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from compactd.app.application import Application
 from compactd.app.cli import main
 from compactd.codec.config_events import sign
+from compactd.daemon.application import Application
 from compactd.kafka.reader import read_to_end
 from tests.support.waiting import holds_for, wait_for
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from compactd.app.application import Application
 from compactd.control.metrics import Metrics
+from compactd.daemon.application import Application
 from compactd.demo.broker import kafka_broker
 from tests.support.fixtures import Cluster
 

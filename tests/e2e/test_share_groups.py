@@ -9,8 +9,8 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicCollection, TopicPartition
 
-from compactd.app.application import Application
 from compactd.codec.share_state import SNAPSHOT, UPDATE, decode_key, decode_value
+from compactd.daemon.application import Application
 from compactd.kafka.share_state import STATE_TOPIC, ShareStateTail
 from compactd.policy.identity import topic_id_bytes
 from tests.support.events import consumed_retention_job

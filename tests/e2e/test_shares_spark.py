@@ -13,10 +13,10 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
-from compactd.app.application import Application
 from compactd.control.controller import Controller
 from compactd.control.metrics import Metrics
 from compactd.control.share import share_of
+from compactd.daemon.application import Application
 from compactd.sinks.recording import RecordingSink
 from compactd.streaming.connector import java_options
 from compactd.streaming.decode import Decoder

@@ -14,9 +14,9 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from compactd.app.settings import Settings
-from compactd.app.source_loss import SourceLoss
 from compactd.control.metrics import Metrics
+from compactd.daemon.source_loss import SourceLoss
+from compactd.settings import Settings
 from compactd.streaming.checkpoint import adopt_source
 from compactd.streaming.connector import java_options
 from compactd.streaming.decode import Decoder

@@ -17,10 +17,10 @@ import pytest
 
 from compactd.agent.agent import KafkaPublisher, SegmentAgent
 from compactd.agent.leaders import node_id
-from compactd.app.application import Application
 from compactd.app.explain_cli import explain
-from compactd.app.explain_text import format_text
+from compactd.daemon.application import Application
 from compactd.demo.broker import kafka_broker, tiered_settings
+from compactd.explain.text import format_text
 from tests.support.compaction import Event, produce
 from tests.support.fixtures import Cluster
 from tests.support.groups import consume_and_commit

@@ -28,11 +28,11 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from compactd.agent.admin_poll import AdminPoll, Event
-from compactd.app.settings import Settings
 from compactd.control.controller import Controller
 from compactd.control.metrics import Metrics
 from compactd.kafka.groups import GroupCheck
 from compactd.model import ActionRecord, Segment
+from compactd.settings import Settings
 from compactd.sinks.recording import RecordingSink
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState

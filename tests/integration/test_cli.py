@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from compactd.app.cli import main
-from compactd.app.settings import Settings, load_settings
 from compactd.model import Segment
+from compactd.settings import Settings, load_settings
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState
 

@@ -111,7 +111,7 @@ def test_explain_shows_when_the_sources_retention_reaches_past_the_horizon(clust
     """The job reads the source's retention.ms from the cluster (DescribeConfigs) and mirrors it; `explain`, which
     reads Redis only, shows the time left before that retention may delete what the view does not hold yet."""
     from compactd.app.explain_cli import explain
-    from compactd.app.explain_text import format_text
+    from compactd.explain.text import format_text
     from compactd.model import Segment
     from compactd.state.changes import BatchChanges
     from compactd.state.redis_store import RedisState

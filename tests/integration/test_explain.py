@@ -12,11 +12,11 @@ from prometheus_client import CollectorRegistry
 
 from compactd.app.cli import main
 from compactd.app.explain_cli import explain
-from compactd.app.settings import Settings
 from compactd.control.controller import Controller
 from compactd.control.metrics import Metrics
 from compactd.demo.embedded import Service, redis_cluster
 from compactd.model import ActionRecord, Segment
+from compactd.settings import Settings
 from compactd.sinks.recording import RecordingSink
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState

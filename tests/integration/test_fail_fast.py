@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from compactd.app.cli import main
-from compactd.app.settings import load_settings
 from compactd.demo.embedded import free_port
 from compactd.errors import DependencyUnavailable
 from compactd.kafka.admin import check_reachable
 from compactd.kafka.config import KafkaConnection
+from compactd.settings import load_settings
 
 
 def compactd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

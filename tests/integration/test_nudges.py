@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from compactd.app.explain_text import _describe
 from compactd.control.controller import NUDGE_CHECK_MS, Controller
 from compactd.control.metrics import Metrics
 from compactd.demo.broker import kafka_broker
+from compactd.explain.text import _describe
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.topics import ClusterTopics
 from compactd.model import Segment

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from compactd.app.application import Application
+from compactd.daemon.application import Application
 from compactd.model import Segment
 from compactd.state.changes import BatchChanges
 

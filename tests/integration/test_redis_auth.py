@@ -10,9 +10,9 @@ import pytest
 import redis
 
 from compactd.app.cli import main
-from compactd.app.settings import Settings
 from compactd.demo.embedded import Service, redis_server
 from compactd.model import Segment
+from compactd.settings import Settings
 from compactd.state.changes import BatchChanges
 
 PASSWORD = "s3cr3t-pw"

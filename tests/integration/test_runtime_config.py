@@ -9,13 +9,13 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from compactd.app.cli import main
-from compactd.app.settings import Settings
 from compactd.codec.config_events import sign
 from compactd.control.controller import Controller
 from compactd.control.metrics import Metrics
 from compactd.control.runtime_config import RuntimeConfig
 from compactd.kafka.reader import read_to_end
 from compactd.model import Segment
+from compactd.settings import Settings
 from compactd.sinks.recording import RecordingSink
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState

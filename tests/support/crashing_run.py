@@ -11,8 +11,8 @@ import signal
 import sys
 from collections.abc import Callable
 
-from compactd.app.application import Application
 from compactd.app.cli import main
+from compactd.daemon.application import Application
 
 
 def killer(point: str, batch: int) -> Callable[[str, int], None]:

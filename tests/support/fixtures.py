@@ -235,7 +235,7 @@ def cluster(broker: str) -> Cluster:
 @pytest.fixture
 def job_settings(cluster: Cluster, redis_url: str, tmp_path: Path):
     """Settings for one isolated job: its own compactd topics, Redis prefix and checkpoint."""
-    from compactd.app.settings import Settings, TopicNames
+    from compactd.settings import Settings, TopicNames
 
     def make(**overrides):
         names = {

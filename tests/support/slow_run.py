@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from compactd.app.application import Application
 from compactd.app.cli import main
+from compactd.daemon.application import Application
 
 
 def slow(marker: Path, seconds: float) -> Callable[[str, int], None]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from compactd.app.acls import NEEDS, table, watched_topics
-from compactd.app.settings import Settings
+from compactd.settings import Settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -8,8 +8,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from compactd.app import config_doc
-from compactd.app.settings import Settings
 from compactd.policy.thresholds import Thresholds
+from compactd.settings import Settings
 
 
 def _fields(model: type[BaseModel], prefix: str = "") -> list[tuple[str, FieldInfo]]:

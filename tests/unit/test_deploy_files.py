@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from compactd.app.cli import build_parser
-from compactd.app.settings import Settings
+from compactd.settings import Settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

@@ -6,9 +6,9 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from compactd.app.explain import Caps, GroupsHere, explain_partition, threshold_sources, worst_first
 from compactd.app.explain_cli import parse_target
-from compactd.app.explain_text import fmt_at, fmt_dur, format_text
+from compactd.explain.model import Caps, GroupsHere, explain_partition, threshold_sources, worst_first
+from compactd.explain.text import fmt_at, fmt_dur, format_text
 from compactd.model import ActionRecord, PartitionView, ReplicaState, Segment
 from compactd.policy.runtime_config import AppliedLayer, effective_layers
 from compactd.policy.thresholds import key_scope, resolve
@@ -263,9 +263,9 @@ def test_a_compacted_views_horizon_is_named_where_it_stops_a_delete() -> None:
 
 
 def test_the_view_line_says_when_the_sources_retention_reaches_past_the_horizon() -> None:
-    from compactd.app.explain import view_report
     from compactd.compaction.manifest import Manifest
     from compactd.compaction.manifest import ViewPartition as ViewPart
+    from compactd.explain.model import view_report
 
     week = 7 * 24 * H
     published = Manifest("orders", "orders.compacted", 3, partitions={"3": ViewPart(250, 0, 10, beyond_since=T0 - H)})

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactd.app.explain import GroupsHere, explain_partition, threshold_sources, worst_first
-from compactd.app.explain_rank import Deletes, worst_figures, worst_order
+from compactd.explain.model import GroupsHere, explain_partition, threshold_sources, worst_first
+from compactd.explain.rank import Deletes, worst_figures, worst_order
 from compactd.model import ActionRecord, PartitionView, Segment
 from compactd.policy.rules import Evaluation, Limits
 from compactd.policy.thresholds import Thresholds, resolve

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compactd.app.settings import Settings
 from compactd.codec.config_events import ConfigEvent
 from compactd.codec.share_state import advance, decode_key, decode_value
 from compactd.codec.spark_checkpoint import kafka_positions, latest_batch
@@ -31,6 +30,7 @@ from compactd.policy.readers import (
 )
 from compactd.policy.runtime_config import apply_event
 from compactd.policy.thresholds import parse_scope, resolve, validate_layer
+from compactd.settings import Settings
 
 # bytes a live Apache Kafka 4.4 broker wrote to __share_group_state (share group "sg1", one topic)
 SNAPSHOT_KEY = "00000003736731bb1d8e214ebc476a9551280f9356dfba00000000"

@@ -1,11 +1,11 @@
-"""What an evaluation share's task hands the driver (app/share_task.py): its quiet partitions' metrics cross Spark as
+"""What an evaluation share's task hands the driver (daemon/share_task.py): its quiet partitions' metrics cross Spark as
 rows of `SHARE_DDL` and come back as the same `PartitionStats`, the tombstones' erasure deadline included."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from compactd.app.share_task import _schema, results, stats_row
+from compactd.daemon.share_task import _schema, results, stats_row
 from compactd.model import PartitionView, Segment
 from compactd.policy.forecast import partition_stats
 from compactd.policy.thresholds import Thresholds

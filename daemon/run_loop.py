@@ -1,6 +1,6 @@
 """The running job: the stream started (or started again), each micro-batch merged and decided, the deadline
 ticker between batches, and the stops (graceful, forced, `run --once`). A mixin of `Application`
-(app/application.py), which wires what it uses."""
+(daemon/application.py), which wires what it uses."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import compactd
-from compactd.app import share_task
-from compactd.app.source_loss import SourceLoss
 from compactd.clock import now_ms
 from compactd.control.controller import RunShares
 from compactd.control.runtime_config import ConfigOutcome
 from compactd.control.share import BatchThresholds, ShareResult
+from compactd.daemon import share_task
+from compactd.daemon.source_loss import SourceLoss
 from compactd.errors import ForcedStop, QueryFailed, StopTimeout, forced_by
 from compactd.kafka.admin import admin_client, list_end_offsets, retire
 from compactd.state.outage import REDIS_DOWN
@@ -150,7 +150,7 @@ class RunLoop:
         return config, touched
 
     def _shares_of(self, batch: Batch) -> RunShares | None:
-        """With `evaluation_shares`, the batch's per-topic work as Spark tasks (app/share_task.py), one per share."""
+        """With `evaluation_shares`, the batch's per-topic work as Spark tasks (daemon/share_task.py), one per share."""
         if batch.per_topic is None:
             return None
         per_topic = batch.per_topic

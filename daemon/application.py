@@ -1,5 +1,5 @@
 """The application: wires Redis, Kafka clients, sinks, the controller and the Spark job (the delete gate and the
-state's rebuild are in app/gate.py, the stream, its batches and the stops in app/run_loop.py).
+state's rebuild are in daemon/gate.py, the stream, its batches and the stops in daemon/run_loop.py).
 
 Constructors only configure; `start()` checks Redis and Kafka (bounded, a few seconds each), then starts each
 component in order, and on a failed start closes the ones already started, in reverse. `close()` stops the query
@@ -16,9 +16,6 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from compactd.app.gate import DeleteGate
-from compactd.app.run_loop import RunLoop, RunSummary
-from compactd.app.settings import Settings
 from compactd.clock import now_ms
 from compactd.compaction.service import Compactor
 from compactd.compaction.takeover import Takeovers
@@ -30,6 +27,8 @@ from compactd.control.readers import Readers
 from compactd.control.runtime_config import RuntimeConfig
 from compactd.control.state_guard import StateGuard
 from compactd.control.view_caps import ViewCaps
+from compactd.daemon.gate import DeleteGate
+from compactd.daemon.run_loop import RunLoop, RunSummary
 from compactd.errors import ConfigError, DependencyUnavailable, ForcedStop, forced_by
 from compactd.kafka.admin import check_reachable, ensure_topics
 from compactd.kafka.groups import ClusterGroupOffsets
@@ -38,6 +37,7 @@ from compactd.kafka.topics import ClusterTopics
 from compactd.model import ActionRecord
 from compactd.policy.readiness import Readiness
 from compactd.policy.thresholds import without_nudges
+from compactd.settings import Settings
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.base import ActionSink
 from compactd.sinks.dlq import DeadLetters

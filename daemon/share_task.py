@@ -16,11 +16,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from compactd.app.settings import Settings
 from compactd.control.share import BatchThresholds, ShareResult, evaluate_share
 from compactd.policy.arrays import NONE
 from compactd.policy.forecast import PartitionStats
 from compactd.policy.readers import Holds
+from compactd.settings import Settings
 from compactd.streaming.aggregate import collect_changes
 
 # what: "full" (plan on the driver), "stats" (a quiet partition's metrics), "share" (the task: touched, replayed)

@@ -8,7 +8,7 @@ partitions from a few integers each (`PartitionNumbers`, lua/explain_rank.lua), 
 for the partitions shown.
 
 `worst_figures` is what `explain_partition` reports as `worst` (it reads its own row of the same arrays): the rules'
-evaluation (policy/rules.py), and which of what they free the action states (app/explain.py `_action_status`) block.
+evaluation (policy/rules.py), and which of what they free the action states (explain/model.py `_action_status`) block.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class RowFacts:
     oldest: Seg | None  # the first of them
     dirty: tuple[int, int]  # dirty segments: count, bytes
     oldest_dirty: Seg | None  # the lowest dirty segment holding the earliest timestamp
-    worst: tuple[int, int, int]  # overdue_ms, blocked_bytes, blocked_offsets (app/explain_rank.py)
+    worst: tuple[int, int, int]  # overdue_ms, blocked_bytes, blocked_offsets (explain/rank.py)
     # when the tombstones held now are gone (rules.Erasure): removable_after, clean_by, first_pass, dirty_by, by,
     # first_by, soonest
     erasure: dict[str, int | None]

@@ -1,6 +1,6 @@
 """The delete gate of the running job: deletes wait until the sources are read far enough (`__consumer_offsets`,
 the admin agent's first complete poll, a rebuild's targets), and a Redis that lost the state the checkpoint assumes
-holds every delete until the state is rebuilt from the sources. A mixin of `Application` (app/application.py),
+holds every delete until the state is rebuilt from the sources. A mixin of `Application` (daemon/application.py),
 which owns the objects it uses."""
 
 from __future__ import annotations

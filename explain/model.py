@@ -6,8 +6,8 @@ value now, what blocks it (the lowest counted group and when it last committed, 
 the readiness gate, a dirty segment and its age, a topic exclusion, a cap or a backoff), what it would free, its live
 action and the next expected one; under max compaction lag, when the tombstones the partition holds now are gone
 (KIP-534's two cleaner passes). What the rules decide, free and hold back is the partition's row of its chunk's
-evaluation (`explain_rank.rule_facts`, policy/rules.py): nothing here derives a rule again; what is added is why,
-in words. One function per rule section, and the causes they share; the text is app/explain_text.py, reading Redis
+evaluation (`explain/rank.py` `rule_facts`, policy/rules.py): nothing here derives a rule again; what is added is why,
+in words. One function per rule section, and the causes they share; the text is explain/text.py, reading Redis
 and the command app/explain_cli.py.
 """
 
@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactd.app.explain_rank import RowFacts, rule_facts
-from compactd.app.explain_text import fmt_at, fmt_dur
 from compactd.compaction.manifest import RETENTION_SHARE, Manifest, retention_left
+from compactd.explain.rank import RowFacts, rule_facts
+from compactd.explain.text import fmt_at, fmt_dur
 from compactd.model import ActionRecord, PartitionView
 from compactd.policy.arrays import NONE
 from compactd.policy.plan import NOT_CAUGHT_UP
