@@ -17,10 +17,10 @@ from confluent_kafka import ConsumerGroupType
 
 from compactd.agent.admin_agent import AdminAgent, AdminPublisher, run_admin_agent
 from compactd.agent.admin_poll import AdminPoll, Event
-from compactd.app import gate
 from compactd.app.explain_cli import explain
 from compactd.clock import now_ms
 from compactd.control.agent_watch import AGENT_WAIT
+from compactd.daemon import gate
 from compactd.daemon.application import Application
 from compactd.kafka.config import KafkaConnection
 from compactd.policy.plan import NOT_CAUGHT_UP
