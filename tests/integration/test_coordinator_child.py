@@ -21,6 +21,17 @@ def crashing(signal_name: str, call: str = "") -> list[str]:
     return [sys.executable, "-m", "tests.support.crashing_child", signal_name] + ([call] if call else [])
 
 
+def assigned_member(cluster: Cluster, group: str, topic: str) -> Consumer:
+    """A live member of `group`, subscribed to `topic` and assigned it (the caller closes it)."""
+    member = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
+    member.subscribe([topic])
+    deadline = time.monotonic() + 60
+    while not member.assignment():
+        assert time.monotonic() < deadline, f"{group} was never assigned {topic}"
+        member.poll(0.2)
+    return member
+
+
 def test_the_child_reads_what_the_groups_committed(cluster: Cluster) -> None:
     data = cluster.name("data")
     cluster.create(data, 2)
@@ -41,14 +52,9 @@ def test_the_child_describes_what_a_live_member_is_assigned(cluster: Cluster) ->
     cluster.create(data, 1)
     cluster.create(other, 1)
     group, idle = cluster.name("live"), cluster.name("idle")
-    member = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
+    member = assigned_member(cluster, group, data)
     reader = GroupReader(cluster.conn, timeout_s=10)
     try:
-        member.subscribe([data])
-        deadline = time.monotonic() + 60
-        while not member.assignment():
-            assert time.monotonic() < deadline, f"{group} was never assigned {data}"
-            member.poll(0.2)
         got = reader.assignments([group, idle])
         assert got == {group: frozenset({data}), idle: frozenset()}, got
         assert reader.coordinator.started == 1 and reader.describes == 2
@@ -93,14 +99,9 @@ def test_a_group_whose_describe_died_counts_as_assigned_on_every_topic(cluster: 
     cluster.create(data, 1)
     cluster.create(other, 1)
     group = cluster.name("live")
-    member = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
+    member = assigned_member(cluster, group, data)
     offsets = ClusterGroupOffsets(cluster.conn, ttl_s=0.0, timeout_s=10)
     try:
-        member.subscribe([data])
-        deadline = time.monotonic() + 60
-        while not member.assignment():
-            assert time.monotonic() < deadline, f"{group} was never assigned {data}"
-            member.poll(0.2)
         offsets.reader.coordinator.command = crashing("SIGABRT", "assignments")
         assert group in offsets.check(other).assigned
         offsets.reader.coordinator.command = CoordinatorChild(cluster.conn).command
