@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $@
 
 # Redis and Prometheus (promtool, and a real server for the scrape test), Maven and javac come from Debian; Spark comes from
-# PyPI; Apache Kafka comes from Maven Central (demo/jvm/pom.xml).
+# PyPI; Apache Kafka comes from Maven Central (local/jvm/pom.xml).
 APT_NEEDS := $(if $(shell command -v redis-server),,redis-server) $(if $(shell command -v prometheus),,prometheus) \
 	$(if $(shell command -v mvn),,maven) $(if $(shell command -v javac),,openjdk-17-jdk-headless)
 system-deps:
@@ -29,12 +29,12 @@ system-deps:
 	@command -v java >/dev/null || { echo "Java 17 is required (apt-get install openjdk-17-jre-headless)"; exit 1; }
 
 # JVM artifacts (compactd/maven.py): `mvn -B dependency:copy-dependencies` of a pom into ~/.cache/compactd/<name>-
-# <version>-<hash of the pom>, once per pom: Apache Kafka's jars for the test and demo broker (demo/jvm/pom.xml), and
+# <version>-<hash of the pom>, once per pom: Apache Kafka's jars for the test and demo broker (local/jvm/pom.xml), and
 # Spark's Kafka connector for the job (streaming/jvm/pom.xml); and compactd's Java for Spark's tasks (the decoders
 # and the compaction's task), compiled once with javac against pyspark's own jars (streaming/udfs.py). A broker or job
 # start fills an empty one too.
 deps: system-deps $(STAMP)
-	@$(BIN)/python -m compactd.demo.broker --fetch
+	@$(BIN)/python -m compactd.local.broker --fetch
 	@$(BIN)/python -m compactd.streaming.connector --fetch
 
 # CLUSTER=3: three Kafka nodes, an agent per node, and one node killed with -9 and started again while it runs
@@ -52,7 +52,7 @@ TEST_WORKERS ?= $(shell awk '/MemAvailable/ { w = int(($$2 / 1048576 - 1) / 1.5)
 	/proc/meminfo 2>/dev/null || echo 3)
 # The suite starts a few hundred Python processes (jobs, CLI calls, Spark's workers): compiled once here, where
 # PYTHONDONTWRITEBYTECODE would otherwise have each of them compile compactd again (0.6 s of CPU per job start).
-PACKAGE_DIRS := compactd kafka codec streaming state policy control sinks app daemon explain agent demo dashboards \
+PACKAGE_DIRS := compactd kafka codec streaming state policy control sinks app daemon explain agent local demo dashboards \
   compaction tests
 test: deps imports
 	$(BIN)/python -m compileall -q -j 0 $(PACKAGE_DIRS) >/dev/null

@@ -45,9 +45,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compactd.agent.admin_agent import AdminAgent, PollStats
 from compactd.agent.admin_poll import AdminPoll, Event
-from compactd.demo.broker import kafka_broker, kafka_version
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.groups import GroupReader
+from compactd.local.broker import kafka_broker, kafka_version
 from compactd.model import PartitionOffsets
 
 log = logging.getLogger("compactd.bench")

@@ -2,7 +2,7 @@
 segment's first-batch max timestamp + compactd's max.compaction.lag.ms) to the nudge, to Kafka's clean (the broker's
 cleaner-offset-checkpoint), to the nudge put back. Also the broker's own start: seconds to ready and RSS.
 
-Starts its own Redis and Apache Kafka broker (the test launcher, compactd.demo.broker), the segment agent on the
+Starts its own Redis and Apache Kafka broker (the test launcher, compactd.local.broker), the segment agent on the
 broker's log dir and the continuous job (local Spark). ROUNDS compacted topics, one after the other, each set up as
 in tests/e2e/test_kafka_cleaner.py: a clean head of 400 keys (Kafka cleans it by itself: nothing is clean yet), then
 20 overwritten keys in a closed segment, too few for min.cleanable.dirty.ratio 0.5: Kafka alone never cleans them.
@@ -29,8 +29,8 @@ from latency import summary  # p50/p99/max, as the latency bench reports them (b
 from compactd.agent.agent import KafkaPublisher, SegmentAgent, run_agent
 from compactd.agent.logdir import read_checkpoint, scan_log_dir
 from compactd.daemon.application import Application
-from compactd.demo.broker import kafka_broker, kafka_version
-from compactd.demo.embedded import redis_server
+from compactd.local.broker import kafka_broker, kafka_version
+from compactd.local.servers import redis_server
 from compactd.settings import Settings, TopicNames
 
 ROLL_MS = 1_000

@@ -35,9 +35,9 @@ from pathlib import Path
 import yaml
 from confluent_kafka import Producer
 
-from compactd.demo.broker import kafka_broker
-from compactd.demo.embedded import redis_server
 from compactd.kafka.admin import ensure_topics
+from compactd.local.broker import kafka_broker
+from compactd.local.servers import redis_server
 from compactd.settings import Settings, TopicNames
 
 DAY = 86_400_000

@@ -42,10 +42,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compactd.compaction.service import Compactor
-from compactd.demo.broker import kafka_broker
-from compactd.demo.embedded import redis_server
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.range_read import READER_DEFAULTS, KafkaRange, read_messages
+from compactd.local.broker import kafka_broker
+from compactd.local.servers import redis_server
 from compactd.settings import Settings
 
 log = logging.getLogger("compactd.bench")

@@ -30,8 +30,8 @@ from typing import Any
 import redis
 
 from compactd.app.explain_cli import LIMIT, explain, print_explain, rank, read_target
-from compactd.demo.embedded import redis_server
 from compactd.explain.text import format_text
+from compactd.local.servers import redis_server
 from compactd.model import ActionRecord, Segment
 from compactd.settings import Settings
 from compactd.state.changes import BatchChanges

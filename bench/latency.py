@@ -27,9 +27,9 @@ from pathlib import Path
 import yaml
 from confluent_kafka import Consumer, Producer
 
-from compactd.demo.broker import kafka_broker
-from compactd.demo.embedded import redis_server
 from compactd.keys import partition_key
+from compactd.local.broker import kafka_broker
+from compactd.local.servers import redis_server
 from compactd.settings import Settings
 
 LAG_MS = 3_600_000

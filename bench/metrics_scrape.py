@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from compactd.control.controller import Controller
 from compactd.control.metrics import Metrics
-from compactd.demo.embedded import redis_server
+from compactd.local.servers import redis_server
 from compactd.model import Segment
 from compactd.sinks.recording import RecordingSink
 from compactd.state.changes import BatchChanges

@@ -28,10 +28,10 @@ import yaml
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compactd.demo.broker import kafka_broker
-from compactd.demo.embedded import redis_server
 from compactd.kafka.config import KafkaConnection
 from compactd.keys import partition_key
+from compactd.local.broker import kafka_broker
+from compactd.local.servers import redis_server
 from compactd.settings import Settings
 
 DAY = 86_400_000

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import redis
 
-from compactd.demo.embedded import redis_server
+from compactd.local.servers import redis_server
 from compactd.model import Segment
 from compactd.state.changes import BatchChanges
 from compactd.state.keys import REDIS_CONFIG

@@ -37,12 +37,12 @@ from pyspark.sql import SparkSession
 
 from compactd.codec.offsets import OffsetValue, encode_offset_key, encode_offset_value
 from compactd.daemon.application import Application
-from compactd.demo.broker import kafka_broker
-from compactd.demo.embedded import redis_server
 from compactd.kafka.admin import admin_client, list_end_offsets
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.range_read import READER_DEFAULTS
 from compactd.keys import partition_key
+from compactd.local.broker import kafka_broker
+from compactd.local.servers import redis_server
 from compactd.model import SourceOffsets
 from compactd.settings import Settings
 from compactd.streaming import columns

@@ -2,7 +2,7 @@
 
 `mvn -B dependency:copy-dependencies` copies a pom's runtime jars into `~/.cache/compactd/<name>-<version>-<hash of the
 pom>/<folder>`, so a version change is a new directory and never a mix. Two poms use it: Apache Kafka's for the test and
-demo broker (`demo/jvm/pom.xml`) and Spark's Kafka connector for the job (`streaming/jvm/pom.xml`). `make deps` fills
+demo broker (`local/jvm/pom.xml`) and Spark's Kafka connector for the job (`streaming/jvm/pom.xml`). `make deps` fills
 both; the first use on a machine where a directory is empty fills it too, with one progress line.
 """
 

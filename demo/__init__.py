@@ -1,2 +1,1 @@
-"""The local Apache Kafka, Redis and Prometheus launchers (jars from `jvm/pom.xml`), shared by the tests, the demo and
-the benchmarks, and `compactd demo`."""
+"""`compactd demo`: a local cluster (compactd.local), a workload, the job and the dashboards, in one command."""

@@ -42,10 +42,10 @@ from confluent_kafka.admin import ConfigResource, NewTopic
 from compactd.agent.agent import Event, KafkaPublisher, SegmentAgent
 from compactd.app.status import print_table, rich_table, status_rows
 from compactd.clock import now_ms
-from compactd.demo.broker import KafkaBroker, KafkaCluster, kafka_broker
-from compactd.demo.embedded import Service, free_port, prometheus_server, redis_server
 from compactd.kafka.admin import admin_client, ensure_topics
 from compactd.kafka.config import KafkaConnection, new_consumer, new_producer
+from compactd.local.broker import KafkaBroker, KafkaCluster, kafka_broker
+from compactd.local.servers import Service, free_port, prometheus_server, redis_server
 from compactd.settings import Settings
 
 PARTITIONS = 2

@@ -24,7 +24,7 @@ from confluent_kafka.admin import (
 from compactd.app.acls import NEEDS, check
 from compactd.app.cli import main
 from compactd.daemon.application import Application
-from compactd.demo.broker import KafkaBroker
+from compactd.local.broker import KafkaBroker
 from compactd.settings import Settings, TopicNames
 from tests.support import kraft
 from tests.support.events import old_segments

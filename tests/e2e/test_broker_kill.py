@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from compactd.daemon.application import Application
-from compactd.demo.broker import kafka_broker
+from compactd.local.broker import kafka_broker
 from tests.support.events import old_segments
 from tests.support.fixtures import Cluster
 from tests.support.running import Running

@@ -19,7 +19,7 @@ def test_once_run_deletes_consumed_segments_and_compacts_overdue(spark, cluster,
     cluster.create(orders, 1, {"cleanup.policy": "delete"})
     cluster.create(ctopic, 1, {"cleanup.policy": "compact"})
     cluster.fill(orders, 3000)
-    from compactd.demo.embedded import free_port
+    from compactd.local.servers import free_port
 
     metrics_port = free_port()
     settings = job_settings(

@@ -16,7 +16,7 @@ from compactd.control.metrics import Metrics
 from compactd.daemon.application import Application
 from compactd.dashboards.build import BUILDERS
 from compactd.dashboards.render import panel_results, render
-from compactd.demo.embedded import free_port, prometheus_server
+from compactd.local.servers import free_port, prometheus_server
 from tests.support import waiting
 from tests.support.compaction import history, produce
 from tests.support.waiting import wait_until

@@ -1001,7 +1001,7 @@ def test_a_follower_whose_cleaner_stopped_keeps_a_deleted_key_and_explain_and_th
 def reassign(cluster_bootstrap: str, topic: str, replicas: dict[int, list[int]]) -> None:
     """AlterPartitionReassignments (tests/support/jvm/Reassign.java: librdkafka has no such call), returning once the
     cluster lists none of them in progress."""
-    from compactd.demo.broker import ensure_jars
+    from compactd.local.broker import ensure_jars
 
     source = Path(__file__).resolve().parents[1] / "support" / "jvm" / "Reassign.java"
     moves = [f"{p}={','.join(map(str, r))}" for p, r in replicas.items()]

@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 
 from compactd.control.metrics import Metrics
 from compactd.daemon.application import Application
-from compactd.demo.broker import kafka_broker
+from compactd.local.broker import kafka_broker
 from tests.support.fixtures import Cluster
 
 pytestmark = pytest.mark.spark

@@ -17,7 +17,7 @@ import pytest
 import redis
 import yaml
 
-from compactd.demo.embedded import Service, free_port, redis_server
+from compactd.local.servers import Service, free_port, redis_server
 
 pytestmark = pytest.mark.spark
 HOUR = 3_600_000

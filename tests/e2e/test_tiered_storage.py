@@ -1,6 +1,6 @@
 """Tiered storage (KIP-405): consumed retention deletes what every reader has read from the remote tier too.
 
-The broker runs Kafka's own LocalTieredStorage (kafka-storage's test-fixtures jar; demo/broker.py `tiered_settings`):
+The broker runs Kafka's own LocalTieredStorage (kafka-storage's test-fixtures jar; local/broker.py `tiered_settings`):
 closed segments are copied to a directory standing for the object store, and the local tier keeps only the tail
 (`local.retention.ms`). The topic's log start stays where it was, in the remote tier: the remote retention most teams
 set "in case" is what every group has long read. Ground truth is the broker: its log start (ListOffsets earliest),
@@ -19,8 +19,8 @@ from compactd.agent.agent import KafkaPublisher, SegmentAgent
 from compactd.agent.leaders import node_id
 from compactd.app.explain_cli import explain
 from compactd.daemon.application import Application
-from compactd.demo.broker import kafka_broker, tiered_settings
 from compactd.explain.text import format_text
+from compactd.local.broker import kafka_broker, tiered_settings
 from tests.support.compaction import Event, produce
 from tests.support.fixtures import Cluster
 from tests.support.groups import consume_and_commit

@@ -17,7 +17,7 @@ from confluent_kafka import TopicPartition
 from compactd.compaction.service import Compactor
 from compactd.compaction.strategy import Strategy
 from compactd.compaction.view import CompactedReader, table
-from compactd.demo.broker import kafka_broker
+from compactd.local.broker import kafka_broker
 from tests.support.compaction import Event, produce
 from tests.support.fixtures import Cluster
 from tests.support.waiting import wait_for

@@ -20,7 +20,7 @@ from confluent_kafka.admin import ConfigResource, ResourceType
 from compactd.compaction.service import Compactor, Overrides
 from compactd.compaction.strategy import Strategy
 from compactd.compaction.view import CompactedReader, table
-from compactd.demo.broker import KafkaBroker, kafka_broker
+from compactd.local.broker import KafkaBroker, kafka_broker
 from tests.support import kraft
 from tests.support.compaction import Event, last_record_wins, produce, read_plain
 from tests.support.fixtures import Cluster

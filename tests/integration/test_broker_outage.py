@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import Controller
 from compactd.control.metrics import Metrics
-from compactd.demo.broker import kafka_broker
 from compactd.kafka.config import KafkaConnection
+from compactd.local.broker import kafka_broker
 from compactd.model import Segment
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.kafka_admin import KafkaAdminSink

@@ -14,7 +14,7 @@ from compactd.app.cli import main
 from compactd.app.explain_cli import explain
 from compactd.control.controller import Controller
 from compactd.control.metrics import Metrics
-from compactd.demo.embedded import Service, redis_cluster
+from compactd.local.servers import Service, redis_cluster
 from compactd.model import ActionRecord, Segment
 from compactd.settings import Settings
 from compactd.sinks.recording import RecordingSink

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from compactd.app.cli import main
-from compactd.demo.embedded import free_port
 from compactd.errors import DependencyUnavailable
 from compactd.kafka.admin import check_reachable
 from compactd.kafka.config import KafkaConnection
+from compactd.local.servers import free_port
 from compactd.settings import load_settings
 
 

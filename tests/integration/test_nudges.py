@@ -20,10 +20,10 @@ from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import NUDGE_CHECK_MS, Controller
 from compactd.control.metrics import Metrics
-from compactd.demo.broker import kafka_broker
 from compactd.explain.text import _describe
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.topics import ClusterTopics
+from compactd.local.broker import kafka_broker
 from compactd.model import Segment
 from compactd.sinks.audit import AuditLog
 from compactd.sinks.kafka_admin import KafkaAdminSink

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from compactd.app.cli import main
-from compactd.demo.embedded import Service, redis_server
+from compactd.local.servers import Service, redis_server
 from compactd.model import Segment
 from compactd.settings import Settings
 from compactd.state.changes import BatchChanges

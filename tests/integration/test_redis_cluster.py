@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from compactd.control.controller import Controller
 from compactd.control.metrics import Metrics
 from compactd.control.state_guard import StateGuard
-from compactd.demo.embedded import Service, redis_cluster
+from compactd.local.servers import Service, redis_cluster
 from compactd.model import ActionRecord, Segment
 from compactd.settings import Settings
 from compactd.sinks.recording import RecordingSink

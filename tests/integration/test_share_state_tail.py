@@ -18,9 +18,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from compactd.demo.broker import KafkaBroker
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.share_state import STATE_TOPIC, ShareStateTail
+from compactd.local.broker import KafkaBroker
 from tests.support.fixtures import Cluster
 from tests.support.groups import share_acknowledge
 from tests.support.waiting import wait_for

@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry
 from compactd.codec.offsets import OffsetValue, encode_offset_key, encode_offset_value
 from compactd.control.controller import Controller
 from compactd.control.metrics import Metrics
-from compactd.demo.broker import kafka_broker
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.topics import ClusterTopics, TopicsNow
+from compactd.local.broker import kafka_broker
 from compactd.model import Segment
 from compactd.policy.identity import LogFacts, topic_id_bytes
 from compactd.sinks.audit import AuditLog

@@ -120,7 +120,7 @@ def produce_stamped(cluster, topic: str, records: list[tuple[int, bytes, bytes, 
     import subprocess
     from pathlib import Path
 
-    from compactd.demo.broker import ensure_jars
+    from compactd.local.broker import ensure_jars
 
     source = Path(__file__).parent / "jvm" / "StampedProducer.java"
     argv = [shutil.which("java") or "java", "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", f"{ensure_jars()}/*",

@@ -14,10 +14,10 @@ import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, ResourceType
 
-from compactd.demo.broker import KafkaBroker, KafkaCluster, kafka_broker
-from compactd.demo.embedded import Service, redis_server
 from compactd.kafka.config import KafkaConnection
 from compactd.keys import partition_key
+from compactd.local.broker import KafkaBroker, KafkaCluster, kafka_broker
+from compactd.local.servers import Service, redis_server
 from tests.support import kraft
 from tests.support.waiting import wait_until
 

@@ -92,7 +92,7 @@ def streams_read(bootstrap: str, application_id: str, topic: str, upto: int) -> 
     """A Kafka Streams application (tests/support/jvm/StreamsReader.java, the Kafka jars of the project's Maven
     cache) in a streams group (KIP-1071) named `application_id`: reads `topic` from its start, commits, and stops
     once it has read `upto` records (max.poll.records = upto, so it reads no further)."""
-    from compactd.demo.broker import ensure_jars
+    from compactd.local.broker import ensure_jars
 
     source = Path(__file__).parent / "jvm" / "StreamsReader.java"
     java = shutil.which("java") or "java"
@@ -106,7 +106,7 @@ def streams_read(bootstrap: str, application_id: str, topic: str, upto: int) -> 
 def streams_assigned(bootstrap: str, application_id: str, topic: str) -> Iterator[None]:
     """A Kafka Streams application (tests/support/jvm/StreamsAssigned.java) in streams group `application_id`,
     assigned `topic` and reading it from its start, with nothing committed, for the duration of the block."""
-    from compactd.demo.broker import ensure_jars
+    from compactd.local.broker import ensure_jars
 
     source = Path(__file__).parent / "jvm" / "StreamsAssigned.java"
     java = shutil.which("java") or "java"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyspark
 
-from compactd.demo.embedded import Service, free_port
+from compactd.local.servers import Service, free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
 # The master's and the worker's JVMs (SPARK_DAEMON_JAVA_OPTS) and the executors' (EXECUTOR_JAVA_OPTIONS, a

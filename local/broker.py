@@ -87,7 +87,7 @@ REPLICATED: dict[str, str] = {
 
 def tiered_settings(remote_dir: Path, bootstrap_listener: str = "PLAINTEXT") -> dict[str, str]:
     """Tiered storage (KIP-405) on a test broker: Kafka's own LocalTieredStorage (kafka-storage's test jar, on the
-    broker's class path through demo/jvm/pom.xml) keeps the remote tier in `remote_dir`; the remote log metadata
+    broker's class path through local/jvm/pom.xml) keeps the remote tier in `remote_dir`; the remote log metadata
     topic is Kafka's default (TopicBasedRemoteLogMetadataManager), on one replica. Segments are copied and the local
     tier trimmed every second, not every 30 s."""
     return {
@@ -113,7 +113,7 @@ READY_TIMEOUT_S = 60.0
 
 
 def _pom() -> Path:
-    return Path(str(resources.files("compactd.demo.jvm").joinpath("pom.xml")))
+    return Path(str(resources.files("compactd.local.jvm").joinpath("pom.xml")))
 
 
 def kafka_version() -> str:
@@ -132,7 +132,7 @@ def ensure_jars(quiet: bool = False) -> Path:
 
 
 def _free_port() -> int:
-    from compactd.demo.embedded import free_port
+    from compactd.local.servers import free_port
 
     return free_port()
 
@@ -256,7 +256,7 @@ class KafkaBroker:
         java = shutil.which("java")
         if java is None:
             raise CompactdError("java not found: Apache Kafka needs Java 17 (apt-get install openjdk-17-jre-headless)")
-        log4j = resources.files("compactd.demo.jvm").joinpath("log4j2.xml")
+        log4j = resources.files("compactd.local.jvm").joinpath("log4j2.xml")
         return [
             java,
             f"-Xmx{heap}",
@@ -311,8 +311,8 @@ class KafkaBroker:
         """Ready = a metadata request to this node answers with this node and `brokers` brokers in all, a controller,
         and every partition led (the port alone opens before the broker is unfenced and may refuse to create topics;
         after a crash, partitions are led only once their logs are recovered)."""
-        from compactd.demo.embedded import wait_port
         from compactd.kafka.config import new_admin
+        from compactd.local.servers import wait_port
 
         assert self.proc is not None
         wait_port(self.port, self.proc, "kafka", READY_TIMEOUT_S)
@@ -430,7 +430,7 @@ def kafka_broker(workdir: Path, port: int | None = None, **kwargs) -> KafkaBroke
     return KafkaBroker(workdir, port=port, **kwargs)
 
 
-if __name__ == "__main__":  # `python -m compactd.demo.broker --fetch`: what `make deps` runs
+if __name__ == "__main__":  # `python -m compactd.local.broker --fetch`: what `make deps` runs
     import argparse
 
     parser = argparse.ArgumentParser(description="Apache Kafka's jars for compactd's test and demo broker")
