@@ -35,16 +35,25 @@ class ClusterError(CompactdError):
 
 
 class CompactionCluster:
+    """Constructed unconnected: its Admin client is made at the first request, so the job can hand one instance to
+    the compaction service and the retention takeovers while it wires them, before anything is started."""
+
     def __init__(self, conn: KafkaConnection, timeout_s: float = TIMEOUT_S, replication_factor: int = -1) -> None:
         self.conn = conn
         self.timeout_s = timeout_s
         # -1: the cluster's default.replication.factor (and its min.insync.replicas): below the horizon the view is
         # the only copy of the data, never on one broker of a cluster that replicates
         self.replication_factor = replication_factor
-        self.admin: Any = admin_client(conn, timeout_s)
+        self._admin: Any = None
         self._topics: Any = None  # kafka.topics.ClusterTopics, made on first use
         # topics `ensure_topic` found or made, and ("config", view) for views `ensure_view_config` checked
         self._ensured: set[str | tuple[str, str]] = set()  # `forget` after a failure
+
+    @property
+    def admin(self) -> Any:
+        if self._admin is None:
+            self._admin = admin_client(self.conn, self.timeout_s)
+        return self._admin
 
     def topic_id(self, topic: str) -> str | None:
         """The topic's ID (KIP-516), None where the broker reports none or cannot say."""

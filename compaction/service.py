@@ -100,6 +100,27 @@ def strategy_for(th: Thresholds, overrides: Overrides | None = None) -> Strategy
     )
 
 
+@dataclass(frozen=True)
+class ServiceParts:
+    """What the compaction service keeps between runs: its Redis state, the manifest topic's reader and the cluster's
+    Admin requests (unconnected until a run asks). The job builds them before the service: the controller's view caps
+    and the retention takeovers share them, and the thresholds the service reads are wired later
+    (daemon/application.py)."""
+
+    state: CompactionState
+    log: ManifestLog
+    cluster: CompactionCluster
+
+    @classmethod
+    def of(cls, settings: Any, redis: Any) -> ServiceParts:
+        conn = settings.kafka_connection()
+        return cls(
+            CompactionState(redis, settings.key_prefix),
+            ManifestLog(conn, settings.topics.compactions),
+            CompactionCluster(conn, replication_factor=settings.topics_replication_factor),
+        )
+
+
 class Compactor:
     """Runs compactions for one cluster. `spark` is a callable returning the session to run on (the job passes a
     session of its own next to the stream's; the CLI starts one on first use)."""
@@ -111,21 +132,17 @@ class Compactor:
         layers: Callable[[], dict[str, dict[str, Any]]],
         spark: Callable[[], Any],
         clock: Callable[[], int] = now_ms,
+        parts: ServiceParts | None = None,
     ) -> None:
+        """`layers()`: the threshold layers in force at a run's start; `parts`: built by the caller when others
+        share them (default: its own)."""
         self.settings = settings
-        self.state = CompactionState(redis, settings.key_prefix)
+        parts = parts or ServiceParts.of(settings, redis)
+        self.state, self.log, self.cluster = parts.state, parts.log, parts.cluster
         self.layers = layers
         self.spark = spark
         self.clock = clock
         self.conn = settings.kafka_connection()
-        self.log = ManifestLog(self.conn, settings.topics.compactions)
-        self._cluster: CompactionCluster | None = None
-
-    @property
-    def cluster(self) -> CompactionCluster:
-        if self._cluster is None:
-            self._cluster = CompactionCluster(self.conn, replication_factor=self.settings.topics_replication_factor)
-        return self._cluster
 
     def thresholds(self, topic: str) -> Thresholds:
         return resolve(self.layers(), topic)
@@ -157,8 +174,7 @@ class Compactor:
             opts = options or RunOptions()
             summary = self._run(topic, th, strategy, lease, started, on_phase or (lambda _p: None), opts)
         except Exception as exc:
-            if self._cluster is not None:
-                self._cluster.forget()
+            self.cluster.forget()
             if isinstance(exc, CompactdError):
                 line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             else:  # a Spark failure carries the task's Python error deep inside a JVM one: that line, not the plan

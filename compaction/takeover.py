@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from compactd.compaction.manifest import Manifest
 from compactd.policy.thresholds import Thresholds, parse_scope, resolve
@@ -112,14 +112,37 @@ class TopicConfig:
         self.admin.incremental_alter_configs([res], request_timeout=self.timeout_s)[res].result(self.timeout_s)
 
 
+class TopicRetention(Protocol):
+    """What a takeover asks of the cluster (compaction/cluster.py `CompactionCluster`)."""
+
+    def topic_config(self, topic: str) -> tuple[str | None, int | None, str]: ...
+
+    def set_retention(self, topic: str, value: str | None) -> None: ...
+
+
+class TakeoverLedger(Protocol):
+    """Where a takeover is recorded before the topic is altered (sinks/nudge_ledger.py `NudgeLedger`)."""
+
+    def record_takeover(self, topic: str, value: dict[str, Any]) -> None: ...
+
+    def clear_takeover(self, topic: str) -> None: ...
+
+    def load_takeovers(self) -> dict[str, dict[str, Any]]: ...
+
+
 class Takeovers:
     """The takeovers in force: loaded from the ledger (the truth), taken and given back by the trigger's checks."""
 
-    def __init__(self, cluster: Callable[[], Any], ledger: Any, clock: Callable[[], int]) -> None:
-        """`cluster()`: compaction.cluster.CompactionCluster (topic_config, set_retention); `ledger`:
-        sinks.nudge_ledger.NudgeLedger (record_takeover, clear_takeover, load_takeovers)."""
+    def __init__(self, cluster: TopicRetention, ledger: TakeoverLedger, clock: Callable[[], int]) -> None:
         self.cluster, self.ledger, self.clock = cluster, ledger, clock
         self.held: dict[str, Takeover] | None = None
+
+    def overlay(self, layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The layers with every retention taken over applied as forced retention (as they are until the ledger is
+        read: the safe side, less is deleted)."""
+        if not self.held:
+            return layers
+        return overlay(layers, self.held.values())
 
     def current(self) -> dict[str, Takeover]:
         if self.held is None:
@@ -129,12 +152,12 @@ class Takeovers:
 
     def take(self, topic: str) -> Takeover | None:
         """Record the topic's retention, then set it to -1. None: the topic has no time retention to take."""
-        own, effective, _ = self.cluster().topic_config(topic)
+        own, effective, _ = self.cluster.topic_config(topic)
         if effective is None:
             return None  # retention.ms -1 already (an operator's choice): nothing deletes by time
         tk = Takeover(topic, own, effective, self.clock())
         self.ledger.record_takeover(tk.topic, tk.to_json())  # durable before the alter: it can always go back
-        self.cluster().set_retention(topic, OURS)
+        self.cluster.set_retention(topic, OURS)
         self.current()[topic] = tk
         log.warning(
             "compaction of %s: retention.ms (%s) taken over: set to -1 on the topic, applied by compactd as forced "
@@ -146,9 +169,9 @@ class Takeovers:
     def give_back(self, topic: str, why: str) -> str:
         """Put the original back (only over compactd's own -1: a value someone set since is theirs), then forget."""
         tk = self.current()[topic]
-        own, _, _ = self.cluster().topic_config(topic)
+        own, _, _ = self.cluster.topic_config(topic)
         if own == OURS:
-            self.cluster().set_retention(topic, tk.original)
+            self.cluster.set_retention(topic, tk.original)
             done = f"retention.ms put back to {tk.original if tk.original is not None else 'the broker default'}"
         else:
             done = f"retention.ms left as it is now ({own if own is not None else 'default'}): not compactd's -1"

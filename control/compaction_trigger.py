@@ -24,7 +24,7 @@ from typing import Any
 from compactd.compaction.manifest import Manifest, RunDue, find_gaps, garbage_below, run_due, source_changed
 from compactd.compaction.service import Compactor, ViewGap, eligible
 from compactd.compaction.store import RunInProgress
-from compactd.compaction.takeover import Takeover, Takeovers, overlay, wanted
+from compactd.compaction.takeover import Takeover, Takeovers, wanted
 from compactd.control.metrics import Metrics
 from compactd.control.view_caps import ViewCaps
 from compactd.model import ActionRecord
@@ -123,13 +123,6 @@ class CompactionTrigger:
                 log.warning("retention takeovers not checked: %s", (str(exc).splitlines() or [""])[0])
 
     # -- the retention takeover (compaction/takeover.py)
-    def overlay(self, layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        """The layers with every retention taken over applied as forced retention (as they are until the ledger is
-        read: the safe side, less is deleted)."""
-        if self.takeovers is None or self.takeovers.held is None or not self.takeovers.held:
-            return layers
-        return overlay(layers, self.takeovers.held.values())
-
     def _takeover(self, topic: str, th: Thresholds, manifest: Manifest | None) -> None:
         if self.takeovers is None:
             return

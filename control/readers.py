@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import msgspec
 
 from compactd.codec.spark_checkpoint import Checkpoint, kafka_positions, latest_batch, latest_planned
+from compactd.control.metrics import Metrics
 from compactd.kafka.share_state import STATE_TOPIC, ShareStateTail
 from compactd.kafka.topics import TopicsNow
 from compactd.policy.identity import known_id
@@ -119,6 +120,20 @@ class TopicIds(Protocol):
     def describe(self, topics: Iterable[str]) -> TopicsNow: ...
 
     def close(self) -> None: ...
+
+
+class PublishReaders:
+    """Where `Readers` publishes its doc when the holds or a reader's state change: one gauge sample per reader, and
+    the copy in Redis that `explain` reads."""
+
+    def __init__(self, metrics: Metrics, save: Callable[[Mapping[str, Any]], None]) -> None:
+        self.metrics, self.save = metrics, save
+
+    def __call__(self, doc: dict[str, Any]) -> None:
+        self.metrics.readers.clear()
+        for name, status in doc["status"].items():
+            self.metrics.readers.labels(name, status.get("kind", "?"), status.get("state", "invalid")).set(1)
+        self.save(doc)
 
 
 class Readers:

@@ -8,9 +8,9 @@ goes to the DLQ (`stream=config`) with its reason: malformed_json, invalid_confi
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from compactd.codec.config_events import digest, parse_config_event
 from compactd.control.controller import Controller
@@ -33,6 +33,17 @@ class ConfigOutcome:
     evaluate: list[tuple[str, int]] = field(default_factory=list)
 
 
+class Overlay(Protocol):
+    """What the job adds over the operators' layers (daemon/application.py `JobOverlay`: the retention takeovers'
+    forced retention, no nudges where the cleaner cannot be seen)."""
+
+    def __call__(self, layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]: ...
+
+
+def no_overlay(layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return layers
+
+
 class RuntimeConfig:
     def __init__(
         self,
@@ -41,15 +52,15 @@ class RuntimeConfig:
         secrets: Sequence[str],
         controller: Controller,
         metrics: Metrics,
+        overlay: Overlay = no_overlay,
     ) -> None:
         self.state = state
         self.base = {scope: dict(values) for scope, values in base.items()}
         self.secrets = list(secrets)
         self.controller = controller
         self.metrics = metrics
+        self.overlay = overlay
         self.applied: dict[str, AppliedLayer] = {}
-        # what the job adds to the operators' layers: the retention takeovers' forced retention (compaction/takeover)
-        self.overlay: Callable[[dict[str, dict[str, Any]]], dict[str, dict[str, Any]]] = lambda layers: layers
 
     def load(self) -> None:
         """Read what earlier runs applied; the controller starts with file layers overridden by it."""

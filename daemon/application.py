@@ -11,19 +11,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 from compactd.clock import now_ms
-from compactd.compaction.service import Compactor
+from compactd.compaction.service import Compactor, ServiceParts
 from compactd.compaction.takeover import Takeovers
 from compactd.control.agent_watch import AgentWatch
 from compactd.control.compaction_trigger import POOL, CompactionTrigger
 from compactd.control.controller import Controller, Probe, _no_probe
 from compactd.control.metrics import Metrics, default_metrics
-from compactd.control.readers import Readers
+from compactd.control.readers import PublishReaders, Readers
 from compactd.control.runtime_config import RuntimeConfig
 from compactd.control.state_guard import StateGuard
 from compactd.control.view_caps import ViewCaps
@@ -44,7 +45,8 @@ from compactd.sinks.dlq import DeadLetters
 from compactd.sinks.kafka_admin import KafkaAdminSink
 from compactd.sinks.nudge_ledger import LifecycleRecords, NudgeLedger
 from compactd.state.outage import RedisOutage
-from compactd.streaming.checkpoint import batch_end_offsets, stream_id_for
+from compactd.state.redis_store import RedisState
+from compactd.streaming.checkpoint import PlannedOffsets, stream_id_for
 from compactd.streaming.decode import Decoder
 from compactd.streaming.job import StreamingJob
 
@@ -53,7 +55,41 @@ log = logging.getLogger("compactd.job")
 CHECK_TIMEOUT_S = 5.0
 
 
+@dataclass(frozen=True)
+class JobOverlay:
+    """What the job applies over the configured thresholds (`RuntimeConfig.effective`): the retention takeovers'
+    forced retention, and no nudges where the cleaner cannot be seen (`compactd explain` shows
+    `cleaner_not_visible`)."""
+
+    takeovers: Takeovers
+    cleaner_visible: bool
+
+    def __call__(self, layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        layers = self.takeovers.overlay(layers)
+        return layers if self.cleaner_visible else without_nudges(layers)
+
+
+@dataclass(frozen=True)
+class RetentionMoved:
+    """A retention takeover began or ended (`CompactionTrigger`): the topic's forced retention changed, so the
+    controller takes the layers again and decides the topic's partitions under them."""
+
+    controller: Controller
+    config: RuntimeConfig
+    state: RedisState
+
+    def __call__(self, topic: str) -> None:
+        self.controller.set_layers(self.config.effective())
+        self.controller.evaluate([(topic, p) for p in self.state.partitions(topic)], "compaction")
+
+
 class Application(DeleteGate, RunLoop):
+    """The composition root: every object of the running job is built here, each given its collaborators through
+    its constructor, in the order they depend on one another (state and sinks, the readers, the compaction service's
+    parts and the controller that reads their caps, the runtime config over the controller, the compaction service
+    and its trigger over the config). Nothing is patched after it is built. Its two mixins hold the delete gate and
+    the run loop; each declares what it borrows from here."""
+
     def __init__(
         self,
         settings: Settings,
@@ -76,7 +112,7 @@ class Application(DeleteGate, RunLoop):
         self.dlq = DeadLetters(conn, settings.topics.dlq, cluster=settings.cluster)
         self.ledger = NudgeLedger(conn, settings.topics.nudges)
         self.sink: ActionSink = sink or KafkaAdminSink(conn, self.state, ledger=self.ledger, clock=clock)
-        self.readiness = Readiness(None)
+        self.readiness = Readiness(None)  # the delete gate's (daemon/gate.py): closed until `_arm_readiness`
         self.guard = StateGuard(self.state, settings.checkpoint_dir, self.spark_checkpoint)
         self.outage = RedisOutage(settings.redis_retry_max_ms / 1000, self._redis_down)
         self.lost: str | None = None  # why Redis is not the state the checkpoint assumes, until the rebuild starts
@@ -89,13 +125,13 @@ class Application(DeleteGate, RunLoop):
         self.readers = Readers(
             ShareStateTail(conn, timeout_s=CHECK_TIMEOUT_S),
             clock=clock,
-            publish=self._readers_read,
+            publish=PublishReaders(self.metrics, self.state.save_readers),
             topics=ClusterTopics(conn, timeout_s=CHECK_TIMEOUT_S),  # its own: the refresher reads on its own thread
             published=self.state.readers,
         )
         # the compaction service's views cap the source's deletes: data the trigger writes and the controller reads
-        compactor = Compactor(settings, self.state.r, lambda: self.config.effective(), self._compaction_spark, clock)
-        view_caps = ViewCaps(compactor.state, compactor.log)
+        parts = ServiceParts.of(settings, self.state.r)
+        view_caps = ViewCaps(parts.state, parts.log)
         self.controller = Controller(
             self.state,
             settings.thresholds,
@@ -109,11 +145,20 @@ class Application(DeleteGate, RunLoop):
             cluster_offsets=None if self.group_offsets is None else self.group_offsets.check,
             topics=self.cluster_topics,
             strict_groups=settings.strict_groups,
-            records=LifecycleRecords(self.ledger, lambda: batch_end_offsets(self.spark_checkpoint)),
+            records=LifecycleRecords(self.ledger, PlannedOffsets(self.spark_checkpoint)),
             view_caps=view_caps,
             readers=self.readers,
         )
-        self.config = RuntimeConfig(self.state, settings.thresholds, settings.secrets(), self.controller, self.metrics)
+        # offsets_source admin: the Admin API cannot see the broker's cleaner, so no nudge is ever decided there
+        self.agent_watch = (
+            AgentWatch(conn, settings.topics.agent, settings.cluster) if settings.offsets_source == "admin" else None
+        )
+        takeovers = Takeovers(parts.cluster, self.ledger, clock)
+        self.config = RuntimeConfig(
+            self.state, settings.thresholds, settings.secrets(), self.controller, self.metrics,
+            overlay=JobOverlay(takeovers, cleaner_visible=self.agent_watch is None),
+        )  # fmt: skip
+        compactor = Compactor(settings, self.state.r, self.config.effective, self._compaction_spark, clock, parts)
         self.compaction = CompactionTrigger(
             compactor,
             self.metrics,
@@ -122,18 +167,11 @@ class Application(DeleteGate, RunLoop):
             self._audit_run,
             clock,
             check_every_s=settings.compaction_check_interval_ms / 1000,
-            takeover_moved=self._takeover_moved,
+            takeovers=takeovers,
+            takeover_moved=RetentionMoved(self.controller, self.config, self.state),
             caps=view_caps,
-            segments_known=lambda topic: any(  # a few partitions tell: segment events come for all or none
-                v.segments for v in self.state.views([(topic, p) for p in self.state.partitions(topic)[:8]])
-            ),
+            segments_known=self.state.segments_known,
         )
-        self.compaction.takeovers = Takeovers(lambda: self.compaction.compactor.cluster, self.ledger, clock)
-        # offsets_source admin: the Admin API cannot see the broker's cleaner, so no nudge is ever decided there
-        self.agent_watch = (
-            AgentWatch(conn, settings.topics.agent, settings.cluster) if settings.offsets_source == "admin" else None
-        )
-        self.config.overlay = self._overlay
         self.decoder = Decoder(
             settings.topics.segments,
             settings.topics.commits,
@@ -156,17 +194,6 @@ class Application(DeleteGate, RunLoop):
         self._agent_checked_at = 0.0
         self._segments_seen = False  # a segment event merged into this state (health `segments_at`)
         self._sources_said = False
-
-    def _overlay(self, layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        """What the job applies over the configured thresholds: retention takeovers; no nudges where the cleaner
-        cannot be seen (`compactd explain` shows `cleaner_not_visible`)."""
-        layers = self.compaction.overlay(layers)
-        return layers if self.agent_watch is None else without_nudges(layers)
-
-    def _takeover_moved(self, topic: str) -> None:
-        """A retention takeover began or ended: the topic's forced retention changed (`RuntimeConfig.overlay`)."""
-        self.controller.set_layers(self.config.effective())
-        self.controller.evaluate([(topic, p) for p in self.state.partitions(topic)], "compaction")
 
     def _compaction_spark(self) -> SparkSession:
         """A session of its own for a compaction run, next to the stream's, in a fair-scheduler pool of its own:
@@ -272,13 +299,6 @@ class Application(DeleteGate, RunLoop):
             ) from None
 
     # ---- stop, in reverse ----
-
-    def _readers_read(self, doc: dict[str, Any]) -> None:
-        """The readers changed: their copy for `explain`, and one gauge sample per reader."""
-        self.metrics.readers.clear()
-        for name, status in doc["status"].items():
-            self.metrics.readers.labels(name, status.get("kind", "?"), status.get("state", "invalid")).set(1)
-        self.state.save_readers(doc)
 
     def close(self) -> None:
         self.compaction.stopping.set()

@@ -1,6 +1,6 @@
 """The running job: the stream started (or started again), each micro-batch merged and decided, the deadline
 ticker between batches, and the stops (graceful, forced, `run --once`). A mixin of `Application`
-(daemon/application.py), which wires what it uses."""
+(daemon/application.py), which builds what it uses; the class declares each."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import compactd
 from compactd.clock import now_ms
 from compactd.control.controller import RunShares
-from compactd.control.runtime_config import ConfigOutcome
+from compactd.control.runtime_config import ConfigOutcome, RuntimeConfig
 from compactd.control.share import BatchThresholds, ShareResult
 from compactd.daemon import share_task
 from compactd.daemon.source_loss import SourceLoss
@@ -22,6 +22,24 @@ from compactd.kafka.admin import admin_client, list_end_offsets, retire
 from compactd.state.outage import REDIS_DOWN
 from compactd.streaming.checkpoint import adopt_source, batch_end_offsets, completed_end_offsets
 from compactd.streaming.job import Batch, StreamingJob, StreamSpec, root_cause
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from pyspark.sql import SparkSession
+
+    from compactd.control.compaction_trigger import CompactionTrigger
+    from compactd.control.controller import Controller
+    from compactd.control.metrics import Metrics
+    from compactd.control.state_guard import StateGuard
+    from compactd.kafka.config import KafkaConnection
+    from compactd.policy.readiness import Readiness
+    from compactd.settings import Settings
+    from compactd.sinks.dlq import DeadLetters
+    from compactd.state.outage import RedisOutage
+    from compactd.state.redis_store import RedisState
+    from compactd.streaming.decode import Decoder
 
 log = logging.getLogger("compactd.job")
 
@@ -51,6 +69,48 @@ class RunSummary:
 
 class RunLoop:
     """The stream, its batches, the ticker and the stops."""
+
+    # what it borrows from `Application` (daemon/application.py), which builds each in its constructor
+    settings: Settings
+    conn: KafkaConnection
+    state: RedisState
+    metrics: Metrics
+    controller: Controller
+    config: RuntimeConfig
+    compaction: CompactionTrigger
+    dlq: DeadLetters
+    guard: StateGuard
+    outage: RedisOutage
+    decoder: Decoder
+    summary: RunSummary
+    spark: SparkSession | None
+    spark_checkpoint: Path
+    stream_id: str
+    verbose: bool
+    _closers: list[Callable[[], None]]
+    _admin: Any
+    # the delete gate's state and what it does (daemon/gate.py `DeleteGate`), and the start (`Application.start`)
+    readiness: Readiness
+    lost: str | None
+    rebuilding: bool
+    _segments_seen: bool
+    start: Callable[[bool], None]
+    _arm_readiness: Callable[[], None]
+    _begin_rebuild: Callable[[str], None]
+    _check_sources: Callable[[], None]
+    _gate_changed: Callable[[], None]
+    _state_lost: Callable[[str], None]
+    _supersede: Callable[[], None]
+    _watch_agent: Callable[[], None]
+    # the run loop's own state: set by `Application.__init__`, changed only here
+    job: StreamingJob | None
+    forced: bool  # a second signal: leave without waiting for the running batch
+    _stop: object  # the event `run` stops on (the CLI's StopEvent records a second signal)
+    _kafka_options: dict[str, str] | None
+    _last_log: float
+    _idle_batches: int
+    _sampled_at: float
+    _topics_checked_at: float
 
     def _start_stream(self, once: bool, starting_offsets: str | None = None) -> None:
         if self.spark is None:

@@ -104,6 +104,11 @@ class ReadStore(StoreBase):
     def partitions(self, topic: str) -> list[int]:
         return sorted(int(_s(n)) for n in self.r.smembers(self.keys.partitions(topic)))
 
+    def segments_known(self, topic: str, sample: int = 8) -> bool:
+        """Whether compactd has segment events of the topic: a few partitions tell, segment events come for all of a
+        topic's partitions or none (the compaction service's retention takeover needs them)."""
+        return any(v.segments for v in self.views([(topic, p) for p in self.partitions(topic)[:sample]]))
+
     def all_partitions(self) -> list[tuple[str, int]]:
         """Every partition of every topic, sorted: one pipelined round trip per thousand topics (a round trip per
         topic was most of the 0.7 s `run --once` spent on this at 259k partitions in 1,000 topics)."""

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -38,6 +39,17 @@ def batch_end_offsets(spark_checkpoint: Path, batch_id: int | None = None) -> di
     lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
     # "v1", the batch metadata, then one line per source: ours is the only source
     return json.loads(lines[-1]) if len(lines) >= 3 else {}
+
+
+@dataclass(frozen=True)
+class PlannedOffsets:
+    """Where the stream's sources stand, read from its checkpoint when called (the planned end of the latest batch):
+    what a topic reset records beside its cause (sinks/nudge_ledger.py `LifecycleRecords`)."""
+
+    spark_checkpoint: Path
+
+    def __call__(self) -> dict[str, dict[str, int]]:
+        return batch_end_offsets(self.spark_checkpoint)
 
 
 def completed_end_offsets(spark_checkpoint: Path) -> dict[str, dict[str, int]]:

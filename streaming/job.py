@@ -57,6 +57,8 @@ class Batch:
         return batch_end_offsets(self.checkpoint, self.batch_id)
 
 
+# What takes each micro-batch on the driver: the job's `RunLoop.on_batch` (daemon/run_loop.py: DLQ, metrics, merge →
+# decide → act, the delete gate), or a test's own.
 BatchHandler = Callable[[Batch], None]
 
 

@@ -11,6 +11,7 @@ import redis
 
 from compactd.compaction.manifest import Manifest, ViewPartition
 from compactd.compaction.service import Compactor
+from compactd.compaction.takeover import Takeovers
 from compactd.control.compaction_trigger import CompactionTrigger
 from compactd.control.metrics import Metrics
 from compactd.model import ActionRecord
@@ -18,7 +19,8 @@ from compactd.policy.thresholds import resolve
 from tests.support.compaction import history, produce
 
 
-def trigger(job_settings, redis_url: str, layers: dict[str, dict[str, Any]], known: list[str]):
+def trigger(job_settings, redis_url: str, layers: dict[str, dict[str, Any]], known: list[str], ledger: Any = None):
+    """`ledger`: the retention takeovers are made, recorded there (segment events taken as known)."""
     s = job_settings()
     published: list[ActionRecord] = []
 
@@ -28,9 +30,11 @@ def trigger(job_settings, redis_url: str, layers: dict[str, dict[str, Any]], kno
     comp = Compactor(s, redis.Redis.from_url(redis_url), lambda: layers, no_spark)
     from prometheus_client import CollectorRegistry
 
+    takeovers = None if ledger is None else Takeovers(comp.cluster, ledger, comp.clock)
     t = CompactionTrigger(
-        comp, Metrics(CollectorRegistry()), lambda: layers, lambda: known, published.append, comp.clock
-    )
+        comp, Metrics(CollectorRegistry()), lambda: layers, lambda: known, published.append, comp.clock,
+        takeovers=takeovers, segments_known=None if ledger is None else lambda _topic: True,
+    )  # fmt: skip
     return t, published
 
 
@@ -147,7 +151,6 @@ def test_a_retention_takeover_sets_minus_one_and_always_puts_the_original_back(
     """Ground truth is the broker's topic config. Taken over: retention.ms -1 on the topic, the original recorded on
     the ledger first, applied as forced retention; the key turned off — by a new job after Redis was flushed — puts
     the original back; a value someone set meanwhile is left as it is."""
-    from compactd.compaction.takeover import Takeovers
     from compactd.sinks.nudge_ledger import NudgeLedger
 
     day = 86_400_000
@@ -160,11 +163,7 @@ def test_a_retention_takeover_sets_minus_one_and_always_puts_the_original_back(
     published = Manifest(topic, f"{topic}.compacted", 1, partitions={"0": ViewPartition(30, 0, 5)}, run="a")
 
     def job(layers: dict[str, dict[str, Any]]):
-        t, records = trigger(job_settings, redis_url, layers, [topic])
-        ledger = NudgeLedger(s.kafka_connection(), s.topics.nudges)
-        t.takeovers = Takeovers(lambda: t.compactor.cluster, ledger, t.clock)
-        t.segments_known = lambda _t: True
-        return t, records
+        return trigger(job_settings, redis_url, layers, [topic], NudgeLedger(s.kafka_connection(), s.topics.nudges))
 
     def broker_retention() -> tuple[str | None, int | None, str]:
         return job(on)[0].compactor.cluster.topic_config(topic)
@@ -177,7 +176,8 @@ def test_a_retention_takeover_sets_minus_one_and_always_puts_the_original_back(
     assert [(r.action, r.reason, r.detail["original"]) for r in records] == [
         ("take_retention", "retention_takeover", str(day))
     ]
-    assert resolve(t.overlay(on), topic).forced_retention_ms == day  # compactd applies it now, capped at the horizon
+    # compactd applies it now, capped at the horizon
+    assert resolve(t.takeovers.overlay(on), topic).forced_retention_ms == day
     assert t.compactor.state.retention(topic)["takeover"]["original"] == str(day)  # what `explain` shows
     t.tick(now=True)
     assert len(records) == 1  # taken once
