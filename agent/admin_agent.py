@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from compactd.agent.admin_poll import AdminPoll, Event, mark_key, poll_mark
+from compactd.agent.admin_poll import AdminPoll, Event, poll_mark
 from compactd.clock import now_ms
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.groups import GroupReader
 from compactd.kafka.reader import read_to_end
 from compactd.kafka.writer import JsonTopicWriter
-from compactd.keys import partition_key
+from compactd.keys import mark_key, partition_key
 
 log = logging.getLogger("compactd.agent")
 

@@ -158,11 +158,6 @@ def _log_start(topic: str, p: int, start: int, now: int) -> Event:
     return {"type": "log_start", "topic": topic, "partition": p, "log_start_offset": start, "ts": now}
 
 
-def mark_key(cluster: str) -> str:
-    """The key of a cluster's poll marks on the agent topic (compacted: the newest mark per cluster stays)."""
-    return f"admin/{cluster}"
-
-
 def poll_mark(cluster: str, poll: int, now: int, interval_ms: int, groups: int, partitions: int) -> Event:
     """Written after a poll's events are flushed: the job's readiness gate opens only once a mark exists (every
     group's offsets of a complete poll are on the commits topic before it), and its age tells the job whether the

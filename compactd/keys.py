@@ -1,7 +1,8 @@
-"""The one formatter and parser of the `"<topic>/<partition>"` key.
+"""The one formatter and parser of the `"<topic>/<partition>"` key, and the agent topic's `"admin/<cluster>"`.
 
-It is the key of segment events and action records, the member of Redis' deadline sets and the tail of a
-`partition:` threshold scope. Topic names cannot contain `/`, so the last `/` splits it.
+The first is the key of segment events and action records, the member of Redis' deadline sets and the tail of a
+`partition:` threshold scope. Topic names cannot contain `/`, so the last `/` splits it. The second is written by the
+admin agent and read by the job's delete gate, neither of which imports the other.
 """
 
 from __future__ import annotations
@@ -20,3 +21,8 @@ def parse_partition_key(key: str | bytes) -> tuple[str, int]:
     if not sep or not topic or not num.isdigit():
         raise ConfigError(f"invalid partition key {text!r}: expected <topic>/<partition>")
     return topic, int(num)
+
+
+def mark_key(cluster: str) -> str:
+    """The key of a cluster's poll marks on the agent topic (compacted: the newest mark per cluster stays)."""
+    return f"admin/{cluster}"

@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from compactd.agent.admin_poll import mark_key
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.reader import read_to_end
+from compactd.keys import mark_key
 
 log = logging.getLogger("compactd.job")
 

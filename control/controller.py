@@ -71,7 +71,7 @@ RunShares = Callable[[BatchThresholds, int], list[ShareResult]]
 
 
 class ViewCapReader(Protocol):
-    """The compacted views' cap on source deletes, as data (control/view_caps.py)."""
+    """The compacted views' cap on source deletes, as data (compaction/view_caps.py)."""
 
     def cap(self, topic: str, partition: int, th: Thresholds, now: int, fresh: bool = False) -> int | None:
         """The highest offset a delete may reach (None: no view, no cap)."""

@@ -27,6 +27,7 @@ from compactd.policy.throttle import backoff_ms
 if TYPE_CHECKING:
     import threading
 
+    from compactd.control.controller import ViewCapReader
     from compactd.control.lifecycle import Lifecycle
     from compactd.control.metrics import Metrics
     from compactd.control.readers import Readers
@@ -71,7 +72,7 @@ class Dispatch:
     deletes_allowed: Callable[[], bool]
     cluster_offsets: Callable[[str, bool], GroupCheck] | None
     strict_groups: bool
-    view_caps: Any
+    view_caps: ViewCapReader | None
     readers: Readers | None
     probe: Callable[[str, int], None]
     held_back: int

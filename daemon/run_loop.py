@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import SparkSession
 
-    from compactd.control.compaction_trigger import CompactionTrigger
+    from compactd.compaction.trigger import CompactionTrigger
     from compactd.control.controller import Controller
     from compactd.control.metrics import Metrics
     from compactd.control.state_guard import StateGuard

@@ -12,7 +12,7 @@ import redis
 from compactd.compaction.manifest import Manifest, ViewPartition
 from compactd.compaction.service import Compactor
 from compactd.compaction.takeover import Takeovers
-from compactd.control.compaction_trigger import CompactionTrigger
+from compactd.compaction.trigger import CompactionTrigger
 from compactd.control.metrics import Metrics
 from compactd.model import ActionRecord
 from compactd.policy.thresholds import resolve

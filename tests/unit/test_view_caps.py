@@ -1,10 +1,10 @@
-"""What the compaction trigger records for the controller (control/view_caps.py): data, read once."""
+"""What the compaction trigger records for the controller (compaction/view_caps.py): data, read once."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from compactd.control.view_caps import ViewCaps
+from compactd.compaction.view_caps import ViewCaps
 
 
 def caps() -> ViewCaps:

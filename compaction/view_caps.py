@@ -1,5 +1,4 @@
-"""The compacted views' cap on source deletes, as data both sides share (control and compaction called
-each other through callbacks).
+"""The compacted views' cap on source deletes, as data the compaction trigger writes and the controller reads.
 
 The compaction trigger writes what it learns here: a source that is another log than its view's (`changed`: deletes
 capped at 0 until a new view), a generation published, a grace over (`moved`). The controller reads the cap
@@ -11,16 +10,32 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Protocol
 
 from compactd.compaction.manifest import Manifest, retention_cap
-from compactd.compaction.store import CompactionState, ManifestLog
 from compactd.policy.thresholds import Thresholds
 
 CACHE_S = 1.0  # how long decisions reuse the manifests they read (the send-time check always reads them)
 
 
+class ManifestMirror(Protocol):
+    """The published manifests as Redis mirrors them (compaction/store.py `CompactionState`)."""
+
+    def topics(self) -> list[str]: ...
+
+    def manifest(self, topic: str) -> Manifest | None: ...
+
+    def mirror(self, manifest: Manifest) -> None: ...
+
+
+class ManifestTopic(Protocol):
+    """The manifest topic, the truth the mirror is refreshed from (compaction/store.py `ManifestLog`)."""
+
+    def read_all(self) -> dict[str, Manifest]: ...
+
+
 class ViewCaps:
-    def __init__(self, state: CompactionState, log: ManifestLog) -> None:
+    def __init__(self, state: ManifestMirror, log: ManifestTopic) -> None:
         """`state`: the Redis mirror of the published manifests; `log`: the manifest topic, read when the mirror is
         missing (a new job, a state wiped by a rebuild)."""
         self.state = state

@@ -1,4 +1,4 @@
-"""The controller's side of the compaction service: decide when a topic's view needs a run, start it next to the
+"""The compaction service inside the running job: decide when a topic's view needs a run, start it next to the
 stream (its own Spark session, its own thread), report it as an action record, and collect old generations.
 
 A run is decided like every other action: by a pure rule (`compaction.manifest.run_due`) over what compactd knows —
@@ -8,7 +8,7 @@ source's last stable offsets — under the topic's thresholds: `compaction.thres
 also taken by `compactd compact`), at most `compaction.max.concurrent` at once.
 
 What it learns of the views — a generation published, a grace over, a source that is another log — goes to
-`caps` (control/view_caps.py), which the controller reads for the delete path's cap: a delete on the source never
+`caps` (compaction/view_caps.py), which the controller reads for the delete path's cap: a delete on the source never
 passes the published horizon (nor, during the grace, the previous generation's), so view + tail always hold every
 live key.
 """
@@ -19,14 +19,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
+
+from prometheus_client import Counter, Gauge
 
 from compactd.compaction.manifest import Manifest, RunDue, find_gaps, garbage_below, run_due, source_changed
 from compactd.compaction.service import Compactor, ViewGap, eligible
 from compactd.compaction.store import RunInProgress
 from compactd.compaction.takeover import Takeover, Takeovers, wanted
-from compactd.control.metrics import Metrics
-from compactd.control.view_caps import ViewCaps
+from compactd.compaction.view_caps import ViewCaps
 from compactd.model import ActionRecord
 from compactd.policy.thresholds import Thresholds, parse_scope, resolve, resolve_global
 
@@ -39,11 +40,27 @@ RETENTION_TTL_S = 60.0  # how long a source's retention.ms is reused
 POOL = "compactd-compaction"  # Spark fair-scheduler pool of the runs: the stream's batches keep their share
 
 
+class CompactionMetrics(Protocol):
+    """The series a trigger keeps (control/metrics.py `Metrics`, the job's one registry)."""
+
+    actions: Counter
+    compaction_runs: Counter
+    compaction_running: Gauge
+    compaction_last: Gauge
+    compaction_beyond_records: Gauge
+    compaction_beyond_age: Gauge
+    compaction_gap_records: Gauge
+    compaction_retention_left: Gauge
+    compaction_max_lag: Gauge
+
+    def compaction_topics(self, topics: Iterable[str]) -> None: ...
+
+
 class CompactionTrigger:
     def __init__(
         self,
         compactor: Compactor,
-        metrics: Metrics,
+        metrics: CompactionMetrics,
         layers: Callable[[], dict[str, dict[str, Any]]],
         known_topics: Callable[[], Iterable[str]],
         publish: Callable[[ActionRecord], None],
