@@ -8,10 +8,11 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from compactd.control.agent_watch import AGENT_WAIT, NO_AGENT
 from compactd.control.state_guard import REBUILDING
+from compactd.daemon.parts import JobParts
 from compactd.kafka.admin import admin_client, high_watermarks, list_end_offsets
 from compactd.policy.plan import NOT_CAUGHT_UP
 from compactd.policy.readiness import Readiness
@@ -19,20 +20,9 @@ from compactd.sinks.kafka_admin import KafkaAdminSink
 from compactd.streaming.checkpoint import batch_end_offsets, stream_id_for
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from compactd.control.agent_watch import AgentWatch
-    from compactd.control.controller import Controller
-    from compactd.control.metrics import Metrics
-    from compactd.control.runtime_config import RuntimeConfig
-    from compactd.control.state_guard import StateGuard
-    from compactd.daemon.run_loop import RunSummary
-    from compactd.kafka.config import KafkaConnection
-    from compactd.settings import Settings
     from compactd.sinks.base import ActionSink
     from compactd.sinks.nudge_ledger import NudgeLedger
-    from compactd.state.redis_store import RedisState
-    from compactd.streaming.decode import Decoder
 
 log = logging.getLogger("compactd.job")
 
@@ -46,33 +36,16 @@ NO_SEGMENTS = (
 )
 
 
-class DeleteGate:
+class DeleteGate(JobParts):
     """Readiness, the admin agent's marks, silent sources, a lost state and its rebuild."""
 
-    # the gate's own state: set by `Application.__init__`, changed only here (`readiness` is replaced each time the
-    # gate is armed, with the targets of that moment)
-    readiness: Readiness
-    lost: str | None  # why Redis is not the state the checkpoint assumes, until the rebuild starts
-    rebuilding: bool
+    # its own state, set by `Application.__init__` and changed only here (the gate's: `JobParts`)
     _agent_checked_at: float
     _sources_said: bool
-    # what it borrows from `Application` (daemon/application.py), which builds each in its constructor
-    settings: Settings
-    conn: KafkaConnection
-    state: RedisState
-    metrics: Metrics
-    controller: Controller
-    config: RuntimeConfig
+    # what only it borrows from `Application`
     ledger: NudgeLedger
     sink: ActionSink
-    guard: StateGuard
     agent_watch: AgentWatch | None
-    decoder: Decoder
-    summary: RunSummary
-    spark_checkpoint: Path
-    stream_id: str
-    _admin: Any
-    _segments_seen: bool
 
     def deletes_allowed(self) -> bool:
         """The delete gate: sources read far enough, no loss pending, and Redis still holds our epoch (one read,

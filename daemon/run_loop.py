@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 import compactd
 from compactd.clock import now_ms
 from compactd.control.controller import RunShares
-from compactd.control.runtime_config import ConfigOutcome, RuntimeConfig
+from compactd.control.runtime_config import ConfigOutcome
 from compactd.control.share import BatchThresholds, ShareResult
 from compactd.daemon import share_task
+from compactd.daemon.parts import JobParts
 from compactd.daemon.source_loss import SourceLoss
 from compactd.errors import ForcedStop, QueryFailed, StopTimeout, forced_by
 from compactd.kafka.admin import admin_client, list_end_offsets, retire
@@ -25,21 +26,12 @@ from compactd.streaming.job import Batch, StreamingJob, StreamSpec, root_cause
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
     from pyspark.sql import SparkSession
 
     from compactd.compaction.trigger import CompactionTrigger
-    from compactd.control.controller import Controller
-    from compactd.control.metrics import Metrics
-    from compactd.control.state_guard import StateGuard
-    from compactd.kafka.config import KafkaConnection
-    from compactd.policy.readiness import Readiness
-    from compactd.settings import Settings
     from compactd.sinks.dlq import DeadLetters
     from compactd.state.outage import RedisOutage
-    from compactd.state.redis_store import RedisState
-    from compactd.streaming.decode import Decoder
 
 log = logging.getLogger("compactd.job")
 
@@ -67,33 +59,17 @@ class RunSummary:
         )
 
 
-class RunLoop:
+class RunLoop(JobParts):
     """The stream, its batches, the ticker and the stops."""
 
-    # what it borrows from `Application` (daemon/application.py), which builds each in its constructor
-    settings: Settings
-    conn: KafkaConnection
-    state: RedisState
-    metrics: Metrics
-    controller: Controller
-    config: RuntimeConfig
+    # what only it borrows from `Application`
     compaction: CompactionTrigger
     dlq: DeadLetters
-    guard: StateGuard
     outage: RedisOutage
-    decoder: Decoder
-    summary: RunSummary
     spark: SparkSession | None
-    spark_checkpoint: Path
-    stream_id: str
     verbose: bool
     _closers: list[Callable[[], None]]
-    _admin: Any
-    # the delete gate's state and what it does (daemon/gate.py `DeleteGate`), and the start (`Application.start`)
-    readiness: Readiness
-    lost: str | None
-    rebuilding: bool
-    _segments_seen: bool
+    # what the delete gate does (daemon/gate.py `DeleteGate`), and the start (`Application.start`)
     start: Callable[[bool], None]
     _arm_readiness: Callable[[], None]
     _begin_rebuild: Callable[[str], None]
