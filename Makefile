@@ -82,7 +82,7 @@ soak: deps
 	COMPACTD_FUZZ_SCALE=$${FUZZ_SCALE:-10} $(BIN)/pytest -q tests/unit
 	COMPACTD_FUZZ_SCALE=$${FUZZ_SCALE:-10} $(BIN)/pytest -q tests/integration/test_columns.py \
 	  tests/integration/test_compaction_jvm.py
-	COMPACTD_SOAK=1 COMPACTD_STANDALONE_SHARES=2 $(BIN)/pytest -q -s tests/e2e/test_standalone_cluster.py -k core_scenario
+	COMPACTD_SOAK=1 COMPACTD_STANDALONE_SLICES=2 $(BIN)/pytest -q -s tests/e2e/test_standalone_cluster.py -k core_scenario
 	COMPACTD_COMPACTION_EXAMPLES=$${COMPACTION_EXAMPLES:-30} $(BIN)/pytest -q tests/integration/test_compaction_property.py
 	COMPACTD_NUDGE_EXAMPLES=$${NUDGE_EXAMPLES:-60} $(BIN)/pytest -q tests/integration/test_nudges.py -k every_nudge
 	COMPACTD_SOAK=1 COMPACTD_REPLICATED_EXAMPLES=$${REPLICATED_EXAMPLES:-30} $(BIN)/pytest -q -m soak tests

@@ -4,7 +4,7 @@ A real redis-server, the real controller and state, no Spark: a first batch writ
 offsets per partition (`--groups`: that many), the second moves every offset (every partition touched, nothing due:
 retention and lag far away). Reports the second batch's seconds, µs per partition, how much of it reading the state
 and the merge took, and the Redis server's own CPU time in it (`INFO cpu`) beside the rest (Python, mostly).
-Prints one JSON object. Usage: python bench/driver_batch.py [--partitions 100000] [--groups 2] [--shares N]
+Prints one JSON object. Usage: python bench/driver_batch.py [--partitions 100000] [--groups 2] [--slices N]
 """
 
 from __future__ import annotations
@@ -51,18 +51,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=100_000)
     ap.add_argument("--groups", type=int, default=2, help="groups committing on every partition in each batch")
-    ap.add_argument("--shares", type=int, default=0, help="merge and plan in N shares of topics (control/share.py)")
+    ap.add_argument("--slices", type=int, default=0, help="merge and plan in N slices of topics (control/slices.py)")
     args = ap.parse_args()
     svc = redis_server(Path(tempfile.mkdtemp(prefix="compactd-bench-")))
     try:
         state = RedisState.from_url(f"redis://127.0.0.1:{svc.port}/0", "cd:default")
         state.start()
         layers = {"global": {"consumed.retention.ms": 10**9, "max.compaction.lag.ms": 10**9}}
-        ctl = Controller(state, layers, RecordingSink(), None, Metrics(CollectorRegistry()), shares=args.shares)
+        ctl = Controller(state, layers, RecordingSink(), None, Metrics(CollectorRegistry()), slices=args.slices)
         now = int(time.time() * 1000)
         ctl.on_batch("bench", 0, batch(args.partitions, 0, now, args.groups))
         spent = {"read_state": 0.0, "merge": 0.0}
-        # the reads: the controller's (pipelined per chunk, beside its planning) and the shares' (one topic each)
+        # the reads: the controller's (pipelined per chunk, beside its planning) and the slices' (one topic each)
         chunks, numbers, merge = state.read_chunks, state.partition_numbers, state.merge
 
         def timed(name: str, fn: Any) -> Any:
@@ -88,7 +88,7 @@ def main() -> None:
             "benchmark": "driver_batch",
             "partitions": args.partitions,
             "groups": args.groups,
-            "shares": args.shares,
+            "slices": args.slices,
             "seconds": round(seconds, 2),
             "us_per_partition": round(seconds / args.partitions * 1e6, 1),
             "read_state_seconds": round(spent["read_state"], 2),

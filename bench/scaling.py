@@ -5,7 +5,7 @@ size: events/s of the warm round, its micro-batch time in Spark, then the merge 
 (what a batch's decisions wait for after the Spark part), and the partitions tracked. By default every partition a
 segment event names is overdue for compaction (a decision each: the storm after an outage); `--nothing-due` puts the
 thresholds far away (the data path alone). Prints one JSON object.
-Usage: python bench/scaling.py [--sizes 1000,10000,100000,1000000] [--events N] [--nothing-due] [--shares N]
+Usage: python bench/scaling.py [--sizes 1000,10000,100000,1000000] [--events N] [--nothing-due] [--slices N]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,10000,100000,1000000")
     ap.add_argument("--events", type=int, default=300_000)
     ap.add_argument("--nothing-due", action="store_true", help="thresholds far away: no decisions")
-    ap.add_argument("--shares", type=int, default=0, help="evaluation_shares: per-topic work in N Spark tasks")
+    ap.add_argument("--slices", type=int, default=0, help="evaluation_slices: per-topic work in N Spark tasks")
     args = ap.parse_args()
     here = Path(__file__).parent
     curve = []
@@ -31,7 +31,7 @@ def main() -> None:
         out = subprocess.run(
             [sys.executable, str(here / "throughput.py"), "--events", str(args.events), "--topics", str(topics),
              "--partitions", str(size // topics), "--segment-share", "0.3",
-             *(["--nothing-due"] if args.nothing_due else []), "--shares", str(args.shares)],
+             *(["--nothing-due"] if args.nothing_due else []), "--slices", str(args.slices)],
             check=True, capture_output=True, text=True,
         ).stdout  # fmt: skip
         run = json.loads(out.strip().splitlines()[-1])
@@ -46,7 +46,7 @@ def main() -> None:
                 "merge_seconds": stages["merge"],
                 "decide_and_act_seconds": stages["decide_and_act"],
                 "run_once_seconds": warm["run_once_seconds"],
-                **({"share_tasks": run["share_tasks"]} if args.shares else {}),
+                **({"slice_tasks": run["slice_tasks"]} if args.slices else {}),
             }
         )
         print(json.dumps(curve[-1]), file=sys.stderr, flush=True)
@@ -54,7 +54,7 @@ def main() -> None:
     for row in curve:
         row["ratio_to_smallest"] = round(first / row["events_per_second"], 2)
     name = "scaling_curve_nothing_due" if args.nothing_due else "scaling_curve"
-    out = {"benchmark": name, "events": args.events, "shares": args.shares, "curve": curve, "target_ratio": 2}
+    out = {"benchmark": name, "events": args.events, "slices": args.slices, "curve": curve, "target_ratio": 2}
     print(json.dumps(out))
 
 

@@ -10,7 +10,7 @@ against the same broker, over the last round's records: a bare Python consumer r
 `json.loads` (or `struct` for binary), and the stages timed apart (Spark's reader: read only, + decode, + reduce and
 collect; the job: Spark's batch time, merge, decide+act).
 Prints one JSON object. Usage: python bench/throughput.py [--events N] [--format json|binary] [--rounds R]
-[--segment-share S] [--nothing-due] [--shares N]
+[--segment-share S] [--nothing-due] [--slices N]
 """
 
 from __future__ import annotations
@@ -250,7 +250,7 @@ def main() -> None:
     ap.add_argument("--max-rows-per-trigger", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=8, help="fill + run --once again in the same Spark session (>= 3)")
     ap.add_argument("--segment-share", type=float, default=0.0, help="share of segment events; the rest are commits")
-    ap.add_argument("--shares", type=int, default=0, help="evaluation_shares: merge and plan in N Spark tasks")
+    ap.add_argument("--slices", type=int, default=0, help="evaluation_slices: merge and plan in N Spark tasks")
     ap.add_argument(
         "--nothing-due", action="store_true", help="thresholds far away: no partition has a decision (the data path)"
     )
@@ -278,7 +278,7 @@ def main() -> None:
                 f"topic:{'data-0'}": {"forced.retention.ms": 1_800_000},
             },
             kafka={"receive.message.max.bytes": "1000000000"},
-            evaluation_shares=args.shares,
+            evaluation_slices=args.slices,
         )
         tasks = ShareTasks()
         logging.getLogger("compactd").addHandler(tasks)
@@ -342,9 +342,9 @@ def main() -> None:
                     "source_partitions": args.source_partitions,
                     "segment_share": args.segment_share,
                     "nothing_due": args.nothing_due,
-                    "shares": args.shares,
-                    # with --shares: each Spark task of the warm round's batches, its partitions and seconds
-                    "share_tasks": tasks.rows[tasks.warm_from :],
+                    "slices": args.slices,
+                    # with --slices: each Spark task of the warm round's batches, its partitions and seconds
+                    "slice_tasks": tasks.rows[tasks.warm_from :],
                     "spark_start_seconds": round(spark_start_s, 2),
                     # the steady state: the median of the last three rounds (the JIT's warm-up is in the first ones)
                     "events_per_second": round(steady),

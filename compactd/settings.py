@@ -6,7 +6,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -160,13 +160,19 @@ class Settings(BaseSettings):
         description="Kafka records per micro-batch at most, also on catch-up under `run --once`: lower keeps "
         "batches short, higher catches up faster.",
     )
-    evaluation_shares: int = Field(
+    evaluation_slices: int = Field(
         0,
         ge=0,
         le=4096,
+        # its first name (`evaluation_shares`, `COMPACTD_EVALUATION_SHARES`) is still read: an old config keeps
+        # its slices rather than falling back to the driver unnoticed. An env source takes aliases as full names.
+        validation_alias=AliasChoices(
+            "evaluation_slices", "evaluation_shares", "compactd_evaluation_slices", "compactd_evaluation_shares"
+        ),
         description="Where a batch's per-topic work runs (merge into Redis, the bulk plan of quiet partitions): 0 = "
-        "on the driver; N = in N Spark tasks, each owning a share of the topics. The driver keeps group-level "
-        "changes, the full plans, the outbox and the metrics either way.",
+        "on the driver; N = in N Spark tasks, each owning a slice of the topics. The driver keeps group-level "
+        "changes, the full plans, the outbox and the metrics either way. Its former name `evaluation_shares` is "
+        "still read.",
     )
     max_event_bytes: int = Field(
         64 * 1024, gt=0, description="Largest input event accepted; a larger one goes to the DLQ as `oversized`."

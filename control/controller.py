@@ -21,21 +21,13 @@ import numpy as np
 
 from compactd.clock import now_ms
 from compactd.control.dispatch import NUDGE_CHECK_MS, Dispatch
+from compactd.control.evaluation import EVAL_CHUNK, BatchThresholds, ChunkRead, TopicChunk, plan_chunk
 from compactd.control.io_ahead import IoAhead
 from compactd.control.lifecycle import Lifecycle, Records, TopicReader
 from compactd.control.metrics import Metrics
 from compactd.control.readers import Readers
 from compactd.control.scheduled import Scheduled
-from compactd.control.share import (
-    EVAL_CHUNK,
-    BatchThresholds,
-    ChunkRead,
-    ShareResult,
-    TopicChunk,
-    evaluate_share,
-    plan_chunk,
-    split,
-)
+from compactd.control.slices import SliceResult, evaluate_slice, split
 from compactd.gc_pause import gc_paused
 from compactd.kafka.groups import GroupCheck
 from compactd.model import ActionRecord
@@ -66,8 +58,8 @@ log = logging.getLogger("compactd.controller")
 Probe = Callable[[str, int], None]
 
 
-# (layers, now) -> the shares' results: a batch's per-topic work run elsewhere (Spark tasks; control/share.py)
-RunShares = Callable[[BatchThresholds, int], list[ShareResult]]
+# (layers, now) -> the slices' results: a batch's per-topic work run elsewhere (Spark tasks; control/slices.py)
+RunSlices = Callable[[BatchThresholds, int], list[SliceResult]]
 
 
 class ViewCapReader(Protocol):
@@ -118,7 +110,7 @@ class Controller(Dispatch):
         own_topics: frozenset[str] = frozenset(),
         cluster_offsets: Callable[[str, bool], GroupCheck] | None = None,
         view_caps: ViewCapReader | None = None,
-        shares: int = 0,
+        slices: int = 0,
         topics: TopicReader | None = None,
         strict_groups: bool = False,
         records: Records | None = None,
@@ -140,7 +132,7 @@ class Controller(Dispatch):
         self.strict_groups = strict_groups
         self.view_caps = view_caps
         self.readers = readers
-        self.shares = shares  # 0: merge and plan here; N: in N shares of topics (control/share.py)
+        self.slices = slices  # 0: merge and plan here; N: in N slices of topics (control/slices.py)
         self.sink = sink
         self.dry = DryRunSink()
         self.audit = audit
@@ -193,17 +185,17 @@ class Controller(Dispatch):
     # ---- entry points ----
 
     def on_batch(
-        self, stream_id: str, batch_id: int, changes: BatchChanges, run_shares: RunShares | None = None
+        self, stream_id: str, batch_id: int, changes: BatchChanges, run_slices: RunSlices | None = None
     ) -> int:
         """Merge one micro-batch, evaluate the partitions it touched, act. Returns how many were touched.
 
-        One path wherever the per-topic work runs (`_topic_work`): here, or in shares of topics that plan their
-        quiet partitions themselves and return their metrics (control/share.py; `run_shares(layers, now)`: in Spark
+        One path wherever the per-topic work runs (`_topic_work`): here, or in slices of topics that plan their
+        quiet partitions themselves and return their metrics (control/slices.py; `run_slices(layers, now)`: in Spark
         tasks, `changes` then holding only the group-level changes). The driver evaluates the rest and keeps the
         metrics and the outbox either way."""
         with self.lock, gc_paused():
             started = time.monotonic()
-            results = self._topic_work(stream_id, batch_id, changes, self._layers(), run_shares)
+            results = self._topic_work(stream_id, batch_id, changes, self._layers(), run_slices)
             by_topic: dict[str, set[int]] = {}
             for r in results:
                 for topic, n in r.full:
@@ -218,7 +210,7 @@ class Controller(Dispatch):
             self.metrics.batches.labels("replayed" if any(r.replayed for r in results) else "merged").inc()
             for i, r in enumerate(results):
                 if r.stats:
-                    log.debug("share %d/%d: %d touched, %d to plan here", i, len(results), r.touched, len(r.full))
+                    log.debug("slice %d/%d: %d touched, %d to plan here", i, len(results), r.touched, len(r.full))
                     self.metrics.partitions.update_many(r.stats)
                     self.metrics.evaluations.labels("batch").inc(len(r.stats))
                     self._mark_evaluated(key for key, _ in r.stats)
@@ -234,23 +226,23 @@ class Controller(Dispatch):
         batch_id: int,
         changes: BatchChanges,
         layers: BatchThresholds,
-        run_shares: RunShares | None,
-    ) -> list[ShareResult]:
+        run_slices: RunSlices | None,
+    ) -> list[SliceResult]:
         """A batch's per-topic work. Here: one merge, every touched partition left to `_evaluate` (its reads overlap
-        its planning, and it writes only the deadlines that changed: 15-35% faster than one local share,
-        docs/benchmarks.md). In shares (`self.shares` of them here, or `run_shares`): the group-level changes are
+        its planning, and it writes only the deadlines that changed: 15-35% faster than one local slice,
+        docs/benchmarks.md). In slices (`self.slices` of them here, or `run_slices`): the group-level changes are
         merged here first, as each topic's merge would (a group's deletion and membership reach all its topics),
-        then each share merges its topics and plans their quiet partitions; the shares store deadlines too, so
+        then each slice merges its topics and plans their quiet partitions; the slices store deadlines too, so
         this process stops remembering which it stored."""
-        if not self.shares and run_shares is None:
+        if not self.slices and run_slices is None:
             merge_started = time.monotonic()
             touched, replayed = self.state.merge(stream_id, batch_id, changes, layers.counts)
             self.metrics.merge_seconds.observe(time.monotonic() - merge_started)
             keys = [(t, p) for t, parts in touched.items() for p in sorted(parts)]
-            return [ShareResult(touched=len(keys), replayed=replayed, full=keys, merged=list(touched))]
+            return [SliceResult(touched=len(keys), replayed=replayed, full=keys, merged=list(touched))]
         self.scheduled.off()
         now = self.clock()
-        out: list[ShareResult] = []
+        out: list[SliceResult] = []
         if changes.group_deletes or changes.assignments:
             groups = BatchChanges(
                 group_deletes=changes.group_deletes,
@@ -258,11 +250,11 @@ class Controller(Dispatch):
                 assignments=changes.assignments,
             )
             touched, _ = self.state.merge(f"{stream_id}#groups", batch_id, groups, layers.counts)
-            out.append(ShareResult(full=[(t, p) for t, parts in touched.items() for p in sorted(parts)]))
-        if run_shares is not None:
-            return out + run_shares(layers, now)
+            out.append(SliceResult(full=[(t, p) for t, parts in touched.items() for p in sorted(parts)]))
+        if run_slices is not None:
+            return out + run_slices(layers, now)
         return out + [
-            evaluate_share(self.state, layers, stream_id, batch_id, part, now) for part in split(changes, self.shares)
+            evaluate_slice(self.state, layers, stream_id, batch_id, part, now) for part in split(changes, self.slices)
         ]
 
     def tick(self) -> None:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from compactd.control.evaluation import BatchThresholds
 from compactd.control.lifecycle import BehindHighWatermark
-from compactd.control.share import BatchThresholds
 from compactd.errors import DeliveryTimeout, DependencyUnavailable
 from compactd.model import ActionRecord, PartitionView
 from compactd.policy.identity import commit_outlived, report_outlived

@@ -14,7 +14,7 @@ A declared reader's positions are bound to the topic ID they were first read on 
 a topic created again is not held, nor released, by the old log's offsets. The bindings are published with the holds
 (Redis) and taken back by the first read of a new process: a `--once` run must remember what the one before saw.
 
-`holds()` is read once per batch (policy: control/share.py folds them into the chunks) and again, `fresh`, right
+`holds()` is read once per batch (policy: control/evaluation.py folds them into the chunks) and again, `fresh`, right
 before a consumed-retention delete goes (control/dispatch.py). `describe()` is what `compactd explain` shows.
 """
 

@@ -7,7 +7,7 @@ doubt means "unknown", which means "write". The memory is dropped as a whole:
 - after `max_age_s` (a zset entry lost without the state guard noticing — a Redis Cluster shard failing over to a
   replica that missed writes, an eviction — is written again at the partition's next evaluation after that);
 - when the state is wiped for a rebuild (`forget`), and at every start (it is not persisted);
-- for good once another process writes deadlines too (evaluation shares: `off`), since it cannot see those writes.
+- for good once another process writes deadlines too (evaluation slices: `off`), since it cannot see those writes.
 
 Per topic, two int64 arrays indexed by partition number: 16 B per partition (16 MB at a million).
 A partition must not be evaluated twice between two `IoAhead.settled()` (the controller's evaluations dedupe their

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import compactd
 from compactd.clock import now_ms
-from compactd.control.controller import RunShares
+from compactd.control.controller import RunSlices
+from compactd.control.evaluation import BatchThresholds
 from compactd.control.runtime_config import ConfigOutcome
-from compactd.control.share import BatchThresholds, ShareResult
-from compactd.daemon import share_task
+from compactd.control.slices import SliceResult
+from compactd.daemon import slice_task
 from compactd.daemon.parts import JobParts
 from compactd.daemon.source_loss import SourceLoss
 from compactd.errors import ForcedStop, QueryFailed, StopTimeout, forced_by
@@ -113,7 +114,7 @@ class RunLoop(JobParts):
             max_rows_per_trigger=s.max_rows_per_trigger,
             starting_offsets=starting_offsets or s.starting_offsets,
             name=f"compactd-{self.stream_id[:8]}",
-            shares=s.evaluation_shares,
+            slices=s.evaluation_slices,
             before_read=SourceLoss(self.conn, self.spark_checkpoint, self.metrics),
         )
         if adopt_source(self.spark_checkpoint):
@@ -170,7 +171,7 @@ class RunLoop(JobParts):
         # config first: the batch's own partitions are decided under the thresholds it brings
         config = self.config.apply(batch.collected.config)
         touched = self.controller.on_batch(
-            self.stream_id, batch.batch_id, batch.collected.changes, self._shares_of(batch)
+            self.stream_id, batch.batch_id, batch.collected.changes, self._slices_of(batch)
         )
         self.guard.merged_batch(self.stream_id, batch.batch_id)
         if not self._segments_seen and any(s == "segments" and k != "rejected" for s, k in batch.collected.counts):
@@ -185,26 +186,26 @@ class RunLoop(JobParts):
             touched += self.controller.evaluate(config.evaluate, "config")
         return config, touched
 
-    def _shares_of(self, batch: Batch) -> RunShares | None:
-        """With `evaluation_shares`, the batch's per-topic work as Spark tasks (daemon/share_task.py), one per share."""
+    def _slices_of(self, batch: Batch) -> RunSlices | None:
+        """With `evaluation_slices`, the batch's per-topic work as Spark tasks (daemon/slice_task.py), one per slice."""
         if batch.per_topic is None:
             return None
         per_topic = batch.per_topic
 
-        def run(layers: BatchThresholds, now: int) -> list[ShareResult]:
-            fn = share_task.task(
+        def run(layers: BatchThresholds, now: int) -> list[SliceResult]:
+            fn = slice_task.task(
                 self.settings, layers.layers, layers.own_topics, self.stream_id, batch.batch_id, now,
                 batch.collected.deleted, layers.holds,
             )  # fmt: skip
-            shares, workers = share_task.results(per_topic(fn, share_task.SHARE_DDL))
-            if shares:
+            slices, workers = slice_task.results(per_topic(fn, slice_task.SLICE_DDL))
+            if slices:
                 log.info(
                     "batch %d: per-topic work in %d tasks: %s",
                     batch.batch_id,
-                    len(shares),
-                    ", ".join(f"{w} merged {s.touched} in {t:.2f}s" for (w, t), s in zip(workers, shares, strict=True)),
+                    len(slices),
+                    ", ".join(f"{w} merged {s.touched} in {t:.2f}s" for (w, t), s in zip(workers, slices, strict=True)),
                 )
-            return shares
+            return slices
 
         return run
 

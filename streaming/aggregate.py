@@ -2,7 +2,7 @@
 
 The reduction's rule is written once (`decode.key_and_order`) and run wherever the rows are: in the tasks that read
 them, as a group-by (`columns.FastPath.reduced`, the fast path), then on the driver (`decode.reduce_table`, over the
-tasks' rows and the reference's) or, with evaluation shares, in the shares' tasks (`reduce_keyed`). The reference
+tasks' rows and the reference's) or, with evaluation slices, in the slices' tasks (`reduce_keyed`). The reference
 decoder's own tasks (`reducing`, the equivalence tests) run `reduce_table` too. Redis work then grows with distinct keys
 (partitions, segments, (group, partition) pairs), not with events: a group committing 10,000 times in a batch costs one
 merge entry.
@@ -27,7 +27,7 @@ from compactd.streaming.decode import DECODED_DDL, key_and_order, reduce_table
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-# reduced rows with their key kind and order (`keyed`): what `collect_changes` and the shares' tasks read
+# reduced rows with their key kind and order (`keyed`): what `collect_changes` and the slices' tasks read
 KEYED_DDL = f"{DECODED_DDL}, k string, ord_a bigint, ord_b bigint"
 
 
@@ -44,7 +44,7 @@ def reduce_on_driver(rows: DataFrame) -> pa.Table:
 
 
 def reduce_keyed(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """`mapInArrow` (→ `KEYED_DDL`) in an evaluation share's task: the same reduction over the rows of its topics."""
+    """`mapInArrow` (→ `KEYED_DDL`) in an evaluation slice's task: the same reduction over the rows of its topics."""
     received = list(batches)
     if received:
         yield from keyed(reduce_table(pa.Table.from_batches(received))).to_batches()
@@ -73,7 +73,7 @@ class Collected:
     deleted: dict[str, tuple[int, int]] = field(default_factory=dict)  # group -> log position of its deletion
 
 
-# the key kinds of reduced rows that belong to one topic (with evaluation shares, they stay in the executors), and the
+# the key kinds of reduced rows that belong to one topic (with evaluation slices, they stay in the executors), and the
 # kinds of the records they reduce
 PER_TOPIC_KINDS = ("segment_rolled", "compacted", "replica_log", "log_start", "offset")
 PER_TOPIC_RECORD_KINDS = ("segment_rolled", "compacted", "replica_log", "log_start", "offset_commit",
@@ -84,8 +84,8 @@ def collect_changes(
     table: pa.Table | list[dict[str, Any]], deleted_elsewhere: dict[str, tuple[int, int]] | None = None
 ) -> Collected:
     """Reduced, keyed rows (`keyed`: an Arrow table, or its rows) → typed changes, DLQ rows, and input
-    counts. `deleted_elsewhere`: group deletions of the same batch held by another share of its rows (they void this
-    share's older offset events). Per-topic rows are read column by column: a batch at a million partitions has
+    counts. `deleted_elsewhere`: group deletions of the same batch held by another slice of its rows (they void this
+    slice's older offset events). Per-topic rows are read column by column: a batch at a million partitions has
     hundreds of thousands of them, and a dict per row cost more than the rest of the conversion."""
     if isinstance(table, list):
         table = pa.Table.from_pylist(table)
@@ -99,7 +99,7 @@ def collect_changes(
     for stream, kind, n in zip(*_columns(counted, "s", "c", "n_sum"), strict=True):
         out.counts[(stream, kind)] += n
     # group -> (ord_a, ord_b, event time or None): where its deletion sits in the log, and, from the JSON commits
-    # topic, when it happened (lists, not tuples, once they crossed to a share's task)
+    # topic, when it happened (lists, not tuples, once they crossed to a slice's task)
     group_deleted: dict[str, Any] = {g: tuple(d) for g, d in (deleted_elsewhere or {}).items()}
     memberships: dict[str, tuple[tuple[int, int], str]] = {}
     for r in table.filter(pc.invert(pc.is_in(k, _PER_TOPIC))).to_pylist():  # few: rejected, config, groups

@@ -234,7 +234,7 @@ class Decoder:
 
     def completing(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """`mapInArrow` (→ `DECODED_DDL`) over the fast path's reduced rows (`columns.FastPath.reduced`): `complete`
-        in the tasks (the evaluation shares leave the decoded rows in the executors)."""
+        in the tasks (the evaluation slices leave the decoded rows in the executors)."""
         for batch in batches:
             yield from self.complete(pa.Table.from_batches([batch])).to_batches()
 
@@ -284,7 +284,7 @@ def reduce_table(table: pa.Table) -> pa.Table:
     """One row per key (`key_and_order`): its last by order (ties: the last by source position), with `n` summing the
     records the key's rows stand for. The fast path's tasks run the same rule as a group-by
     (`columns.FastPath.reduced`); this one runs on the driver over the tasks' rows and the reference's, or in the
-    evaluation shares' tasks."""
+    evaluation slices' tasks."""
     if table.num_rows == 0:
         return table
     kind = table.column("kind")

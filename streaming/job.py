@@ -49,7 +49,7 @@ class Batch:
     collected: Collected
     spark_seconds: float
     checkpoint: Path
-    # with evaluation shares: the per-topic rows, left in the executors (`collected` holds the rest)
+    # with evaluation slices: the per-topic rows, left in the executors (`collected` holds the rest)
     per_topic: PerTopic | None = None
 
     def end_offsets(self) -> SourceOffsets:
@@ -74,7 +74,7 @@ class StreamSpec:
     max_rows_per_trigger: int = 500_000
     starting_offsets: str = "earliest"
     name: str = "compactd"
-    shares: int = 0  # > 0: per-topic rows stay in the executors, in this many tasks (Batch.per_topic)
+    slices: int = 0  # > 0: per-topic rows stay in the executors, in this many tasks (Batch.per_topic)
     reference: bool = False  # True: decode record by record (the reference path), for the equivalence tests
     # called with the batch id before the batch's records are read (the source-loss check: daemon/source_loss.py)
     before_read: Callable[[int], None] | None = None
@@ -87,7 +87,7 @@ class StreamingJob:
         self.handler = handler
         self.query: StreamingQuery | None = None
         self.batch_error: BaseException | None = None
-        self._share_keys: list[int] | None = None
+        self._slice_keys: list[int] | None = None
         self._fast_path: columns.FastPath | None = None
 
     def _read(self) -> DataFrame:
@@ -122,8 +122,8 @@ class StreamingJob:
             self._process_batch(df, batch_id)
 
     def _process_batch(self, df: DataFrame, batch_id: int) -> None:
-        if self.spec.shares:
-            self._process_in_shares(df, batch_id)
+        if self.spec.slices:
+            self._process_in_slices(df, batch_id)
             return
         started = time.monotonic()
         if self.spec.before_read is not None:
@@ -147,7 +147,7 @@ class StreamingJob:
         return keyed(reduce_table(self.spec.decoder.complete(self._fast(df, batch_id).toArrow())))
 
     def _decoded(self, df: DataFrame, batch_id: int) -> DataFrame:
-        """The batch's decoded rows (`DECODED_DDL`), left in the executors (evaluation shares reduce them there by
+        """The batch's decoded rows (`DECODED_DDL`), left in the executors (evaluation slices reduce them there by
         topic): the fast path's rows, the refused ones decided by the reference in the tasks (`Decoder.completing`).
         `reference`: record by record in the reading tasks, for the equivalence tests."""
         decoder = self.spec.decoder
@@ -184,9 +184,9 @@ class StreamingJob:
                 total += max(0, offset - begin)
         return total
 
-    def _process_in_shares(self, df: DataFrame, batch_id: int) -> None:
+    def _process_in_slices(self, df: DataFrame, batch_id: int) -> None:
         """Bring to the driver only the rows that are not per topic (rejected records, config events, group deletions
-        and memberships), reduced there, and the per-topic rows' counts; the per-topic rows are reduced in the shares'
+        and memberships), reduced there, and the per-topic rows' counts; the per-topic rows are reduced in the slices'
         tasks, hash-partitioned by topic, and stay there (persisted for the batch) for the handler's `per_topic`
         tasks. The decoded rows are persisted too: the source is read once."""
         started = time.monotonic()
@@ -196,7 +196,7 @@ class StreamingJob:
         per_topic = F.col("error").isNull() & F.col("kind").isin(*PER_TOPIC_RECORD_KINDS)
         reduced = (
             rows.filter(per_topic)
-            .repartition(self.spec.shares, self._share_key())
+            .repartition(self.spec.slices, self._slice_key())
             .mapInArrow(reduce_keyed, KEYED_DDL)
             .persist()
         )
@@ -219,19 +219,19 @@ class StreamingJob:
             reduced.unpersist()
             rows.unpersist()
 
-    def _share_key(self) -> Column:
-        """A column Spark's hash partitioning sends to task `share_of(topic)` (control/share.py), so a topic's share is
+    def _slice_key(self) -> Column:
+        """A column Spark's hash partitioning sends to task `slice_of(topic)` (control/slices.py), so a topic's slice is
         the same in Spark tasks as on the driver, and topics spread over the tasks as crc32 spreads them rather than
         as Spark's hash of a few names happens to."""
-        shares = self.spec.shares
-        if self._share_keys is None:  # for each share s, the smallest int Spark's repartition sends to task s
-            ids = self.spark.range(0, 64 * shares).select(
-                F.col("id").cast("int").alias("k"), F.pmod(F.hash(F.col("id").cast("int")), F.lit(shares)).alias("s")
+        slices = self.spec.slices
+        if self._slice_keys is None:  # for each slice s, the smallest int Spark's repartition sends to task s
+            ids = self.spark.range(0, 64 * slices).select(
+                F.col("id").cast("int").alias("k"), F.pmod(F.hash(F.col("id").cast("int")), F.lit(slices)).alias("s")
             )
             first = {row["s"]: row["k"] for row in ids.groupBy("s").agg(F.min("k").alias("k")).collect()}
-            self._share_keys = [first[s] for s in range(shares)]
-        share = F.pmod(F.crc32(F.col("topic").cast("binary")), F.lit(shares))  # = zlib.crc32(topic) % shares
-        return F.element_at(F.array(*(F.lit(k) for k in self._share_keys)), (share + 1).cast("int"))
+            self._slice_keys = [first[s] for s in range(slices)]
+        of_topic = F.pmod(F.crc32(F.col("topic").cast("binary")), F.lit(slices))  # = zlib.crc32(topic) % slices
+        return F.element_at(F.array(*(F.lit(k) for k in self._slice_keys)), (of_topic + 1).cast("int"))
 
     def start(self, once: bool = False) -> StreamingQuery:
         writer = (

@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compactd.control.share import share_of
+from compactd.control.slices import slice_of
 from tests.support import processes
 from tests.support.spark_standalone import EXECUTOR_JAVA_OPTIONS, standalone_cluster
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
 HOUR = 3_600_000
-# `make soak` runs the core scenario with evaluation_shares=2 on two executors (`make test` does not: a second
+# `make soak` runs the core scenario with evaluation_slices=2 on two executors (`make test` does not: a second
 # executor's JVM at the suite's busiest moment made other tests' local Spark fail to start Python workers)
-SHARES = int(os.environ.get("COMPACTD_STANDALONE_SHARES", "0"))
+SLICES = int(os.environ.get("COMPACTD_STANDALONE_SLICES", "0"))
 
 
 def segment(topic: str, base: int, end: int, first_ts: int, ts: int) -> dict:
@@ -45,9 +45,9 @@ def segment(topic: str, base: int, end: int, first_ts: int, ts: int) -> dict:
 def test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster(cluster, job_settings, tmp_path: Path) -> None:
     now = int(time.time() * 1000)
     orders, ctopic = cluster.name("orders"), cluster.name("ctopic")
-    if SHARES:  # the two topics in different shares, so that each executor's task has a partition to merge
+    if SLICES:  # the two topics in different slices, so that each executor's task has a partition to merge
         names = (cluster.name(f"ctopic{i}") for i in range(100))
-        ctopic = next(t for t in names if share_of(t, SHARES) != share_of(orders, SHARES))
+        ctopic = next(t for t in names if slice_of(t, SLICES) != slice_of(orders, SLICES))
     cluster.create(orders, 1, {"cleanup.policy": "delete"})
     cluster.create(ctopic, 1, {"cleanup.policy": "compact"})
     cluster.fill(orders, 3000)
@@ -57,7 +57,7 @@ def test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster(cluster, j
             f"topic:{orders}": {"consumed.retention.ms": HOUR},
             f"topic:{ctopic}": {"max.compaction.lag.ms": HOUR},
         },
-        evaluation_shares=SHARES,
+        evaluation_slices=SLICES,
     )
     cluster.send(
         settings.topics.segments,
@@ -95,7 +95,7 @@ def test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster(cluster, j
             [
                 *(str(ROOT / "deploy" / "submit"), "--master", spark.master_url, "--config", str(config)),
                 *("--conf", f"spark.executor.extraJavaOptions={EXECUTOR_JAVA_OPTIONS}"),
-                *(("--conf", "spark.executor.cores=1") if SHARES else ()),  # two executors on the worker's two cores
+                *(("--conf", "spark.executor.cores=1") if SLICES else ()),  # two executors on the worker's two cores
             ],
             stdout=subprocess.DEVNULL,
             stderr=log.open("wb"),
@@ -125,13 +125,13 @@ def test_deploy_submit_runs_the_core_scenario_on_a_standalone_cluster(cluster, j
     shipped = [line for line in stderr.splitlines() if "executors import compactd" in line]
     assert shipped and f"{spark.work_dir}/app-" in shipped[0] and "/environment/" in shipped[0], stderr[-3000:]
     assert "Traceback" not in executor_logs
-    if SHARES:  # each task merged and planned its share of the topics, and the driver logged what each did
-        shares = [line for line in stderr.splitlines() if f"per-topic work in {SHARES} tasks" in line]
-        assert shares and all(line.count(" merged ") == SHARES for line in shares), stderr[-3000:]
+    if SLICES:  # each task merged and planned its slice of the topics, and the driver logged what each did
+        slices = [line for line in stderr.splitlines() if f"per-topic work in {SLICES} tasks" in line]
+        assert slices and all(line.count(" merged ") == SLICES for line in slices), stderr[-3000:]
         # the first batch has both topics' segments: each task merged a partition, in a Python worker of its own
-        tasks = re.findall(r"(\S+) merged (\d+)", shares[0].split(" tasks: ", 1)[1])
-        assert [int(n) for _, n in tasks] == [1, 1] and len({w for w, _ in tasks}) == 2, shares[0]
-        print(shares[0])
+        tasks = re.findall(r"(\S+) merged (\d+)", slices[0].split(" tasks: ", 1)[1])
+        assert [int(n) for _, n in tasks] == [1, 1] and len({w for w, _ in tasks}) == 2, slices[0]
+        print(slices[0])
 
     actions = {a["action"]: a for a in cluster.read_all(settings.topics.actions)}
     delete = actions["delete_records"]

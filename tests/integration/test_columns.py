@@ -127,7 +127,7 @@ def assert_same_rows(spark: Any, records: list[Record]) -> None:
 def reduced_both(spark: Any, records: list[Record]) -> tuple[list[dict], list[dict]]:
     """The batch reduced on the fast path as the job runs it (the group-by in the tasks, the refused records decided
     by the reference on the driver), and by the reference alone; both keyed as the driver keys them. A small batch's
-    path (no group-by) and the evaluation shares' (the refused records decided in the tasks) give the same rows."""
+    path (no group-by) and the evaluation slices' (the refused records decided in the tasks) give the same rows."""
     path = columns.FastPath(D)
     decoded = path.decoded(frame(spark, records))
     fast = keyed(reduce_table(D.complete(path.reduced(decoded).toArrow())))

@@ -77,9 +77,9 @@ def test_a_restarted_controller_fills_metrics_without_deciding(rclient: redis.Re
     assert len(sink.executed) == 5
 
 
-@pytest.mark.parametrize("shares", [0, 2], ids=["evaluated-here", "in-shares"])
+@pytest.mark.parametrize("slices", [0, 2], ids=["evaluated-here", "in-slices"])
 def test_run_once_ends_with_the_partitions_its_batches_did_not_evaluate_and_those_due_since(
-    rclient: redis.Redis, shares: int
+    rclient: redis.Redis, slices: int
 ) -> None:
     """`run --once` evaluates each partition once: what its batches touched is not planned again at its end, unless
     its deadline passed meanwhile; everything else is, with the thresholds of this run."""
@@ -95,7 +95,7 @@ def test_run_once_ends_with_the_partitions_its_batches_did_not_evaluate_and_thos
         "partition:t/1": {"max.compaction.lag.ms": 3 * H},
     }
     metrics = Metrics(CollectorRegistry())
-    ctl = Controller(RedisState(rclient), layers, sink, None, metrics, clock=lambda: clock[0], shares=shares)
+    ctl = Controller(RedisState(rclient), layers, sink, None, metrics, clock=lambda: clock[0], slices=slices)
     ctl.track_evaluated()
     batch = BatchChanges()
     batch.topic("t").segments.append((0, Segment(10, 20, T0 - 2 * H, 1, T0 - 2 * H)))

@@ -124,11 +124,11 @@ PROLOGUE: list[tuple[Any, ...]] = [
 ]
 
 
-@pytest.mark.parametrize("shares", [0, 2], ids=["evaluated-here", "in-shares"])
+@pytest.mark.parametrize("slices", [0, 2], ids=["evaluated-here", "in-slices"])
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(step, min_size=5, max_size=40), st.data())
 def test_no_delete_past_the_minimum_and_sent_exactly_once(
-    rclient: redis.Redis, shares: int, history: list[tuple[Any, ...]], data: st.DataObject
+    rclient: redis.Redis, slices: int, history: list[tuple[Any, ...]], data: st.DataObject
 ) -> None:
     rclient.flushall()
     model, violations = Model(), []
@@ -163,7 +163,7 @@ def test_no_delete_past_the_minimum_and_sent_exactly_once(
             Metrics(CollectorRegistry()),
             clock=lambda: clock[0],
             deletes_allowed=lambda: gate_open[0] and guard.intact(),
-            shares=shares,
+            slices=slices,
         )
 
     ctl, batch_id = new_controller(), 0

@@ -1,4 +1,4 @@
-"""The one reduction (`reduce_table`, run by the source's tasks, the driver and the evaluation shares' tasks): reducing
+"""The one reduction (`reduce_table`, run by the source's tasks, the driver and the evaluation slices' tasks): reducing
 each input partition and then the union (as the source's tasks and the driver, or a share's task, do together) gives
 the same rows and counts as one reduction of every record, and that equals a plain group-by with max-by written
 independently here."""

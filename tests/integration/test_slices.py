@@ -1,4 +1,4 @@
-"""A batch evaluated in shares of topics (control/share.py: merged and planned apart, the busy partitions planned by
+"""A batch evaluated in slices of topics (control/slices.py: merged and planned apart, the busy partitions planned by
 the driver) gives exactly what evaluating it all in one place gives: the same actions, deadlines, compaction-due
 times, metrics and state, batch after batch, on a real Redis."""
 
@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import Controller
 from compactd.control.metrics import Metrics
-from compactd.control.share import share_of
+from compactd.control.slices import slice_of
 from compactd.model import Segment
 from compactd.sinks.recording import RecordingSink
 from compactd.state.changes import BatchChanges
@@ -72,13 +72,13 @@ def test_shares_decide_what_one_place_decides(redis_url: str, batches: list) -> 
     r.flushall()
     clock = [T0]
     ctls, sinks = [], []
-    for prefix, shares in (("cd:one", 0), ("cd:shares", 3)):
+    for prefix, slices in (("cd:one", 0), ("cd:slices", 3)):
         sink = RecordingSink()
         state = RedisState.from_url(redis_url, prefix)
         metrics = Metrics(CollectorRegistry())
-        ctls.append(Controller(state, LAYERS, sink, None, metrics, clock=lambda c=clock: c[0], shares=shares))
+        ctls.append(Controller(state, LAYERS, sink, None, metrics, clock=lambda c=clock: c[0], slices=slices))
         sinks.append(sink)
-    assert len({share_of(t, 3) for t in TOPICS}) > 1  # the topics do split
+    assert len({slice_of(t, 3) for t in TOPICS}) > 1  # the topics do split
     for i, batch in enumerate(batches):
         clock[0] = T0 + i * H // 2
         for ctl in ctls:

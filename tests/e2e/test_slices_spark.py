@@ -1,5 +1,5 @@
-"""Evaluation shares in Spark tasks (`evaluation_shares`): the same input, merged and planned by the driver or in
-Spark tasks that each own a share of the topics, leaves the same state and the same decisions."""
+"""Evaluation slices in Spark tasks (`evaluation_slices`): the same input, merged and planned by the driver or in
+Spark tasks that each own a slice of the topics, leaves the same state and the same decisions."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import Controller
 from compactd.control.metrics import Metrics
-from compactd.control.share import share_of
+from compactd.control.slices import slice_of
 from compactd.daemon.application import Application
 from compactd.sinks.recording import RecordingSink
 from compactd.streaming.connector import java_options
@@ -65,24 +65,24 @@ def test_shares_in_spark_tasks_decide_what_the_driver_decides(
     cluster.flush()
     redis.Redis.from_url(redis_url).flushall()
 
-    def run(shares: int) -> tuple[Controller, RecordingSink]:
-        settings = base.model_copy(update={"redis_prefix": f"cd{shares}", "evaluation_shares": shares})
+    def run(slices: int) -> tuple[Controller, RecordingSink]:
+        settings = base.model_copy(update={"redis_prefix": f"cd{slices}", "evaluation_slices": slices})
         state = settings.redis_state()
         sink = RecordingSink()
         ctl = Controller(state, layers, sink, None, Metrics(CollectorRegistry()), clock=lambda: now)
-        app = Application.__new__(Application)  # only what `_shares_of` reads
+        app = Application.__new__(Application)  # only what `_slices_of` reads
         app.settings, app.stream_id = settings, "s"
 
         def handle(batch: Batch) -> None:
-            ctl.on_batch("s", batch.batch_id, batch.collected.changes, app._shares_of(batch))
+            ctl.on_batch("s", batch.batch_id, batch.collected.changes, app._slices_of(batch))
 
         spec = StreamSpec(
             kafka_options=java_options(settings.kafka_connection()),
             topics=[settings.topics.segments, settings.topics.commits],
             decoder=Decoder(settings.topics.segments, settings.topics.commits),
-            checkpoint=tmp_path / f"ckpt-{shares}",
+            checkpoint=tmp_path / f"ckpt-{slices}",
             max_rows_per_trigger=1_000_000,
-            shares=shares,
+            slices=slices,
         )
         StreamingJob(spec, spark, handle).start(once=True).awaitTermination()
         return ctl, sink
@@ -98,25 +98,25 @@ def test_shares_in_spark_tasks_decide_what_the_driver_decides(
     assert here_sink.executed and [r.to_json() for r in tasks_sink.executed] == [
         r.to_json() for r in here_sink.executed
     ]
-    # each task merged and planned its share, and said so
+    # each task merged and planned its slice, and said so
     lines = [r.getMessage() for r in caplog.records if "per-topic work in" in r.getMessage()]
     assert lines and "in 3 tasks" in lines[0], lines
-    # task i merged the partitions of the topics in share i, as `share_of` assigns them on the driver
+    # task i merged the partitions of the topics in slice i, as `slice_of` assigns them on the driver
     merged = [int(n) for n in re.findall(r" merged (\d+)", lines[0])]
-    assert merged == [sum(share_of(t, 3) == i for t, _ in keys) for i in range(3)], (lines[0], keys)
+    assert merged == [sum(slice_of(t, 3) == i for t, _ in keys) for i in range(3)], (lines[0], keys)
     print(lines[0], len(here_sink.executed), len(keys))
 
 
 def test_spark_tasks_own_the_topics_share_of_assigns(spark, job_settings, tmp_path: Path) -> None:
-    """The job's repartition sends topic t to task `share_of(t, n)`: the driver's split and Spark's agree."""
+    """The job's repartition sends topic t to task `slice_of(t, n)`: the driver's split and Spark's agree."""
     from pyspark.sql import functions as F
 
     settings = job_settings()
     names = [f"topic-{i}.{'x' * (i % 7)}" for i in range(300)]
-    for shares in (2, 3, 5):
+    for slices in (2, 3, 5):
         decoder = Decoder(settings.topics.segments, settings.topics.commits)
-        spec = StreamSpec(java_options(settings.kafka_connection()), [], decoder, tmp_path, shares=shares)
+        spec = StreamSpec(java_options(settings.kafka_connection()), [], decoder, tmp_path, slices=slices)
         job = StreamingJob(spec, spark, lambda batch: None)
         df = spark.createDataFrame([(n,) for n in names], "topic string")
-        got = df.repartition(shares, job._share_key()).select("topic", F.spark_partition_id().alias("task")).collect()
-        assert {r["topic"]: r["task"] for r in got} == {n: share_of(n, shares) for n in names}
+        got = df.repartition(slices, job._slice_key()).select("topic", F.spark_partition_id().alias("task")).collect()
+        assert {r["topic"]: r["task"] for r in got} == {n: slice_of(n, slices) for n in names}

@@ -1,22 +1,16 @@
-"""A share of a micro-batch's topics merged and evaluated on its own, where the data is (out of the driver).
+"""The evaluation of one chunk of a topic's partitions, read and planned over arrays: the step every batch takes,
+on the driver or in a slice (control/slices.py).
 
-The per-partition work of a batch — merging its changes into Redis and planning each touched partition — needs no
-global state: each topic's keys share one Redis hash tag, so a share of topics is a share of Redis slots. What must be
-global stays with the controller on the driver: the partitions where a rule is crossed, a live record waits or the
-topic is excluded are planned there (their decisions and records, the readiness gate, the compacted view's cap, the
-outbox and its caps, the send-time re-check), the metrics are kept there, and group-level changes (deletes,
-memberships: they reach every topic of a group) are merged there first.
-
-`evaluate_share` is what one share does: merge, then plan the quiet partitions in bulk (`policy/rules.py`): store their
-deadlines and return their metrics; return the other partitions for the driver. It takes plain values (state, layers,
-changes), so the same code runs in the controller's process or in a Spark task.
+`BatchThresholds` resolves a batch's threshold layers once per topic (partition scopes where they exist) and names the
+readers that count; `plan_chunk` reads a chunk's numbers and live records, folds those readers in, and finds the rows
+that are quiet (no rule crossed, no live record, the topic not excluded): those are planned in bulk, the rest
+(`TopicChunk.full`) one by one by the controller.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,7 +26,6 @@ from compactd.policy.thresholds import (
     resolve,
     topic_excluded,
 )
-from compactd.state.changes import BatchChanges
 from compactd.state.protocols import ControllerState
 
 EVAL_CHUNK = 2000
@@ -126,58 +119,3 @@ def plan_chunk(
     if records:
         full[[row for row, n in enumerate(parts) if n in records]] = True
     return TopicChunk(topic, parts, nums, records, limits, scoped, q, full)
-
-
-@dataclass
-class ShareResult:
-    """What a share returns to the driver."""
-
-    touched: int = 0  # partitions its merge touched
-    replayed: bool = False  # a topic of the share had this batch already (Spark replayed it)
-    full: list[PartitionRef] = field(default_factory=list)  # partitions for the driver's full plan
-    stats: list[tuple[PartitionRef, PartitionStats]] = field(default_factory=list)  # the quiet partitions' metrics
-    merged: list[str] = field(default_factory=list)  # topics merged, with partitions touched or not (where known)
-
-
-def evaluate_share(
-    state: ControllerState,
-    layers: BatchThresholds,
-    stream_id: str,
-    batch_id: int,
-    changes: BatchChanges,
-    now: int,
-) -> ShareResult:
-    """Merge a share's topics (idempotently, per topic and batch) and plan its quiet partitions; their deadlines and
-    compaction-due times are stored here, the rest is returned."""
-    touched, replayed = state.merge(stream_id, batch_id, changes, layers.counts)
-    out = ShareResult(replayed=replayed)
-    for topic in sorted(touched):
-        parts = sorted(touched[topic])
-        out.touched += len(parts)
-        for start in range(0, len(parts), EVAL_CHUNK):
-            chunk = plan_chunk(state, layers, topic, parts[start : start + EVAL_CHUNK], now)
-            calm = chunk.calm
-            if calm:
-                ix = np.asarray(calm)
-                state.schedule(
-                    topic,
-                    [chunk.parts[row] for row in calm],
-                    chunk.q.deadline[ix].tolist(),
-                    chunk.q.compaction_due[ix].tolist(),
-                )
-                out.stats.extend(chunk.calm_stats())
-            out.full.extend((topic, chunk.parts[row]) for row in np.flatnonzero(chunk.full).tolist())
-    return out
-
-
-def share_of(topic: str, shares: int) -> int:
-    """Which share a topic belongs to: stable across processes and restarts (a replayed batch splits the same)."""
-    return zlib.crc32(topic.encode()) % shares
-
-
-def split(changes: BatchChanges, shares: int) -> list[BatchChanges]:
-    """The batch's per-topic changes in `shares` parts (group-level changes stay with the driver)."""
-    out = [BatchChanges() for _ in range(shares)]
-    for topic, tc in changes.topics.items():
-        out[share_of(topic, shares)].topics[topic] = tc
-    return out
