@@ -322,11 +322,7 @@ class Dispatch:
         made in an older leader epoch than the partition's now is looked into, once per offset, by the last record
         below it (Read on the topic). Raises DependencyUnavailable when the log cannot say."""
         reader = self.lifecycle.reader
-        commits = {
-            g: (seen.committed[g][rec.partition], seen.epochs.get(g, {}).get(rec.partition, -1))
-            for g in sorted(seen.committed)
-            if group_counts(g, th) and rec.partition in seen.committed[g]
-        }
+        commits = {g: c for g, c in sorted(seen.on(rec.partition).items()) if group_counts(g, th)}
         if reader is None or not commits:
             return None
         try:

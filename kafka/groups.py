@@ -22,7 +22,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import Any, NamedTuple
 
 from compactd.codec.streams_group import MEMBER, TOPOLOGY, Topology, decode_key, decode_topology
 from compactd.errors import DecodeError, DependencyUnavailable
@@ -36,18 +37,40 @@ from compactd.model import PartitionOffsets
 TopicCommits = dict[str, dict[int, int]]
 
 
+class Commit(NamedTuple):
+    """One group's commit on one partition, as OffsetFetch returns it: the offset, and the leader epoch the
+    committing consumer had read it under (-1: none given, as the JSON commit events and old clients say)."""
+
+    offset: int
+    epoch: int = -1
+
+
 @dataclass(frozen=True)
 class GroupCheck:
-    """What the cluster says of the groups of one topic: their committed offsets, and the groups compactd knows on
-    the topic that the cluster does not list."""
+    """What the cluster says of the groups of one topic: their commits, and the groups compactd knows on the topic
+    that the cluster does not list."""
 
-    committed: TopicCommits = field(default_factory=dict)
+    commits: dict[str, dict[int, Commit]] = field(default_factory=dict)  # group -> partition -> its commit
     unlisted: frozenset[str] = frozenset()
     # groups with a member assigned a partition of the topic and no commit on the topic: a consumer-protocol
     # (KIP-848) group backfilling from the start, whose position is unknown until it commits
     assigned: frozenset[str] = frozenset()
-    # group -> partition -> the leader epoch of its commit there (-1: none given), beside `committed`
-    epochs: TopicCommits = field(default_factory=dict)
+
+    @classmethod
+    def of_offsets(
+        cls, committed: TopicCommits, unlisted: frozenset[str] = frozenset(), assigned: frozenset[str] = frozenset()
+    ) -> GroupCheck:
+        """A check from offsets alone (no epochs given): what a source without OffsetFetch's epochs knows."""
+        return cls({g: {p: Commit(o) for p, o in parts.items()} for g, parts in committed.items()}, unlisted, assigned)
+
+    @cached_property
+    def committed(self) -> TopicCommits:
+        """group -> partition -> committed offset: what the position rules (`cluster_check`) read."""
+        return {g: {p: c.offset for p, c in parts.items()} for g, parts in self.commits.items()}
+
+    def on(self, partition: int) -> dict[str, Commit]:
+        """Each group's commit on one partition, for the groups that committed there."""
+        return {g: parts[partition] for g, parts in self.commits.items() if partition in parts}
 
 
 @dataclass
@@ -222,16 +245,14 @@ class ClusterGroupOffsets:
                 raise DependencyUnavailable(
                     "Kafka (group offsets)", self.conn.bootstrap_servers, "the groups' ACLs", why
                 )
-            out: TopicCommits = {}
-            epochs: TopicCommits = {}
+            out: dict[str, dict[int, Commit]] = {}
             for group, got in self._fetched.items():
                 given = getattr(got.offsets, "epochs", {})
                 for (t, p), off in (got.offsets or {}).items():
                     if t == topic:
-                        out.setdefault(group, {})[p] = off
-                        epochs.setdefault(group, {})[p] = given.get((t, p), -1)
+                        out.setdefault(group, {})[p] = Commit(off, given.get((t, p), -1))
             assigned = self._assigned_to(topic, listed, ttl_s) - out.keys()
-        return GroupCheck(out, frozenset(holders - listed), frozenset(assigned), epochs)
+        return GroupCheck(out, frozenset(holders - listed), frozenset(assigned))
 
     def _assigned_to(self, topic: str, listed: set[str], ttl_s: float) -> set[str]:
         """The listed groups with a member assigned `topic`: the groups with members (ListGroups' state), each

@@ -128,7 +128,7 @@ def test_no_delete_past_the_clusters_minimum_whatever_the_polls_missed(
     def check(topic: str, fresh: bool) -> GroupCheck:
         """The cluster's answer to ListGroups + OffsetFetch at this moment (ClusterGroupOffsets with no cache)."""
         committed = {g: dict(parts) for g, parts in cluster.offsets.items()}
-        return GroupCheck(committed, frozenset(set(state.groups(topic)) - committed.keys()))
+        return GroupCheck.of_offsets(committed, frozenset(set(state.groups(topic)) - committed.keys()))
 
     ctl = Controller(
         state,
