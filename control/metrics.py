@@ -278,8 +278,9 @@ class Metrics:
 _default: dict[str, Metrics] = {}
 
 
-def default_metrics(cluster: str = "default") -> Metrics:
-    """One set per process and cluster: metric names may be registered once per registry."""
+def default_metrics(cluster: str = "default", top_n: int = 100) -> Metrics:
+    """One set per process and cluster: metric names may be registered once per registry (the first call's `top_n`
+    holds for the process)."""
     if cluster not in _default:
-        _default[cluster] = Metrics(cluster=cluster)
+        _default[cluster] = Metrics(cluster=cluster, top_n=top_n)
     return _default[cluster]

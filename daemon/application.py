@@ -103,8 +103,8 @@ class Application(DeleteGate, RunLoop):
         self.settings = settings
         self.spark = spark
         self.verbose = verbose
-        self.metrics = metrics or default_metrics(settings.cluster)
-        self.metrics.partitions.top_n = settings.metrics.top_n
+        # `metrics` given (tests, several jobs in one process): its own top_n, as its maker chose
+        self.metrics = metrics or default_metrics(settings.cluster, settings.metrics.top_n)
         conn = settings.kafka_connection()
         self.conn = conn
         self.state = settings.redis_state(timeout_s=CHECK_TIMEOUT_S)

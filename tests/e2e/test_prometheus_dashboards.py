@@ -87,7 +87,7 @@ def test_every_panel_query_returns_series_from_a_real_prometheus(
     prom_url = f"http://127.0.0.1:{prom.port}"
     stop = threading.Event()
     try:
-        with Application(s, spark=spark, metrics=Metrics(cluster=s.cluster)) as job:
+        with Application(s, spark=spark, metrics=Metrics(cluster=s.cluster, top_n=s.metrics.top_n)) as job:
             runner = threading.Thread(target=job.run, kwargs={"stop": stop})
             runner.start()
             try:
