@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import redis
 from confluent_kafka import TopicPartition
-from confluent_kafka.admin import NewPartitions
 
 from compactd.compaction.manifest import Manifest
 from compactd.compaction.reduce import Record
@@ -100,8 +99,7 @@ def test_partitions_added_to_the_source_are_added_to_the_view(cluster, redis_url
     sent = {p: produce(cluster, topic, events(p, [(f"a{i % 7}", f"{p}-{i}") for i in range(30)], ts), 2)[p]
             for p in (0, 1)}  # fmt: skip
     assert in_process(monkeypatch, capsys, env, "compact", topic).returncode == 0
-    for fut in cluster.admin.create_partitions([NewPartitions(topic, 4)]).values():
-        fut.result(30)
+    cluster.grow(topic, 4)
     for p in (0, 2, 3):
         sent.setdefault(p, [])
         sent[p] += produce(cluster, topic, events(p, [(f"a{i % 5}", f"n{p}-{i}") for i in range(20)], ts + 500), 4)[p]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, ResourceType
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, ResourceType
 
 from compactd.kafka.config import KafkaConnection
 from compactd.keys import partition_key
@@ -145,6 +145,13 @@ class Cluster:
         for fut in self.admin.create_topics([new]).values():
             fut.result(30)
         kraft.until_recreated(self.conn, topic, old, partitions)
+
+    def grow(self, topic: str, partitions: int) -> None:
+        """Add partitions to `topic` up to `partitions`; returns once every one is led and readable (a producer
+        made before that may not know the new ones: librdkafka fails a record for them with "Unknown partition")."""
+        for fut in self.admin.create_partitions([NewPartitions(topic, partitions)]).values():
+            fut.result(30)
+        kraft.until_visible(self.conn, topic, partitions)
 
     def alter(self, topic: str, changes: dict[str, str | None]) -> None:
         """Set (a value) or delete (None) configs of `topic`; returns once DescribeConfigs shows them."""
