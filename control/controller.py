@@ -22,8 +22,8 @@ import numpy as np
 from compactd.clock import now_ms
 from compactd.control.dispatch import NUDGE_CHECK_MS, Dispatch
 from compactd.control.evaluation import EVAL_CHUNK, BatchThresholds, ChunkRead, TopicChunk, plan_chunk
+from compactd.control.identity import Lifecycle, Records, TopicReader
 from compactd.control.io_ahead import IoAhead
-from compactd.control.lifecycle import Lifecycle, Records, TopicReader
 from compactd.control.metrics import Metrics
 from compactd.control.readers import Readers
 from compactd.control.scheduled import Scheduled
@@ -121,7 +121,7 @@ class Controller(Dispatch):
         that holds the delete is read again fresh); `strict_groups`: a counted group the cluster does not list holds
         the delete (cluster_check: strict). `view_caps`: the compacted views' horizons no delete may pass, read as
         data the compaction trigger keeps (None: no compaction service). `topics`: topic IDs and watermarks from the
-        cluster, checked right before a delete or a nudge goes and by `sweep_topics` (control/lifecycle.py; None: only
+        cluster, checked right before a delete or a nudge goes and by `sweep_topics` (control/identity.py; None: only
         the sink's own log-end check); `records`: where resets and the topic IDs the state is bound to are kept beyond
         Redis; `readers`: the readers that commit no group offsets (share groups, Spark checkpoints, pins), counted
         like groups in every plan and again right before a consumed-retention delete goes (None: groups only)."""
@@ -305,7 +305,8 @@ class Controller(Dispatch):
             return len(self._unwarmed)
 
     def sweep_topics(self) -> None:
-        """Re-created and deleted topics, found by one DescribeTopics round over the known topics (lifecycle.py)."""
+        """Re-created and deleted topics, found by one DescribeTopics round over the known topics
+        (control/identity.py)."""
         with self.lock:
             self.lifecycle.sweep(self.clock())
 
@@ -317,8 +318,8 @@ class Controller(Dispatch):
         return self.state.require_groups(required) if any(required.values()) else []
 
     def _learn(self, topics: Iterable[str]) -> None:
-        """Record the topic IDs of topics merged for the first time (lifecycle.py); a cluster that does not answer
-        leaves them for the next batch, and the send-time check still reads the log."""
+        """Record the topic IDs of topics merged for the first time (control/identity.py); a cluster that does not
+        answer leaves them for the next batch, and the send-time check still reads the log."""
         try:
             self.lifecycle.learn(dict.fromkeys(topics))
         except Exception as exc:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from compactd.control.evaluation import BatchThresholds
-from compactd.control.lifecycle import BehindHighWatermark
+from compactd.control.identity import BehindHighWatermark
 from compactd.errors import DeliveryTimeout, DependencyUnavailable
 from compactd.model import ActionRecord, PartitionView
 from compactd.policy.identity import commit_outlived, report_outlived
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import threading
 
     from compactd.control.controller import ViewCapReader
-    from compactd.control.lifecycle import Lifecycle
+    from compactd.control.identity import Lifecycle
     from compactd.control.metrics import Metrics
     from compactd.control.readers import Readers
     from compactd.kafka.groups import GroupCheck
@@ -281,7 +281,7 @@ class Dispatch:
         return send_check(rec, view, th, now, excluded, cap)
 
     def _stale(self, rec: ActionRecord, now: int, view: PartitionView | None) -> str | None:
-        """Why `rec` must not go because its topic is not the log its state describes (control/lifecycle.py).
+        """Why `rec` must not go because its topic is not the log its state describes (control/identity.py).
         BehindHighWatermark passes through: the delete waits for the followers."""
         if rec.action not in ("delete_records", "compact"):
             return None

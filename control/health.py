@@ -1,6 +1,6 @@
 """Never trust Redis further than it can be verified: detect a lost state, hold deletes, rebuild from the sources.
 
-The rules are in `state/health.py`; this is their IO: the epoch kept beside the checkpoint and in Redis, the last
+The rules are in `policy/health.py`; this is their IO: the epoch kept beside the checkpoint and in Redis, the last
 merged batch, the rebuild's targets (kept in Redis, so a job that dies mid-rebuild resumes it), and the delete gate
 as operators see it (`compactd explain`).
 """
@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 from compactd.model import SourceOffsets
-from compactd.state.health import batch_field, state_loss
+from compactd.policy.health import batch_field, state_loss
 from compactd.state.redis_store import RedisState
 from compactd.streaming.checkpoint import last_completed_batch, read_epoch, reset_stream, write_epoch
 

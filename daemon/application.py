@@ -24,10 +24,10 @@ from compactd.compaction.trigger import POOL, CompactionTrigger
 from compactd.compaction.view_caps import ViewCaps
 from compactd.control.agent_watch import AgentWatch
 from compactd.control.controller import Controller, Probe, _no_probe
+from compactd.control.health import StateGuard
 from compactd.control.metrics import Metrics, default_metrics
 from compactd.control.readers import PublishReaders, Readers
 from compactd.control.runtime_config import RuntimeConfig
-from compactd.control.state_guard import StateGuard
 from compactd.daemon.gate import DeleteGate
 from compactd.daemon.run_loop import RunLoop, RunSummary
 from compactd.errors import ConfigError, DependencyUnavailable, ForcedStop, forced_by

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from compactd.control.agent_watch import AGENT_WAIT, NO_AGENT
-from compactd.control.state_guard import REBUILDING
+from compactd.control.health import REBUILDING
 from compactd.daemon.parts import JobParts
 from compactd.kafka.admin import admin_client, high_watermarks, list_end_offsets
 from compactd.policy.plan import NOT_CAUGHT_UP

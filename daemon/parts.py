@@ -10,9 +10,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from compactd.control.controller import Controller
+    from compactd.control.health import StateGuard
     from compactd.control.metrics import Metrics
     from compactd.control.runtime_config import RuntimeConfig
-    from compactd.control.state_guard import StateGuard
     from compactd.daemon.run_loop import RunSummary
     from compactd.kafka.config import KafkaConnection
     from compactd.policy.readiness import Readiness

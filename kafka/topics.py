@@ -1,5 +1,5 @@
 """Which log a topic is right now, as the cluster says: its topic ID (KIP-516), whether it exists, and a partition's
-watermarks. Read right before an action goes (control/lifecycle.py) and by a periodic sweep of the known topics.
+watermarks. Read right before an action goes (control/identity.py) and by a periodic sweep of the known topics.
 
 DescribeTopics asks by name: unlike a whole-cluster Metadata request, which silently leaves out the topics the
 principal may not Describe, it answers UNKNOWN_TOPIC_OR_PART only for a topic that does not exist, and an

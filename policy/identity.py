@@ -110,7 +110,7 @@ def behind_high_watermark(view: PartitionView, facts: LogFacts, before_offset: i
     is not). The leader's segments roll at its log end, and the high watermark (what every in-sync replica holds)
     trails it while a follower catches up, up to `replica.lag.time.max.ms`; a failover with `acks=1` or an unclean
     leader election truncates the log below it instead. Which of the two only time tells: a delete past the high
-    watermark waits, and a gap that lasts is a truncation (control/lifecycle.py)."""
+    watermark waits, and a gap that lasts is a truncation (control/identity.py)."""
     if before_offset is not None and before_offset > facts.high:
         return f"a delete to offset {before_offset} is past the high watermark {facts.high}"
     held = held_offset(view)

@@ -2,7 +2,7 @@
 
 - delete_records: KIP-107 DeleteRecords, only on topics whose `cleanup.policy` has `delete`. An offset past the
   high watermark is never clamped and sent: only a state describing another log (a re-created topic) asks for it,
-  so the record is skipped with `detail.stale` and the controller resets the topic (control/lifecycle.py).
+  so the record is skipped with `detail.stale` and the controller resets the topic (control/identity.py).
 - compact: Kafka has no "compact now" call, so the topic config named by `compaction.nudge` is set to a
   value that makes the cleaner pick the log up at once; the value it replaced is remembered (Redis, and the nudge
   ledger topic before the alter: sinks/nudge_ledger.py) and put back (restore_config) once the partition shows up

@@ -9,11 +9,11 @@ configs, so the marker cannot live on the nudged topic itself.
 Key `<topic>|<config key>`; value `{"topic", "key", "original" (null: the broker's default), "value", "at"}`.
 
 The same topic keeps the other thing a state loss must not take: each topic's last reset (a re-created topic,
-control/lifecycle.py), key `reset/<topic>` ('/' is in no topic name), value `{"topic", "at", "why", "positions":
+control/identity.py), key `reset/<topic>` ('/' is in no topic name), value `{"topic", "at", "why", "positions":
 {source topic: {partition: offset}}}`: where the sources stood when the reset dropped what their earlier events had
 built. A rebuild reads the sources again from their start and drops those events too (streaming/decode.py).
 
-And the topic ID each topic's state is bound to (control/lifecycle.py), key `id/<topic>`, value `{"topic", "id"}`
+And the topic ID each topic's state is bound to (control/identity.py), key `id/<topic>`, value `{"topic", "id"}`
 (a tombstone once the topic is forgotten): a rebuild binds its empty state to them before it reads the sources
 again, so that a topic re-created while nothing watched is found stale instead of taken for its old log.
 
@@ -141,7 +141,7 @@ class NudgeLedger:
 
 
 class LifecycleRecords:
-    """The ledger as control/lifecycle.py's `Records`: a reset is recorded with where the sources stand
+    """The ledger as control/identity.py's `Records`: a reset is recorded with where the sources stand
     (`positions()`: the planned end of the latest batch)."""
 
     def __init__(self, ledger: NudgeLedger, positions: Callable[[], dict[str, dict[str, int]]]) -> None:

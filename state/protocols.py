@@ -89,7 +89,7 @@ class NudgeMemory(Protocol):
 
 
 class TopicStore(Protocol):
-    """Which incarnation of a topic the state describes, and dropping a topic's state (control/lifecycle.py)."""
+    """Which incarnation of a topic the state describes, and dropping a topic's state (control/identity.py)."""
 
     def topics(self) -> list[str]: ...
 

@@ -1,5 +1,5 @@
 """Topic lifecycle: which incarnation (topic ID) a topic's state describes, and dropping that state when the topic
-is re-created or deleted (control/lifecycle.py), with the causes `explain` shows."""
+is re-created or deleted (control/identity.py), with the causes `explain` shows."""
 
 from __future__ import annotations
 

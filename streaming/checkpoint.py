@@ -63,7 +63,7 @@ EPOCH_FILE = "compactd-state-epoch"
 
 
 def read_epoch(checkpoint_dir: str | Path) -> str | None:
-    """The Redis state epoch this checkpoint was built against (state/health.py); None before the first."""
+    """The Redis state epoch this checkpoint was built against (policy/health.py); None before the first."""
     path = Path(checkpoint_dir) / EPOCH_FILE
     return path.read_text().strip() if path.is_file() else None
 

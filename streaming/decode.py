@@ -105,7 +105,7 @@ class Decoder:
     # Config events are rare and validated on the driver (signatures need the secrets, which stay there):
     # here they only pass through with their bytes.
     config_topic: str = "compactd.config"
-    # Events a topic's reset superseded (a re-created topic, control/lifecycle.py): topic -> source topic -> source
+    # Events a topic's reset superseded (a re-created topic, control/identity.py): topic -> source topic -> source
     # partition -> the source offset the reset happened at. A rebuild reading the sources again drops the topic's
     # events below it, as the running job's reset dropped what they had built: they describe the old log.
     superseded: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict, hash=False)

@@ -15,8 +15,8 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import Controller
+from compactd.control.health import StateGuard
 from compactd.control.metrics import Metrics
-from compactd.control.state_guard import StateGuard
 from compactd.local.servers import Service, redis_cluster
 from compactd.model import ActionRecord, Segment
 from compactd.settings import Settings

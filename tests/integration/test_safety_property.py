@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from compactd.control.controller import Controller
+from compactd.control.health import StateGuard
 from compactd.control.metrics import Metrics
-from compactd.control.state_guard import StateGuard
 from compactd.model import ActionRecord, Segment
 from compactd.sinks.recording import RecordingSink
 from compactd.state.changes import BatchChanges

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import redis
 
-from compactd.control.state_guard import StateGuard
+from compactd.control.health import StateGuard
 from compactd.model import Segment
 from compactd.state.changes import BatchChanges
 from compactd.state.redis_store import RedisState

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import pytest
 from prometheus_client import CollectorRegistry
 
-from compactd.control.lifecycle import TRUNCATION_GRACE_MS, BehindHighWatermark, Lifecycle
+from compactd.control.identity import TRUNCATION_GRACE_MS, BehindHighWatermark, Lifecycle
 from compactd.control.metrics import Metrics
 from compactd.kafka.topics import TopicsNow
 from compactd.model import ActionRecord, PartitionView, Segment

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from compactd.policy.health import state_loss
 from compactd.policy.readiness import Readiness
-from compactd.state.health import state_loss
 
 E = "a" * 32
 
