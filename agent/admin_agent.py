@@ -32,7 +32,7 @@ log = logging.getLogger("compactd.agent")
 
 LIST_CHUNK = 1000  # partitions per ListOffsets call (bench/admin_poll.py)
 
-CLEANER_NOT_VISIBLE = (
+NUDGES_NOT_OBSERVED = (
     "admin agent: the broker's cleaner cannot be seen from a client, so compaction nudges (KIP-354) are not observed "
     "on this cluster; compacted topics can use compactd's compaction service instead (compaction.service=true)"
 )
@@ -188,7 +188,7 @@ def run_admin_agent(
 ) -> None:
     """Poll, publish, mark, every `interval_s`. A poll that fails publishes nothing (and no mark): the job's view of
     the agent ages, it never sees half a poll."""
-    log.warning(CLEANER_NOT_VISIBLE)
+    log.warning(NUDGES_NOT_OBSERVED)
     polls = 0
     while not stop.is_set():
         before = copy.deepcopy(agent.poll)  # a poll not published is not seen: the next one says it again

@@ -27,7 +27,7 @@ from compactd.control.io_ahead import IoAhead
 from compactd.control.metrics import Metrics
 from compactd.control.readers import Readers
 from compactd.control.scheduled import Scheduled
-from compactd.control.slices import SliceResult, evaluate_slice, split
+from compactd.control.slices import SliceResult, evaluate_slice, split_by_slice
 from compactd.gc_pause import gc_paused
 from compactd.kafka.groups import GroupCheck
 from compactd.model import ActionRecord
@@ -254,7 +254,8 @@ class Controller(Dispatch):
         if run_slices is not None:
             return out + run_slices(layers, now)
         return out + [
-            evaluate_slice(self.state, layers, stream_id, batch_id, part, now) for part in split(changes, self.slices)
+            evaluate_slice(self.state, layers, stream_id, batch_id, part, now)
+            for part in split_by_slice(changes, self.slices)
         ]
 
     def tick(self) -> None:

@@ -73,7 +73,7 @@ def slice_of(topic: str, slices: int) -> int:
     return zlib.crc32(topic.encode()) % slices
 
 
-def split(changes: BatchChanges, slices: int) -> list[BatchChanges]:
+def split_by_slice(changes: BatchChanges, slices: int) -> list[BatchChanges]:
     """The batch's per-topic changes in `slices` parts (group-level changes stay with the driver)."""
     out = [BatchChanges() for _ in range(slices)]
     for topic, tc in changes.topics.items():

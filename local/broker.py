@@ -121,12 +121,7 @@ def kafka_version() -> str:
     return pom_property(_pom(), "kafka.version")
 
 
-def jars_dir() -> Path:
-    """Where this pom's jars live: one directory per pom content."""
-    return maven.jars_dir(_pom(), "kafka", kafka_version())
-
-
-def ensure_jars(quiet: bool = False) -> Path:
+def kafka_jars(quiet: bool = False) -> Path:
     """The broker's jars (compactd/maven.py), fetched once."""
     return maven.ensure_jars(_pom(), "kafka", kafka_version(), f"Apache Kafka {kafka_version()}", quiet=quiet)
 
@@ -190,7 +185,7 @@ class KafkaBroker:
         self.log_dir = workdir / "data"
         self.logs = workdir / "logs"
         self.log = self.logs / "server.log"
-        self.jars = ensure_jars()
+        self.jars = kafka_jars()
         self._extra = dict(extra or {})
         workdir.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
@@ -437,7 +432,7 @@ if __name__ == "__main__":  # `python -m compactd.local.broker --fetch`: what `m
     parser.add_argument("--fetch", action="store_true", help="fetch the jars into the cache if they are not there")
     if parser.parse_args().fetch:
         try:
-            ensure_jars()
+            kafka_jars()
         except CompactdError as exc:
             print(f"compactd: {exc}", file=sys.stderr)
             raise SystemExit(1) from None

@@ -1001,11 +1001,11 @@ def test_a_follower_whose_cleaner_stopped_keeps_a_deleted_key_and_explain_and_th
 def reassign(cluster_bootstrap: str, topic: str, replicas: dict[int, list[int]]) -> None:
     """AlterPartitionReassignments (tests/support/jvm/Reassign.java: librdkafka has no such call), returning once the
     cluster lists none of them in progress."""
-    from compactd.local.broker import ensure_jars
+    from compactd.local.broker import kafka_jars
 
     source = Path(__file__).resolve().parents[1] / "support" / "jvm" / "Reassign.java"
     moves = [f"{p}={','.join(map(str, r))}" for p, r in replicas.items()]
-    argv = [shutil.which("java") or "java", "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", f"{ensure_jars()}/*",
+    argv = [shutil.which("java") or "java", "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", f"{kafka_jars()}/*",
             str(source), cluster_bootstrap, topic, *moves]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("done"), (proc.stdout + proc.stderr)[-1500:]

@@ -120,10 +120,10 @@ def produce_stamped(cluster, topic: str, records: list[tuple[int, bytes, bytes, 
     import subprocess
     from pathlib import Path
 
-    from compactd.local.broker import ensure_jars
+    from compactd.local.broker import kafka_jars
 
     source = Path(__file__).parent / "jvm" / "StampedProducer.java"
-    argv = [shutil.which("java") or "java", "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", f"{ensure_jars()}/*",
+    argv = [shutil.which("java") or "java", "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", f"{kafka_jars()}/*",
             str(source), cluster.bootstrap, topic]  # fmt: skip
     lines = "".join(f"{p} {k.decode()} {v.decode()} {ts}\n" for p, k, v, ts in records)
     proc = subprocess.run(argv, input=lines, capture_output=True, text=True, timeout=120)

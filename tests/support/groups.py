@@ -92,11 +92,11 @@ def streams_read(bootstrap: str, application_id: str, topic: str, upto: int) -> 
     """A Kafka Streams application (tests/support/jvm/StreamsReader.java, the Kafka jars of the project's Maven
     cache) in a streams group (KIP-1071) named `application_id`: reads `topic` from its start, commits, and stops
     once it has read `upto` records (max.poll.records = upto, so it reads no further)."""
-    from compactd.local.broker import ensure_jars
+    from compactd.local.broker import kafka_jars
 
     source = Path(__file__).parent / "jvm" / "StreamsReader.java"
     java = shutil.which("java") or "java"
-    argv = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", f"{ensure_jars()}/*", str(source),
+    argv = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", f"{kafka_jars()}/*", str(source),
             bootstrap, application_id, topic, str(upto)]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"the Streams application failed: {(proc.stdout + proc.stderr)[-800:]}"
@@ -106,11 +106,11 @@ def streams_read(bootstrap: str, application_id: str, topic: str, upto: int) -> 
 def streams_assigned(bootstrap: str, application_id: str, topic: str) -> Iterator[None]:
     """A Kafka Streams application (tests/support/jvm/StreamsAssigned.java) in streams group `application_id`,
     assigned `topic` and reading it from its start, with nothing committed, for the duration of the block."""
-    from compactd.local.broker import ensure_jars
+    from compactd.local.broker import kafka_jars
 
     source = Path(__file__).parent / "jvm" / "StreamsAssigned.java"
     java = shutil.which("java") or "java"
-    argv = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", f"{ensure_jars()}/*", str(source),
+    argv = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", f"{kafka_jars()}/*", str(source),
             bootstrap, application_id, topic]  # fmt: skip
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
