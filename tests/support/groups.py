@@ -14,7 +14,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from tests.support.kraft import not_yet
+from tests.support.kraft import not_yet, unanswered
 from tests.support.waiting import wait_until
 
 
@@ -162,8 +162,9 @@ def _commit_here(bootstrap: str, group: str, topic: str, offsets: dict[int, int]
                 raise KafkaException(tp.error)  # a partition the broker refused: its error is in the answer
 
     # a coordinator still loading its `__consumer_offsets` partition (a node just started) or just moved answers
-    # with a retriable error: committed again until the broker takes it
-    wait_until(f"{group}'s commit taken", once, lambda _: True, 60, tolerate=not_yet)
+    # with a retriable error, and one on a node just killed does not answer in the 10 s (the client tries the dead
+    # node until it learns the new coordinator): committed again until the broker takes it
+    wait_until(f"{group}'s commit taken", once, lambda _: True, 60, tolerate=unanswered)
     held = wait_until(
         f"{group}'s commit read back",
         lambda: a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30),
