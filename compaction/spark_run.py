@@ -489,8 +489,9 @@ def run_phases(spark: Any, spark_options: Mapping[str, str], job: RunInput, spec
     Each partition is read whole by one JVM task (`run_in_jvm`): one that has at most `held_max` records to read
     keeps each key's winner and writes them sorted; a larger one is read twice, as Kafka's cleaner does (each key's
     winning offset in a map, then the winners copied in log order). What the tasks hold comes out of one budget per
-    JVM, `map_bytes` (ViewRun.Budget): a one-pass read it cannot hold reads twice, and a partition whose keys
-    outgrow it goes through the Python path instead (`shuffle_phases`): tasks combine what they read and Spark
+    JVM, `map_bytes` (ViewRun.Budget): a one-pass read it cannot hold reads twice; a map refused while one-pass reads
+    hold part of it waits for them to give it back (up to 60 s), and a partition whose keys still outgrow it goes
+    through the Python path instead (`shuffle_phases`): tasks combine what they read and Spark
     reduces what they hand over (a group-by with `max_by` over the order key, a shuffle that spills), then
     repartitions by partition for the writers.
     """

@@ -405,12 +405,17 @@ public final class ViewRun implements UDF1<String, String> {
    */
   static final class Budget implements AutoCloseable {
     static final long GRANT = 4L << 20;
+    // how long a map waits for the budget other tasks hold before its partition goes to Spark's shuffle path
+    static final long MAP_WAIT_MS = 60_000;
     static final AtomicLong HELD = new AtomicLong();
     static final AtomicLong PEAK = new AtomicLong();
+    // what the tasks reading in one pass hold: given back when each finishes or finds it cannot hold its partition
+    static final AtomicLong READING = new AtomicLong();
     static volatile long lastLimit;
     private final long limit;
     private long granted;
     private long used;
+    private boolean mapping; // a map's (pass one of two), not a one-pass read's
 
     Budget(long limit) {
       this.limit = limit;
@@ -437,11 +442,39 @@ public final class ViewRun implements UDF1<String, String> {
         }
         if (HELD.compareAndSet(held, held + want)) {
           PEAK.accumulateAndGet(held + want, Math::max);
+          if (!mapping) {
+            READING.addAndGet(want);
+          }
           granted += want;
           used += n;
           return true;
         }
       }
+    }
+
+    /** From now on this task's holdings are a map's (called with nothing held). */
+    void forMap() {
+      mapping = true;
+    }
+
+    /** Hold `n` more bytes, waiting up to `waitMs` while one-pass reads hold part of the budget: such a read gives
+     * all it holds back when it finishes or finds it cannot hold its partition, so a map refused while one reads is
+     * room that comes back in seconds, not a partition too large for the JVM. False at once when no one-pass read
+     * holds anything (other maps give nothing back before they finish), or when the wait is over. */
+    boolean takeOrWait(long n, long waitMs) {
+      long deadline = System.nanoTime() + waitMs * 1_000_000L;
+      while (!take(n)) {
+        if (READING.get() <= 0 || System.nanoTime() >= deadline) {
+          return false;
+        }
+        try {
+          Thread.sleep(20);
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+          return false;
+        }
+      }
+      return true;
     }
 
     void give(long n) {
@@ -451,6 +484,9 @@ public final class ViewRun implements UDF1<String, String> {
     /** Everything this task holds given back to the JVM's budget. */
     void release() {
       HELD.addAndGet(-granted);
+      if (!mapping) {
+        READING.addAndGet(-granted);
+      }
       granted = 0;
       used = 0;
     }
@@ -721,6 +757,7 @@ public final class ViewRun implements UDF1<String, String> {
     KeyMap(boolean ranked, Budget budget, long records) {
       this.ranked = ranked;
       this.budget = budget;
+      budget.forMap();
       this.maxEntries = Math.max(1, records);
       if (ranked) {
         k1s = new long[hashes.length];
@@ -739,7 +776,7 @@ public final class ViewRun implements UDF1<String, String> {
       if (total <= accounted) {
         return true;
       }
-      if (!budget.take(total - accounted)) {
+      if (!budget.takeOrWait(total - accounted, Budget.MAP_WAIT_MS)) {
         return false;
       }
       accounted = total;
