@@ -25,6 +25,7 @@ from compactd.clock import now_ms
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.groups import GroupReader
 from compactd.kafka.reader import read_to_end
+from compactd.kafka.watermarks import STALE_METADATA
 from compactd.kafka.writer import JsonTopicWriter
 from compactd.keys import mark_key, partition_key
 
@@ -97,7 +98,7 @@ class AdminAgent:
     def _offsets(self, parts: list[tuple[str, int]], spec: Any) -> dict[tuple[str, int], int]:
         """ListOffsets for every partition, LIST_CHUNK partitions per call and every call in flight (librdkafka sends
         one request per leader and call; one call for 10,000 partitions took 5x longer than ten of 1,000)."""
-        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 
         calls = [
             self.admin.list_offsets(
@@ -109,11 +110,17 @@ class AdminAgent:
         ]
         self.list_calls += len(calls)
         out = {}
+        stale = False
         for tp, fut in (item for futures in calls for item in futures.items()):
             try:
                 out[(tp.topic, tp.partition)] = fut.result(timeout=self.timeout_s).offset
             except Exception as exc:  # a partition without a leader now: seen at the next poll
                 log.debug("ListOffsets %s/%d: %s", tp.topic, tp.partition, exc)
+                stale = stale or not isinstance(exc, KafkaException) or exc.args[0].name() in STALE_METADATA
+        if stale:
+            # with new clients: librdkafka keeps a leader that left the cluster (a stopped node) in its cache for
+            # `metadata.max.age.ms` and answers from it without asking again; "the next poll" would be 30 s away
+            self.groups.close()
         return out
 
     def scan(self) -> tuple[list[Event], list[Event], PollStats]:

@@ -165,8 +165,14 @@ class CompactionCluster:
         self._ensured.add(("config", view))
 
     def forget(self) -> None:
-        """After a failed run: the next one checks its topics again (one may have been deleted meanwhile)."""
+        """After a failed run: the next one checks its topics again (one may have been deleted meanwhile), with a
+        new client: the old one's cache may name a leader that left the cluster, which librdkafka keeps for
+        `metadata.max.age.ms` and answers "No leaders found" from, never asking again (sinks/kafka_admin.py)."""
+        from compactd.kafka.admin import retire
+
         self._ensured.clear()
+        retire(self._admin)  # a request of it may still be out: freed once that has had its answer
+        self._admin = None
 
     def ensure_topic(self, topic: str, config: Mapping[str, str]) -> None:
         """Create the topic when missing; once it exists, later calls ask nothing (every run calls it)."""

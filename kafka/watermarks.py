@@ -25,9 +25,11 @@ LEADER_MOVING = frozenset(
 # The errors of a client whose metadata no longer matches the cluster: a leader moving, and what librdkafka answers
 # from a cache that still names a dead or moved broker. On three nodes it answered "Local: Unknown partition" for
 # minutes after a restart, FENCED_LEADER_EPOCH for 150 s, and "No leaders found" (_NOENT) after a kill: a client that
-# meets one of these is made again (sinks/kafka_admin.py).
+# meets one of these is made again (sinks/kafka_admin.py). "Broker handle destroyed" (_DESTROY_BROKER) is a request
+# that was waiting on a node the client has just dropped from its metadata (a node that stopped).
 STALE_METADATA = LEADER_MOVING | {
-    "_UNKNOWN_PARTITION", "_UNKNOWN_TOPIC", "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_NOENT"
+    "_UNKNOWN_PARTITION", "_UNKNOWN_TOPIC", "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_NOENT",
+    "_DESTROY_BROKER",
 }  # fmt: skip
 
 

@@ -140,14 +140,30 @@ class KafkaAdminSink:
         answers only when every in-sync follower has moved its own, so a stalled follower (until it leaves the ISR,
         `replica.lag.time.max.ms`) times the request out after the delete. The log start says which: at `before` or
         past it, the delete is done and audited as sent, saying so; below, it failed and is retried (the same
-        offset: a retry never deletes more than was decided)."""
+        offset: a retry never deletes more than was decided).
+
+        An answer of the client's own metadata ("No leaders found": its cache still names a leader that left the
+        cluster, a stopped node) means nothing was sent, and librdkafka neither asks again nor drops that entry
+        before `metadata.max.age.ms` (30 s): every delete on a moved partition failed that long in a rolling restart.
+        The next try asks with new clients, as after a request that had no answer at all (its client may still send
+        to the stopped node: 10 s each try)."""
+        name = exc.args[0].name() if isinstance(exc, KafkaException) else None
+        unsent = name == "_NOENT"  # the client found no leader to send it to
         answer = str(exc.args[0]) if isinstance(exc, KafkaException) else f"no answer within {self.timeout_s:g} s"
         try:
             low, _ = watermarks(self._watermarks, rec.topic, rec.partition, self.timeout_s)
         except KafkaException:
+            low = None
+        if name is None or name in STALE_METADATA:  # no answer at all: a node that stopped may hold the request
+            self._drop_clients()
+        if low is None:
             return rec.with_status("failed", error=answer)
         if low >= before:
-            why = f"the broker moved the log start to {low}; its answer timed out waiting for in-sync followers"
+            why = (
+                "already below log start"
+                if unsent
+                else (f"the broker moved the log start to {low}; its answer timed out waiting for in-sync followers")
+            )
             return rec.with_status("sent", low_watermark=low, why=why, answer=answer)
         return rec.with_status("failed", error=answer, low_watermark=low)
 
