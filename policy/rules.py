@@ -127,9 +127,12 @@ class Quiet:
 
 
 def quiet(nums: PartitionNumbers, limits: Limits, now: int) -> Quiet:
-    """Which rows have nothing due at `now`, and their crossings. A delete is due exactly when the first live segment
-    is let go (the prefix is empty when it is not), so this reads one segment a row where `due` reads them all: most
-    rows of a batch only moved a group's offset, and this is all their evaluation costs."""
+    """Which rows have nothing due at `now`, and their crossings. No delete is due while the first live segment is
+    not let go (the prefix is empty), so this reads one segment a row where `due` reads them all: most rows of a
+    batch only moved a group's offset, and this is all their evaluation costs. The converse does not hold where
+    reports overlap (two replicas' logs): a segment after the first may hold the prefix back at its base, at or below
+    the log start. Such a row is busy here and `due` decides nothing for it: a row more to evaluate, never a delete
+    missed."""
     nseg = nums.nseg
     seg_row, starts, seg = segment_rows(nums)
     end, closed = seg[:, 1], seg[:, 4]
