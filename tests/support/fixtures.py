@@ -148,10 +148,14 @@ class Cluster:
 
     def grow(self, topic: str, partitions: int) -> None:
         """Add partitions to `topic` up to `partitions`; returns once every one is led and readable (a producer
-        made before that may not know the new ones: librdkafka fails a record for them with "Unknown partition")."""
+        made before that may not know the new ones: librdkafka fails a record for them with "Unknown partition").
+        The helper's admin client is made again: its cache holds the topic's old partition count, and librdkafka
+        answers a DeleteRecords on a new partition from it ("No leaders found", without asking the cluster) until
+        the entry ages out (`metadata.max.age.ms`): one generated history of the compaction property failed so."""
         for fut in self.admin.create_partitions([NewPartitions(topic, partitions)]).values():
             fut.result(30)
         kraft.until_visible(self.conn, topic, partitions)
+        self.admin = AdminClient(self.conn.client("admin"))
 
     def alter(self, topic: str, changes: dict[str, str | None]) -> None:
         """Set (a value) or delete (None) configs of `topic`; returns once DescribeConfigs shows them."""
