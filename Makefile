@@ -113,7 +113,7 @@ docs: $(STAMP)
 # Each benchmark prints one JSON object; bench/results.json collects them (stderr keeps their progress logs).
 BENCHES := "throughput.py --events 2000000 --nothing-due" "throughput.py --events 2000000 --nothing-due --format binary" \
 	"throughput.py --rounds 3" "state_footprint.py" "scaling.py" "scaling.py --nothing-due" \
-	"decode.py" "decode.py --format json --records 1000000" "admin_poll.py" \
+	"decode.py" "decode.py --format json --records 1000000" "admin_poll.py" "group_check.py" \
 	"metrics_scrape.py" "restart.py" "cold_start.py" "latency.py" "explain.py" "compaction.py" "driver_batch.py" \
 	"driver_batch.py --partitions 1000000" "state_footprint.py --partitions 1000000" "cleaner_loop.py"
 bench: deps

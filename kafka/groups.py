@@ -4,14 +4,18 @@ The last word on what a real Kafka group has read: right before a consumed-reten
 controller compares it with these offsets, so no fault in compactd's own state (Redis losing writes, a bug, a
 decoder missing a record) can delete what a group has not committed past — KAFKA-17635's lesson.
 
-What is asked, and what an error costs (before: every group was fetched every 5 s, and one group's error held
-every delete):
-- only the groups that hold the topic: those compactd's state knows on it, and the groups the cluster lists that
-  this process has never fetched (a group compactd has not heard of may hold it); once fetched, a group's topics are
-  known from its offsets;
-- each group's offsets are kept `ttl_s` seconds: at most one OffsetFetch per group per ttl, whatever the number of
-  deletes, and nothing for a topic with no delete pending (the controller asks right before a send);
-- a group that cannot be read holds back only the topics it holds (or every topic, while its topics are unknown);
+What is asked, and what an error costs:
+- every group the cluster lists, whatever links it to the topic: at the send, no listed group's answer is older than
+  `ttl_s`. Before issue 64 only the groups compactd's state or a group's last fetch put on the topic were read again,
+  so a group read once for another topic that then committed on this one (in Kafka only: an `assign()` committer, an
+  Empty group) was never asked, and a delete removed what it had not read (reproduced on the real broker);
+- the cost is bounded by how, not by skipping groups: each group's answer (all its offsets, every topic) is kept
+  `ttl_s` and answers every topic's check meanwhile, so a round is one OffsetFetch per listed group per ttl, whatever
+  the number of topics and deletes, all in flight at once, and nothing while no delete is pending (the controller
+  asks right before a send). 2,000 groups: 1.0-1.2 s a round here (`bench/group_check.py`); librdkafka asks one group
+  per OffsetFetch (KIP-709's batching is Java's only). A fresh read (a cached answer held a delete) asks again only
+  the groups that may hold the topic;
+- a listed group that cannot be read holds every delete (its commits are unknown, on any topic) until it is read;
 - a group compactd counts on the topic that the cluster does not list (the principal may not Describe it, or it is
   gone) is reported: `unlisted` in the answer, a gauge, and with `cluster_check: strict` the delete waits.
 """
@@ -85,23 +89,32 @@ class _Fetched:
 
 
 def to_fetch(
-    topic: str, holders: set[str], listed: set[str], fetched: dict[str, _Fetched], now: float, ttl_s: float
+    topic: str,
+    holders: set[str],
+    listed: set[str],
+    fetched: dict[str, _Fetched],
+    now: float,
+    ttl_s: float,
+    fresh: bool = False,
 ) -> list[str]:
-    """The groups whose offsets must be (re)read for `topic`: each listed group holding it (by compactd's state,
-    `holders`, or by its last fetch) and each listed group never fetched, unless read within the ttl. Pure."""
-    holding = holders | {g for g, got in fetched.items() if topic in got.topics()}
-    wanted = (holding & listed) | (listed - fetched.keys())
-    return sorted(g for g in wanted if g not in fetched or now - fetched[g].at >= ttl_s)
+    """The groups whose offsets must be (re)read before a delete on `topic`: every listed group not read within the
+    ttl, whatever links it to the topic. A group read once for another topic may have committed on this one since,
+    in Kafka only (an `assign()` committer, Empty, that compactd's state never heard of): skipping it deleted what it
+    had not read (issue 64). `fresh`: also the listed groups that may be the ones holding the delete, read within
+    the ttl (by their last fetch or by compactd's state, `holders`): a cached answer that holds may be older than
+    the commit the state heard of. Pure."""
+    stale = {g for g in listed if g not in fetched or now - fetched[g].at >= ttl_s}
+    if fresh:
+        stale |= listed & (holders | {g for g, got in fetched.items() if topic in got.topics()})
+    return sorted(stale)
 
 
-def failure_for(topic: str, holders: set[str], fetched: dict[str, _Fetched]) -> str | None:
-    """The error that holds `topic` back: a group holding it (by compactd's state or its last good fetch) that could
-    not be read, or a group whose topics are not known at all. Pure."""
-    for group in sorted(fetched):
+def failure_for(listed: set[str], fetched: dict[str, _Fetched]) -> str | None:
+    """The error that holds any delete back: a listed group whose last read failed. Its commits now are unknown,
+    on any topic: what its last good fetch showed says nothing of a topic it committed on since. Pure."""
+    for group in sorted(listed & fetched.keys()):
         got = fetched[group]
-        if got.offsets is not None:
-            continue
-        if group in holders or topic in got.topics() or not got.topics():
+        if got.offsets is None:
             return f"group {group}: {got.error}"
     return None
 
@@ -223,16 +236,17 @@ class ClusterGroupOffsets:
         return self.check(topic).committed
 
     def check(self, topic: str, fresh: bool = False) -> GroupCheck:
-        """The committed offsets of the groups holding `topic`, and the groups compactd knows there that the cluster
-        does not list. `fresh`: read now, whatever the ttl (a cached answer held a delete the state allows: the state
-        may have heard of a newer commit than the cache). Raises DependencyUnavailable when the cluster cannot answer
-        for this topic."""
+        """The committed offsets of the groups on `topic`, every listed group read within the ttl, and the groups
+        compactd knows there that the cluster does not list. `fresh`: list and read the groups that may hold the topic
+        now, whatever the ttl (a cached answer held a delete the state allows: the state may have heard of a newer
+        commit than the cache). Raises DependencyUnavailable when the cluster cannot answer, or a listed group
+        cannot be read."""
         holders = set(self.holders(topic))
         ttl_s = 0.0 if fresh else self.ttl_s
         with self._lock:
             try:
                 listed = self._list(ttl_s)
-                self._fetch(to_fetch(topic, holders, listed, self._fetched, self.monotonic(), ttl_s))
+                self._fetch(to_fetch(topic, holders, listed, self._fetched, self.monotonic(), self.ttl_s, fresh))
             except DependencyUnavailable:
                 raise
             except Exception as exc:
@@ -240,7 +254,7 @@ class ClusterGroupOffsets:
                 raise self._unavailable(exc) from None
             for gone in self._fetched.keys() - listed:
                 del self._fetched[gone]
-            why = failure_for(topic, holders, self._fetched)
+            why = failure_for(listed, self._fetched)
             if why is not None:
                 raise DependencyUnavailable(
                     "Kafka (group offsets)", self.conn.bootstrap_servers, "the groups' ACLs", why
