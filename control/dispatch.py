@@ -193,6 +193,10 @@ class Dispatch:
                         self._stale(rec, now, view)
                         or self._cluster_says_no(rec, th)
                         or self._reports_outlived(rec, view)
+                        # the topic's ID again, last: the checks above may take seconds (a coordinator child's
+                        # start, two request timeouts, log reads), and DeleteRecords goes by name. A topic deleted
+                        # and created again meanwhile lost its groups' offsets: the group check held nothing
+                        or (self._stale(rec, now, None) if judged else None)
                     )
                 except BehindHighWatermark as exc:  # the followers have not caught up: it waits, the round goes on
                     held += 1

@@ -242,3 +242,48 @@ def test_a_group_read_once_for_another_topic_is_asked_again_about_this_one(clust
     assert (rec["status"], rec["before_offset"]) == ("skipped", 2000), rec
     assert rec["detail"]["why"] == f"past group {g}'s committed offset 50 in the cluster"
     assert cluster.watermarks(t) == (0, 3000)
+
+
+def test_a_topic_recreated_while_the_slow_checks_run_is_not_deleted_from(cluster, rclient) -> None:
+    """Issue 64, item 2: the topic-ID check runs first, then the group check (a coordinator child's start, two 10 s
+    timeouts), then the sink sends by name. The topic deleted and created again in that window has lost its groups'
+    offsets, so the group check holds nothing; the delete must not reach the new log. Before the fix: audited
+    `sent`, the new topic's log start 2000 (2,000 of its new records deleted)."""
+    from compactd.kafka.topics import ClusterTopics
+
+    topic, actions, g1 = cluster.name("raced"), cluster.name("actions"), cluster.name("g1")
+    cluster.create(topic, 1, {"cleanup.policy": "delete"})
+    cluster.create(actions)
+    cluster.fill(topic, 3000)
+    kafka_commit(cluster.bootstrap, g1, topic, 2500)
+    offsets = ClusterGroupOffsets(KafkaConnection(cluster.bootstrap), ttl_s=0)
+    raced: list[str] = []
+
+    def check_while_recreated(t: str, fresh: bool):
+        if not raced:  # the window: the topic check passed, the group check is asked
+            raced.append(t)
+            cluster.recreate(t, 1, {"cleanup.policy": "delete"})
+            cluster.fill(t, 3000)  # the new log is long enough that no watermark gives it away
+        return offsets.check(t, fresh)
+
+    clock = [int(time.time() * 1000)]
+    conn = KafkaConnection(cluster.bootstrap)
+    state = RedisState(rclient)
+    ctl = Controller(
+        state,
+        {"global": {"dry.run": False}, f"topic:{topic}": {"consumed.retention.ms": H}},
+        KafkaAdminSink(conn, state),
+        AuditLog(conn, actions),
+        Metrics(CollectorRegistry()),
+        clock=lambda: clock[0],
+        cluster_offsets=check_while_recreated,
+        topics=ClusterTopics(conn),
+    )
+
+    ctl.on_batch("s", 0, three_segments_and_g1(topic, g1, clock[0]))
+
+    assert raced == [topic]
+    [rec] = cluster.read_all(actions)
+    assert (rec["status"], rec["before_offset"]) == ("skipped", 2000), rec
+    assert rec["detail"]["why"].startswith("stale state"), rec["detail"]
+    assert cluster.watermarks(topic) == (0, 3000)  # the new log untouched
