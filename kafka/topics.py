@@ -18,7 +18,7 @@ from compactd.kafka.watermarks import watermarks
 from compactd.policy.identity import LogFacts
 
 DESCRIBE_CHUNK = 1000  # topics per DescribeTopics request
-LOOKBACK = 64  # offsets below a commit searched for its last record, past the markers of transactions
+LOOKBACK = 64  # offsets below a commit read at once for its last record; past them, a binary search
 
 
 @dataclass
@@ -133,11 +133,35 @@ class ClusterTopics:
         return got.offset, got.leader_epoch if got.leader_epoch is not None else -1
 
     def last_record_below(self, topic: str, partition: int, offset: int) -> tuple[int, int] | None:
-        """(offset, leader epoch) of the last record below `offset` in the log now, looked for among the
-        LOOKBACK offsets below it (a transaction's marker is no record a consumer returns); None when there is
-        none, or it carries no epoch. Needs Read on the topic; raises KafkaException when the log cannot be read."""
+        """(offset, leader epoch) of the last record below `offset` in the log now (epoch -1: the record carries
+        none, magic 0/1); None when the log holds no record below it (a delete up to it removes nothing). Needs
+        Read on the topic; raises KafkaException when the log cannot be read.
+
+        First the LOOKBACK offsets right below (one read); then, where they hold no record (a transaction's markers,
+        or a `compact,delete` log the cleaner thinned: issue 64 found a commit's record far back, and none found was
+        taken as no evidence), a binary search down to the log start: one fetch a step, each asking for the first
+        record at or after a position. A log has no way to be read backwards; this takes about log2(offsets) fetches,
+        however far the record is."""
         from confluent_kafka import TopicPartition
 
+        if offset <= 0:
+            return None
+        reader = self._record_reader()
+        found = self._first_in(reader, topic, partition, max(0, offset - LOOKBACK), offset, last=True)
+        if found is None:
+            low, _ = reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=self.timeout_s)
+            lo, hi = max(0, low), max(0, offset - LOOKBACK)  # a record in [lo, hi) is what is looked for
+            found = self._first_in(reader, topic, partition, lo, hi) if lo < hi else None
+            while found is not None and found[0] + 1 < hi:  # no record in [hi, offset); any in (found, hi)?
+                mid = (found[0] + 1 + hi) // 2
+                later = self._first_in(reader, topic, partition, mid, hi)
+                if later is None:
+                    hi = mid
+                else:
+                    found = later
+        return found
+
+    def _record_reader(self) -> Any:
         if self._reader is None:
             self._reader = new_consumer(
                 self.conn.client(
@@ -147,23 +171,28 @@ class ClusterTopics:
                         "isolation.level": "read_uncommitted",
                         "enable.partition.eof": True,
                         "enable.auto.commit": False,
+                        "fetch.wait.max.ms": 10,  # a position with nothing after it: EOF at once, not in 500 ms
                     },
                 )
             )
-        reader = self._reader
-        found: tuple[int, int] | None = None
-        for start in dict.fromkeys((offset - 1, max(0, offset - LOOKBACK))) if offset > 0 else ():
-            reader.assign([TopicPartition(topic, partition, start)])
-            try:
-                found = self._read_up_to(reader, offset)
-            finally:
-                reader.unassign()
-            if found is not None:
-                break
-        return found if found is not None and found[1] >= 0 else None
+        return self._reader
 
-    def _read_up_to(self, reader: Any, offset: int) -> tuple[int, int] | None:
-        """The last record the assigned reader returns below `offset` before it reaches `offset` or the log's end."""
+    def _first_in(
+        self, reader: Any, topic: str, partition: int, start: int, end: int, last: bool = False
+    ) -> tuple[int, int] | None:
+        """(offset, epoch) of the first record in [start, end) (`last`: of the last one, reading them all), or None
+        when there is none."""
+        from confluent_kafka import TopicPartition
+
+        reader.assign([TopicPartition(topic, partition, start)])
+        try:
+            return self._read_up_to(reader, end, first=not last)
+        finally:
+            reader.unassign()
+
+    def _read_up_to(self, reader: Any, offset: int, first: bool = False) -> tuple[int, int] | None:
+        """The last (`first`: the first) record the assigned reader returns below `offset` before it reaches
+        `offset` or the log's end."""
         import time
 
         from confluent_kafka import KafkaError, KafkaException
@@ -171,7 +200,7 @@ class ClusterTopics:
         last: tuple[int, int] | None = None
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
-            for msg in reader.consume(LOOKBACK, timeout=min(1.0, self.timeout_s)):
+            for msg in reader.consume(1 if first else LOOKBACK, timeout=min(1.0, self.timeout_s)):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
@@ -182,6 +211,8 @@ class ClusterTopics:
                     return last
                 epoch = msg.leader_epoch()
                 last = (msg.offset(), epoch if epoch is not None else -1)
+                if first:
+                    return last
         self.close()
         raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no record read below offset {offset} in time"))
 

@@ -128,15 +128,24 @@ def commit_outlived(group: str, offset: int, epoch: int, high: int, below: tuple
     consumed-retention delete up to it would delete them. `epoch`: the commit's leader epoch (KIP-320, the epoch of
     the last record the group read; -1 when the committer gave none, which leaves only the log end as evidence);
     `high`: the high watermark now; `below`: (offset, leader epoch) of the last record below `offset` in the log
-    now. A record written in a later epoch than the commit's was written after the group read that offset."""
+    now, however far back (kafka/topics.py searches down to the log start: issue 64 found the 64 offsets it read
+    before empty on a compacted log, and that was taken as no evidence), None when the log holds none. A record
+    written in a later epoch than the commit's was written after the group read that offset; one with no epoch
+    says nothing, and holds."""
     if offset > high:
         return (
             f"group {group}'s committed offset {offset} is past the log end {high}: the log was truncated under the "
             "commit (an unclean leader election?), and the records written since are not read"
         )
     if epoch < 0 or below is None:
-        return None
+        return None  # no epoch to judge by, or no record below the commit: a delete up to it removes nothing
     at, written_in = below
+    if written_in < 0:  # unknown => skip: nothing says the record is the one the group read
+        return (
+            f"the record at offset {at}, below group {group}'s committed offset {offset}, carries no leader epoch "
+            f"to tell whether the log was written again under the commit (epoch {epoch}): held until the group "
+            "commits under the leader of now"
+        )
     if written_in > epoch:
         return (
             f"the record at offset {at}, below group {group}'s committed offset {offset}, was written in leader "

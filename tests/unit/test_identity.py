@@ -255,8 +255,11 @@ def test_a_commit_the_log_was_truncated_and_written_again_under_is_told_by_its_e
     assert why is not None and "past the log end 120" in why
     # no epoch given (Spark, a hand-made commit) or no record below to read: nothing but the log end to judge by
     assert commit_outlived("spark", 200, -1, 250, (199, 9)) is None
-    assert commit_outlived("billing", 200, 3, 250, None) is None
+    assert commit_outlived("billing", 200, 3, 250, None) is None  # no record below at all: nothing to delete
     assert commit_outlived("billing", 250, 3, 250, (249, 3)) is None  # at the log end: read everything
+    # a record below with no epoch (magic 0/1): nothing says it is the one the group read, so it holds (issue 64)
+    why = commit_outlived("billing", 200, 3, 250, (40, -1))
+    assert why is not None and "carries no leader epoch" in why and "offset 40" in why
 
 
 def test_a_record_written_in_a_later_epoch_than_the_segment_holding_it_outlives_the_report() -> None:
