@@ -12,11 +12,11 @@ given (a compaction nudge needs AlterConfigs only where nudges are decided; `__c
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from compactd.kafka.admin import admin_client
-from compactd.kafka.groups import OFFSETS_TOPIC
+from compactd.kafka.groups import HIDDEN_GROUPS, OFFSETS_TOPIC
 from compactd.kafka.share_state import STATE_TOPIC
 from compactd.policy.thresholds import group_counts, parse_scope, resolve, resolve_global
 from compactd.settings import Settings
@@ -54,7 +54,8 @@ NEEDS: tuple[Need, ...] = (
          "read. Granted by `Topic *` below", "share_state"),
     Need("Cluster", "", ("DESCRIBE",), "ListGroups",
          "the check of the groups' offsets before every consumed-retention delete (`cluster_offsets_check`, on by "
-         "default); `agent --admin`", "cluster"),
+         "default); `agent --admin` and `offsets_source: admin`, which refuse to start without it (ListGroups would "
+         "leave out the groups the principal may not Describe, and nothing else tells compactd of them)", "cluster"),
     Need("Group", "`*` (or every group that must count, and `compactd-` prefixed)", ("DESCRIBE",),
          "OffsetFetch, DescribeGroups, FindCoordinator",
          "the same, and a KIP-848 group assigned a topic before its first commit. compactd's own consumers commit "
@@ -166,7 +167,10 @@ def check(settings: Settings, topics: Iterable[str] = (), timeout_s: float = 10.
                 note = ""
             except KafkaException as exc:
                 ops, note = None, exc.args[0].str()
-            out.extend(_findings("Cluster", need, ops, note))
+            found = _findings("Cluster", need, ops, note)
+            if settings.offsets_source == "admin":  # groups it may not Describe: invisible, no other source has them
+                found = [replace(f, note=HIDDEN_GROUPS) if f.state != "granted" else f for f in found]
+            out.extend(found)
         elif need.where == "groups":
             out.extend(_groups(admin, settings, need, timeout_s))
         elif need.where == "source_group":

@@ -427,12 +427,14 @@ def _admin_agent(args: argparse.Namespace) -> int:
     from compactd.agent.admin_agent import AdminAgent, AdminPublisher, run_admin_agent
     from compactd.agent.admin_poll import AdminPoll
     from compactd.kafka.admin import check_reachable, ensure_topics
+    from compactd.kafka.groups import require_every_group
     from compactd.policy.thresholds import group_counts, parse_scope, resolve, resolve_global
     from compactd.settings import load_settings
 
     settings = load_settings(args.config, bootstrap_servers=args.bootstrap_servers)
     conn = settings.kafka_connection()
     check_reachable(conn)
+    require_every_group(conn)  # what it does not list, no job hears of
     layers = settings.thresholds
     scopes = [resolve_global(layers)] + [
         resolve(layers, topic, partition)

@@ -32,7 +32,7 @@ from compactd.daemon.gate import DeleteGate
 from compactd.daemon.run_loop import RunLoop, RunSummary
 from compactd.errors import ConfigError, DependencyUnavailable, ForcedStop, forced_by
 from compactd.kafka.admin import check_reachable, ensure_topics
-from compactd.kafka.groups import ClusterGroupOffsets
+from compactd.kafka.groups import ClusterGroupOffsets, require_every_group
 from compactd.kafka.share_state import ShareStateTail
 from compactd.kafka.topics import ClusterTopics
 from compactd.model import ActionRecord
@@ -119,7 +119,11 @@ class Application(DeleteGate, RunLoop):
         self.rebuilding = False
         ttl_s = settings.cluster_offsets_ttl_ms / 1000
         checking = settings.cluster_offsets_check and settings.cluster_check != "off"
-        self.group_offsets = ClusterGroupOffsets(conn, ttl_s, holders=self.state.groups) if checking else None
+        self.group_offsets = (
+            ClusterGroupOffsets(conn, ttl_s, holders=self.state.groups, every_group=settings.offsets_source == "admin")
+            if checking
+            else None
+        )
         self.cluster_topics = ClusterTopics(conn)
         # readers that commit no group offsets: share groups, declared Spark checkpoints and pins
         self.readers = Readers(
@@ -246,6 +250,8 @@ class Application(DeleteGate, RunLoop):
             self.controller.track_evaluated()
         try:
             self.check_dependencies()
+            if self.settings.offsets_source == "admin":  # the listing is all it knows of groups: it must be whole
+                require_every_group(self.conn, CHECK_TIMEOUT_S)
             self._closers.append(self.state.close)
             self._closers.append(self.controller.io.close)  # its Redis thread, before the client closes
             # only now, with both dependencies answering, does anything touch the checkpoint directory

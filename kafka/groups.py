@@ -30,7 +30,7 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 from compactd.codec.streams_group import MEMBER, TOPOLOGY, Topology, decode_key, decode_topology
-from compactd.errors import DecodeError, DependencyUnavailable
+from compactd.errors import ConfigError, DecodeError, DependencyUnavailable
 from compactd.kafka.admin import admin_client, retire
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.coordinator import CoordinatorChild, error_text
@@ -119,6 +119,38 @@ def failure_for(listed: set[str], fetched: dict[str, _Fetched]) -> str | None:
     return None
 
 
+# Kafka answers ListGroups with every group to a principal allowed Describe on the cluster (or an operation that
+# implies it), and otherwise with only the groups it may Describe one by one: the others are not there at all
+LISTS_EVERY_GROUP = frozenset({"DESCRIBE", "ALTER", "READ", "WRITE", "DELETE", "ALL"})
+HIDDEN_GROUPS = (
+    "offsets_source: admin needs Describe on the Cluster: without it ListGroups lists only the groups the principal "
+    "may Describe, and a group it cannot see would not hold its topic's deletes; grant it (kafka-acls --add "
+    "--allow-principal <principal> --operation Describe --cluster) or set offsets_source: consumer_offsets"
+)
+
+
+def lists_every_group(cluster_ops: Iterable[str]) -> bool:
+    """Whether ListGroups answers every group to a principal allowed `cluster_ops` on the cluster (KIP-430's
+    authorized operations, by AclOperation name). Pure."""
+    return bool(LISTS_EVERY_GROUP & set(cluster_ops))
+
+
+def require_every_group(conn: KafkaConnection, timeout_s: float = 10.0) -> None:
+    """The start of `compactd run` and `agent --admin` with `offsets_source: admin`: ConfigError (one line,
+    HIDDEN_GROUPS) when ListGroups would leave groups out. docs/safety.md says every group holds its topic's
+    deletes; in that mode the listing is all compactd knows of groups."""
+    reader = GroupReader(conn, timeout_s)
+    try:
+        every = reader.every_group_listed()
+    except Exception as exc:
+        where, setting = conn.bootstrap_servers, "--bootstrap-servers / bootstrap_servers"
+        raise DependencyUnavailable("Kafka (DescribeCluster)", where, setting, error_text(exc)) from None
+    finally:
+        reader.close()
+    if not every:
+        raise ConfigError(HIDDEN_GROUPS)
+
+
 class GroupReader:
     """The one reader of group offsets, for the check before a delete and for the admin agent's polls: ListGroups,
     then one OffsetFetch per group (librdkafka asks one group per request), all in flight at once. The principal
@@ -168,6 +200,12 @@ class GroupReader:
         self.untyped = every - groups
         return groups | every
 
+    def every_group_listed(self) -> bool:
+        """Whether `list_groups` answers every group: DescribeCluster's authorized operations (one request; a
+        cluster without an authorizer allows them all). KafkaException when it cannot say."""
+        desc = self.admin.describe_cluster(include_authorized_operations=True, request_timeout=self.timeout_s)
+        return lists_every_group(op.name for op in desc.result(self.timeout_s).authorized_operations or [])
+
     def fetch(self, groups: Iterable[str]) -> dict[str, PartitionOffsets | Exception]:
         """Each group's committed offsets (partitions with none left out), or the error that group's fetch met.
         Sent from a process of its own (kafka/coordinator.py): librdkafka can kill the process that sends a
@@ -210,8 +248,12 @@ class ClusterGroupOffsets:
         timeout_s: float = 10.0,
         monotonic: Callable[[], float] = time.monotonic,
         holders: Callable[[str], Iterable[str]] = lambda topic: (),
+        every_group: bool = False,
     ) -> None:
+        """`every_group`: a listing that may leave groups out (no Describe on the cluster) holds every delete: with
+        `offsets_source: admin` nothing else knows of a group ListGroups does not answer (issue 64)."""
         self.conn = conn
+        self.every_group = every_group
         self.ttl_s = ttl_s
         self.timeout_s = timeout_s
         self.monotonic = monotonic
@@ -290,6 +332,10 @@ class ClusterGroupOffsets:
         if self._listed is not None and now - self._listed[0] < ttl_s:
             return self._listed[1]
         groups = self.reader.list_groups()
+        if self.every_group and not self.reader.every_group_listed():  # a grant taken away under the running job
+            raise DependencyUnavailable(
+                "Kafka (group listing)", self.conn.bootstrap_servers, "Describe on the Cluster", HIDDEN_GROUPS
+            )
         self._listed = (now, groups)
         return groups
 

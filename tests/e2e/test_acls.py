@@ -37,11 +37,13 @@ H = 3_600_000
 USER = "User:compactd"
 PASSWORD = "compactd-secret"
 ANY = AclPermissionType.ALLOW
+LISTER = "lister"
 
 
 @pytest.fixture(scope="module")
 def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    broker = KafkaBroker(tmp_path_factory.mktemp("sasl-kafka"), users={"compactd": PASSWORD})
+    # `lister`: a principal of its own for the test of the group listing (its ACLs never meet compactd's)
+    broker = KafkaBroker(tmp_path_factory.mktemp("sasl-kafka"), users={"compactd": PASSWORD, LISTER: PASSWORD})
     try:
         yield broker
     finally:
@@ -294,3 +296,81 @@ def read_range(cluster: Cluster, topic: str, partition: int, start: int, end: in
         out += [(m.key(), m.value()) for m in c.consume(1000, 0.5) if m.error() is None and m.offset() < end]
     c.close()
     return out
+
+
+def test_offsets_source_admin_without_describe_on_the_cluster_refuses_to_start_and_holds(
+    sasl_broker, redis_url, tmp_path, capsys
+) -> None:
+    """Issue 64, item 4: with `offsets_source: admin` the cluster's listing is all compactd knows of groups, and a
+    principal without Describe on the cluster is answered only the groups it may Describe one by one. Here it may
+    Describe `visible` and not `hidden`, which committed 100 on the topic: before, `agent --admin` and the job started,
+    the check before a delete listed `visible` alone, and nothing held `hidden`'s topic. Now both refuse to start in
+    one line, the doctor says why, and a grant taken away under a running job holds its deletes."""
+    from compactd.errors import DependencyUnavailable
+    from compactd.kafka.config import KafkaConnection
+    from compactd.kafka.groups import ClusterGroupOffsets
+
+    super_user = {k: v for k, v in sasl_broker.client().items() if k != "bootstrap.servers"}
+    cluster = Cluster(sasl_broker.bootstrap, super_user)
+    data, visible, hidden = cluster.name("orders"), cluster.name("visible"), cluster.name("hidden")
+    cluster.create(data, 1, {"cleanup.policy": "delete"})
+    cluster.fill(data, 400)
+    consume_and_commit(sasl_broker.bootstrap, visible, data, 400, "consumer", extra=sasl_broker.client())
+    consume_and_commit(sasl_broker.bootstrap, hidden, data, 100, "consumer", extra=sasl_broker.client())
+    user, lit = f"User:{LISTER}", ResourcePatternType.LITERAL
+    mine = [
+        AclBinding(ResourceType.GROUP, visible, lit, user, "*", AclOperation.DESCRIBE, ANY),
+        AclBinding(ResourceType.TOPIC, data, lit, user, "*", AclOperation.DESCRIBE, ANY),
+    ]
+    on_cluster = AclBinding(ResourceType.BROKER, "kafka-cluster", lit, user, "*", AclOperation.DESCRIBE, ANY)
+    apply(cluster, add=mine)
+    creds = {k: v for k, v in sasl_broker.client(LISTER).items() if k != "bootstrap.servers"}
+    conn = KafkaConnection(sasl_broker.bootstrap, creds)
+
+    # what the principal is answered: `visible` only (the blindness the refusal is about)
+    blind = ClusterGroupOffsets(conn, ttl_s=0)
+    try:
+        seen = blind.check(data).committed
+        assert visible in seen and hidden not in seen
+    finally:
+        blind.close()
+
+    config = tmp_path / "compactd.yaml"
+    config.write_text(yaml.safe_dump({
+        "bootstrap_servers": sasl_broker.bootstrap, "redis_url": redis_url, "checkpoint_dir": str(tmp_path / "ckpt"),
+        "offsets_source": "admin", "kafka": creds, "create_topics": False,
+        "topics": {k: cluster.name(k) for k in ("segments", "commits", "config", "actions", "dlq")},
+        "thresholds": {"global": {"dry.run": False}, f"topic:{data}": {"consumed.retention.ms": H}},
+    }))  # fmt: skip
+    for argv in (["agent", "--admin", "--once"], ["run", "--once"]):
+        capsys.readouterr()
+        assert main([*argv, "--config", str(config)]) == 2, argv
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(err) == 1 and "offsets_source: admin needs Describe on the Cluster" in err[0], (argv, err)
+    assert main(["doctor", "--config", str(config)]) == 1
+    cluster_lines = [line for line in capsys.readouterr().out.splitlines() if " Cluster: " in line]
+    assert cluster_lines and cluster_lines[0].startswith("missing"), cluster_lines
+    assert "offsets_source: admin needs" in cluster_lines[0], cluster_lines
+    assert cluster.watermarks(data) == (0, 400)
+
+    # granted, the listing is whole: `hidden` is listed, and, its offsets not readable, it holds every delete
+    apply(cluster, add=[on_cluster])
+    checking = ClusterGroupOffsets(conn, ttl_s=0, every_group=True)
+    try:
+        with pytest.raises(DependencyUnavailable, match=f"group {hidden}"):
+            checking.check(data)
+        # the grant taken away under the running job: the next check holds, naming the setting
+        apply(cluster, remove=[on_cluster])
+
+        def refused() -> str:
+            try:
+                checking.check(data)
+            except DependencyUnavailable as exc:
+                return str(exc)
+            return ""
+
+        why = wait_until("the listing refused", refused, lambda w: "needs Describe on the Cluster" in w, 30)
+        assert why.startswith("Kafka (group listing)"), why
+    finally:
+        checking.close()
+        apply(cluster, remove=mine)
