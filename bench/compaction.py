@@ -43,7 +43,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compactd.compaction.service import Compactor
 from compactd.kafka.config import KafkaConnection
-from compactd.kafka.range_read import READER_DEFAULTS, KafkaRange, read_messages
+from compactd.kafka.range_read import KafkaRange, read_messages, reader_conf
 from compactd.local.broker import kafka_broker
 from compactd.local.servers import redis_server
 from compactd.settings import Settings
@@ -108,7 +108,7 @@ def produce(bootstrap: str, topic: str, keys: list[int], partitions: int, value_
 def bare_read(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[str, Any]:
     """The run's own reader with its own settings, over [0, end) of every partition, one after another, touching
     key and value: what one core reads without Spark, sorting, reducing or writing."""
-    conf = KafkaConnection(bootstrap).client("consumer", READER_DEFAULTS)
+    conf = reader_conf(KafkaConnection(bootstrap))
     seen, t0 = 0, time.monotonic()
     for p, end in sorted(ends.items()):
         for msgs in read_messages(conf, KafkaRange(topic, p, 0, end), 120_000):
@@ -117,7 +117,7 @@ def bare_read(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[str, Any
             seen += len(msgs)
     seconds = time.monotonic() - t0
     return {
-        "reader": "compactd.kafka.range_read.read_messages (READER_DEFAULTS), partitions in turn, one core",
+        "reader": "compactd.kafka.range_read.read_messages (reader_conf), partitions in turn, one core",
         "records": seen,
         "seconds": round(seconds, 2),
         "records_per_second": round(seen / seconds),

@@ -39,7 +39,7 @@ from compactd.codec.offsets import OffsetValue, encode_offset_key, encode_offset
 from compactd.daemon.application import Application
 from compactd.kafka.admin import admin_client, list_end_offsets
 from compactd.kafka.config import KafkaConnection
-from compactd.kafka.range_read import READER_DEFAULTS
+from compactd.kafka.range_read import reader_conf
 from compactd.keys import partition_key
 from compactd.local.broker import kafka_broker
 from compactd.local.servers import redis_server
@@ -133,7 +133,7 @@ def bare_consumer(bootstrap: str, topics: list[str], binary: bool, low: SourceOf
     start = {t: {p: low.get(t, {}).get(p, 0) for p in parts} for t, parts in ends.items()}
     total = sum(ends[t][p] - start[t][p] for t in ends for p in ends[t])
     # tuned as the compaction service's reader is (short broker waits at a partition's end, deep prefetch)
-    c = Consumer(conn.client("consumer", READER_DEFAULTS, {"group.id": "bench-bare"}))
+    c = Consumer(reader_conf(conn, {"group.id": "bench-bare"}))
     c.assign([TopicPartition(t, int(p), start[t][p]) for t in ends for p in ends[t]])
     seen, parsed = 0, 0
     t0 = time.monotonic()

@@ -166,10 +166,10 @@ class _InputReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from compactd.compaction.strategy import Strategy
         from compactd.kafka.config import KafkaConnection
-        from compactd.kafka.range_read import READER_DEFAULTS, KafkaRange, read_messages
+        from compactd.kafka.range_read import KafkaRange, read_messages, reader_conf
 
         assert isinstance(partition, ReadTask)
-        conf = KafkaConnection.from_spark_options(self.options).client("consumer", READER_DEFAULTS)
+        conf = reader_conf(KafkaConnection.from_spark_options(self.options))
         strategy = Strategy.of(**json.loads(self.options["strategy"]))
         retain = self.options.get("retain_null_key", "false") == "true"
         stall_ms = int(self.options.get("stall_ms", STALL_MS))

@@ -125,12 +125,12 @@ class CompactedReader:
     def __init__(self, conn: Any, manifest_topic: str) -> None:
         from compactd.compaction.cluster import CompactionCluster
         from compactd.compaction.store import ManifestLog
-        from compactd.kafka.range_read import READER_DEFAULTS
+        from compactd.kafka.range_read import reader_conf
 
         self.conn = conn
         self.manifests = ManifestLog(conn, manifest_topic)
         self.cluster = CompactionCluster(conn)
-        self.conf = conn.client("consumer", READER_DEFAULTS, forced={"group.id": f"compactd-view-{uuid.uuid4()}"})
+        self.conf = reader_conf(conn, forced={"group.id": f"compactd-view-{uuid.uuid4()}"})
 
     def segments(self, topic: str) -> tuple[Manifest | None, list[ReadSplit]]:
         count = self.cluster.partitions(topic)
@@ -247,10 +247,10 @@ class _ViewReader(DataSourceReader):
         return list(self.segs)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from compactd.kafka.range_read import READER_DEFAULTS
+        from compactd.kafka.range_read import reader_conf
 
         assert isinstance(partition, ReadSplit)
-        conf = self.conn.client("consumer", READER_DEFAULTS)
+        conf = reader_conf(self.conn)
         recs: Iterable[Record] = read_segment(conf, partition, first_offsets(conf, partition))
         if self.options.get("table", "false").lower() == "true":
             rule = self.manifest.strategy_rule if self.manifest is not None else Strategy()

@@ -13,20 +13,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from compactd.errors import SourceReadError
-from compactd.kafka.config import KafkaValue
+from compactd.kafka.config import KafkaConnection, KafkaValue
 
 # Reader tuning: a broker may answer a fetch with a large part of a partition's backlog, so the receive
 # limit is raised; reads are bounded ranges, not long polls (short broker waits, deep prefetch queue, no refetch
-# backoff); offsets written inside transactions only count once committed. Users' `kafka.*` options override
-# each of these.
+# backoff). Users' `kafka.*` options override each of these.
 READER_DEFAULTS: dict[str, KafkaValue] = {
     "receive.message.max.bytes": 1_000_000_000,
     "fetch.wait.max.ms": 10,
     "queued.min.messages": 1_000_000,
     # librdkafka backs off 1 s (default) before refetching once its queue is "full enough": a stall per range read
     "fetch.queue.backoff.ms": 10,
-    "isolation.level": "read_committed",
 }
+# ... but not this: records written inside transactions count only once committed, whatever the user's `kafka:` says
+# (an aborted record, a key's highest offset, won the view on the Python path under a user's read_uncommitted:
+# issue 64). The JVM path forces the same (ViewRun.java).
+COMMITTED_ONLY: dict[str, KafkaValue] = {"isolation.level": "read_committed"}
+
+
+def reader_conf(conn: KafkaConnection, forced: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The librdkafka settings of a bounded range reader: READER_DEFAULTS, the user's settings, COMMITTED_ONLY."""
+    return conn.client("consumer", READER_DEFAULTS, forced={**COMMITTED_ONLY, **(forced or {})})
 
 
 @dataclass(frozen=True)

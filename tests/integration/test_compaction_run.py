@@ -192,6 +192,41 @@ def test_min_compaction_lag_keeps_young_records_beyond_the_horizon(cluster, job_
     assert strip(view[len(model) :]) == strip(sent[expected:])
 
 
+FILLER = 60_000
+
+
+@pytest.mark.parametrize("map_mb", [256, 1], ids=["jvm", "python"])
+def test_a_users_read_uncommitted_never_lets_an_aborted_record_win(cluster, job_settings, redis_url, spark, map_mb):
+    """Issue 64, item 10: the user's `kafka: {isolation.level: read_uncommitted}` (for their own reasons) overrode
+    compactd's read_committed on the Python read path (a task whose key map does not fit, map_mb 1): the aborted
+    record, the key's highest offset, won. The compaction always reads committed data, on either path. Before the
+    fix the python case printed: [(b'a', b'aborted')] == [(b'a', b'committed')]."""
+    from confluent_kafka import Producer
+
+    topic = cluster.name(f"txnu{map_mb}")
+    cluster.create(topic, 1)
+    tx = Producer(cluster.conn.client("producer", {"transactional.id": f"{topic}-tx"}))
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    tx.produce(topic, key=b"a", value=b"committed", partition=0)
+    for i in range(FILLER):  # more keys than a 1 MiB map holds: the partition overflows to the Python path
+        tx.produce(topic, key=b"k%d" % i, value=b"v", partition=0)
+    tx.commit_transaction(60)
+    tx.begin_transaction()
+    tx.produce(topic, key=b"a", value=b"aborted", partition=0)
+    tx.flush(30)  # on the log before the abort (an abort purges what librdkafka has not sent yet)
+    tx.abort_transaction(30)
+    assert cluster.watermarks(topic)[1] == FILLER + 4  # the aborted record and both markers are there
+    comp = make(
+        job_settings, redis_url, spark, compaction_task_records=9, compaction_task_map_mb=map_mb,
+        kafka={"isolation.level": "read_uncommitted"},
+    )  # fmt: skip
+    assert comp.run(topic)["status"] == "SUCCESS"
+    for table_mode in (False, True):
+        won = [(r.key, r.value) for r in view_of(comp, topic, table_mode)[0] if r.key == b"a"]
+        assert won == [(b"a", b"committed")], (table_mode, won)
+
+
 @pytest.mark.parametrize("task_records", [250_000, 1], ids=["one-pass", "two-pass"])
 def test_aborted_records_never_win_and_an_open_transaction_holds_the_horizon(
     cluster, job_settings, redis_url, spark, task_records
@@ -208,7 +243,9 @@ def test_aborted_records_never_win_and_an_open_transaction_holds_the_horizon(
     tx.begin_transaction()
     tx.produce(topic, key=b"a", value=b"aborted", partition=0)
     tx.produce(topic, key=b"b", value=b"aborted", partition=0)
+    tx.flush(30)  # on the log before the abort: an abort purges what librdkafka has not sent (none reached it before)
     tx.abort_transaction(30)
+    assert cluster.watermarks(topic)[1] == 5  # a commit marker, the two aborted records, the abort marker
     comp = make(job_settings, redis_url, spark, compaction_task_records=task_records)
     comp.run(topic)
     assert [(r.key, r.value) for r in view_of(comp, topic)[0]] == [(b"a", b"committed")]

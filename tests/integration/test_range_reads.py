@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import Producer
 
 from compactd.compaction.spark_run import ReadRange, RunInput, WriteSpec, run_in_jvm
-from compactd.kafka.range_read import READER_DEFAULTS, KafkaRange, read_messages
+from compactd.kafka.range_read import KafkaRange, read_messages, reader_conf
 from compactd.streaming.connector import java_options
 
 # a stall deadline 10 times the records' pace, so a loaded machine's slow fetch is not a stall; the range still takes
@@ -88,7 +88,7 @@ def warm(cluster: Any, spark: Any) -> None:
 
 
 def python_read(cluster: Any, topic: str, end: int) -> list[int]:
-    conf = cluster.conn.client("consumer", READER_DEFAULTS)
+    conf = reader_conf(cluster.conn)
     return [
         m.offset() for msgs in read_messages(conf, KafkaRange(topic, 0, 0, end), STALL_MS, strict=True) for m in msgs
     ]
