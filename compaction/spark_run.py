@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from compactd.compaction.reduce import DELETED_AT
 from compactd.errors import CompactdError
 from compactd.kafka.watermarks import watermarks
 
@@ -39,6 +40,10 @@ OFFSET_HEADER = "compactd.offset"  # a view record's source offset (decimal ASCI
 # a timestamp of 0 as the time of writing; read back as "now", it would outrank, under `timestamp`, every newer source
 # record produced before the run (ViewRun.java writes the same header)
 TIMESTAMP_HEADER = "compactd.timestamp"
+# compactd's own headers mean something on the view's records only: a source record's copy (a topic mirrored from a
+# view by MirrorMaker 2) is dropped as it is read, or its `deleted_at` expired its tombstone at once and the key came
+# back from the view's older record (issue 64)
+RESERVED = frozenset({OFFSET_HEADER, TIMESTAMP_HEADER, DELETED_AT})
 DROP_NULL = -2  # nk of the one group per partition that collects null keys to drop (their count is kept)
 CHUNK = 1_000_000  # offsets per read task: large partitions are read in parallel
 HELD_MAX = 250_000  # winners a reading task holds before it hands them to Spark (its memory bound)
@@ -193,7 +198,7 @@ class _InputReader(DataSourceReader):
 
 
 def message_fields(m: Any, from_view: bool, where: ReadRange) -> tuple[int, int, list[tuple[str, bytes | None]]]:
-    """(source offset, timestamp or -1, headers without compactd's offset) of one consumed message; a view record
+    """(source offset, timestamp or -1, headers without compactd's own: RESERVED) of one consumed message; a view record
     without its source offset raises ViewCorrupt (the view was not written by compactd)."""
     headers = m.headers() or []
     offset = m.offset()
@@ -208,6 +213,8 @@ def message_fields(m: Any, from_view: bool, where: ReadRange) -> tuple[int, int,
         headers = [(k, v) for k, v in headers if k not in (OFFSET_HEADER, TIMESTAMP_HEADER)]
         if stamped and stamped[-1] is not None and stamped[-1].lstrip(b"-").isdigit() and len(stamped[-1]) < 20:
             return offset, int(stamped[-1]), headers
+    else:
+        headers = [(k, v) for k, v in headers if k not in RESERVED] if headers else headers
     kind, ts = m.timestamp()
     return offset, ts if kind != 0 else -1, headers
 

@@ -140,6 +140,8 @@ public final class ViewRun implements UDF1<String, String> {
   // `timestamp` compares: "now" would outrank every newer source record produced before the run
   static final String TIMESTAMP_HEADER = "compactd.timestamp";
   static final String DELETED_AT = "compactd.deleted_at";
+  /** `spark_run.RESERVED`: the headers a source record cannot carry into the view. */
+  static final java.util.Set<String> RESERVED = java.util.Set.of(OFFSET_HEADER, TIMESTAMP_HEADER, DELETED_AT);
   private static final ObjectMapper JSON = new ObjectMapper();
 
   /** The topic's KIP-280 strategy, as {@code compaction/strategy.py} names it. */
@@ -649,14 +651,23 @@ public final class ViewRun implements UDF1<String, String> {
   }
 
   /** `spark_run.message_fields`: a view record's source offset is its last {@code compactd.offset} header, which
-   * must be there and decimal (else the view was not written by compactd); a source record keeps its headers as
-   * they are. */
+   * must be there and decimal (else the view was not written by compactd); a source record keeps its headers but
+   * compactd's own (RESERVED): a source mirrored from a view carries them, and they are not its. */
   static Rec fields(ConsumerRecord<byte[], byte[]> m, boolean fromView, String topic) {
     long ts = m.timestampType() == TimestampType.NO_TIMESTAMP_TYPE ? -1 : m.timestamp();
     long offset = m.offset();
-    if (!fromView) {
+    if (!fromView) { // compactd's own headers mean something on the view's records only (a mirrored view's copy)
       Header[] all = m.headers().toArray();
-      return new Rec(offset, ts, m.key(), m.value(), all.length == 0 ? List.of() : Arrays.asList(all));
+      if (all.length == 0) {
+        return new Rec(offset, ts, m.key(), m.value(), List.of());
+      }
+      List<Header> kept = new ArrayList<>(all.length);
+      for (Header h : all) {
+        if (!RESERVED.contains(h.key())) {
+          kept.add(h);
+        }
+      }
+      return new Rec(offset, ts, m.key(), m.value(), kept);
     }
     List<Header> headers = new ArrayList<>();
     for (Header h : m.headers()) {
