@@ -86,6 +86,21 @@ def eligible(topic: str, own_topics: frozenset[str], view_suffix: str) -> str | 
     return None
 
 
+def cleaned_by_kafka(topic: str, policy: str) -> str | None:
+    """Why a source Kafka's own cleaner compacts cannot be compacted into a view (None: it can). The cleaner keeps the
+    highest offset per key and drops tombstones `delete.retention.ms` after it passed them, before a run reads them:
+    a KIP-280 winner of a lower offset is gone (issue 64 reproduced a header strategy publishing v5 over v10), a
+    deleted key's tombstone is gone and the view's older record brings the key back, and offsets compacted away past
+    the horizon cannot be told from what was never there. Pure."""
+    if "compact" not in policy.replace(" ", "").split(","):
+        return None
+    return (
+        f"cannot compact {topic}: its cleanup.policy={policy} lets Kafka's cleaner remove records and tombstones "
+        f"before compactd reads them (a KIP-280 winner lost, a deleted key back in the view); set cleanup.policy="
+        f"delete on {topic}, or compaction.service=false"
+    )
+
+
 def strategy_for(th: Thresholds, overrides: Overrides | None = None) -> Strategy:
     o = overrides or Overrides()
     kind = o.strategy or th.compaction_strategy
@@ -213,6 +228,9 @@ class Compactor:
         count = cluster.partitions(topic)
         if count is None:
             raise RunFailed(f"topic {topic} does not exist")
+        refused = cleaned_by_kafka(topic, cluster.topic_config(topic)[2])
+        if refused is not None:
+            raise RunFailed(refused)
         topic_id = cluster.topic_id(topic)
         low = cluster.offsets(topic, "earliest", count)
         high = cluster.offsets(topic, "latest", count, committed=False)

@@ -51,6 +51,8 @@ BEHIND_RECHECK_MS = 5_000
 # commits made under an earlier leader whose last record below is read in one check: after a leader change, every
 # group that has not read since (an idle one keeps its old epoch) is checked, one read per distinct offset
 EPOCH_READS = 100
+# Kafka's cleaner, nudged, would remove what the service's next run has yet to read (issue 64)
+NUDGE_UNDER_SERVICE = "compaction.service is on: compactd compacts the topic itself, Kafka's cleaner is not nudged"
 NUDGE_CHECK_MS = 15_000  # how often nudges still on are checked for a restore (Kafka's cleaner backoff)
 
 
@@ -259,6 +261,8 @@ class Dispatch:
         that counts on the topic cannot be read now (`_dispatch` fails the delete, and tries it again)."""
         if rec.action == "restore_config":
             return None  # puts a topic's own config back: always wanted
+        if rec.action == "compact" and th.compaction_service:  # decided before the service was turned on
+            return NUDGE_UNDER_SERVICE
         if rec.action == "delete_records" and not self.deletes_allowed():
             return NOT_CAUGHT_UP
         excluded = topic_excluded(rec.topic, th, self.own_topics)

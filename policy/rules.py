@@ -46,6 +46,15 @@ from compactd.policy.thresholds import Thresholds
 RULES = ("max_compaction_lag", "consumed_retention", "forced_retention")
 
 
+def rule_value(th: Thresholds, attr: str) -> int | None:
+    """A rule's threshold as the rules read it. `max.compaction.lag.ms` under `compaction.service`: the bound of the
+    view's horizon (compaction/trigger.py), never a nudge of Kafka's cleaner, which would remove what compactd's run
+    has yet to read (a KIP-280 winner, a tombstone: issue 64)."""
+    if attr == "max_compaction_lag_ms" and th.compaction_service:
+        return None
+    return getattr(th, attr)
+
+
 @dataclass(frozen=True)
 class Limits:
     """Per partition, what the rules read of the thresholds: a value and whether the rule is on, dry.run, exclusion.
@@ -67,11 +76,11 @@ class Limits:
         cols: dict[str, np.ndarray] = {}
         for name, attr in (("lag", "max_compaction_lag_ms"), ("consumed", "consumed_retention_ms"),
                            ("forced", "forced_retention_ms")):  # fmt: skip
-            value = getattr(topic[0], attr)
+            value = rule_value(topic[0], attr)
             cols[name] = np.full(rows, value or 0, dtype=I64)
             cols[f"{name}_on"] = np.full(rows, value is not None)
             for row, (th, _) in scoped.items():
-                own = getattr(th, attr)
+                own = rule_value(th, attr)
                 cols[name][row], cols[f"{name}_on"][row] = own or 0, own is not None
         cols["dry_run"] = np.full(rows, bool(topic[0].dry_run))
         cols["excluded"] = np.full(rows, topic[1])

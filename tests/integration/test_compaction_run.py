@@ -410,3 +410,48 @@ def test_a_winner_stamped_0_keeps_its_timestamp_in_the_view(
     assert last_record_wins(read_plain(cluster, manifest.view)[0]) == want
     got = {r.key: (r.value, r.timestamp) for r in view_of(comp, topic, table_mode=True)[0]}
     assert got == {r.key: (r.value, r.timestamp) for r in table(sent, strategy)}
+
+
+def test_a_source_kafkas_cleaner_compacts_is_refused_in_one_line(cluster, job_settings, redis_url, spark) -> None:
+    """Issue 64, item 7 (reproduced as a user would): K with header v=10 at offset 0, then K v=5 at offset 1, on a
+    topic whose `cleanup.policy` is compact; Kafka's cleaner removed offset 0 (it keeps the highest offset per key).
+    Before: the run exited SUCCESS and published K = v5, where KIP-280's winner is v10 (and a tombstone the cleaner
+    dropped let a deleted key read live again). A source Kafka's cleaner compacts is refused, in one line naming the
+    setting, and nothing is published."""
+    import struct
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tests.support.waiting import wait_until
+
+    topic = cluster.name("cleaned")
+    cluster.create(topic, 1, {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"})
+    for v in (10, 5):
+        cluster.producer.produce(topic, key=b"K", value=b"v%d" % v, partition=0, headers=[("v", struct.pack(">q", v))])
+        cluster.flush()
+    for key in (
+        b"a",
+        b"b",
+        b"c",
+    ):  # each rolls the segment before it (segment.ms): K's two records leave the active one
+        time.sleep(0.3)
+        cluster.send_raw(topic, b"x", key)
+        cluster.flush()
+
+    def first_offset() -> int:
+        c = Consumer(cluster.conn.client("consumer", forced={"group.id": f"first-{time.time_ns()}"}))
+        try:
+            c.assign([TopicPartition(topic, 0, 0)])
+            msgs = [m for m in c.consume(1, timeout=5.0) if m.error() is None]
+            return msgs[0].offset() if msgs else -1
+        finally:
+            c.close()
+
+    wait_until("Kafka's cleaner removed K v10 at offset 0", first_offset, lambda first: first >= 1, 90)
+    comp = make(job_settings, redis_url, spark)
+    with pytest.raises(RunFailed) as failed:
+        comp.run(topic, Overrides("header", "v"))
+    line = str(failed.value)
+    assert "\n" not in line and "cleanup.policy=compact" in line and f"cleanup.policy=delete on {topic}" in line, line
+    assert comp.status(topic)["status"] == "ERROR"
+    assert comp.log.read(topic) is None  # nothing published

@@ -64,6 +64,8 @@ def make_case(pick: Pick, n: int) -> Case:
     ):
         if value is not None:
             layer[key] = value
+    if lag is not None and pick([False, False, True]):  # the view's horizon bound: no nudge decided (issue 64)
+        layer["compaction.service"] = True
     records = []
     if pick([True, True, False]):
         retry_at = pick([None, None, T0 - 1, T0, T0 + 5000])

@@ -51,6 +51,14 @@ def test_compaction_not_due_exactly_at_threshold_and_due_one_ms_later() -> None:
     assert d is not None and d.delay_ms == 1 and d.reason == "max_compaction_lag" and d.earliest_ts == NOW - H
 
 
+def test_no_nudge_is_decided_for_a_topic_the_compaction_service_compacts() -> None:
+    """Under compaction.service, max.compaction.lag.ms bounds the view's horizon; a nudge would make Kafka's cleaner
+    remove what the next run has yet to read (issue 64, item 7)."""
+    v = view(seg(0, 10, NOW - 2 * H))
+    assert decide_compaction(v, th(max_compaction_lag_ms=H), NOW) is not None
+    assert decide_compaction(v, th(max_compaction_lag_ms=H, compaction_service=True), NOW) is None
+
+
 def test_earliest_uncompacted_skips_cleaned_and_deleted_segments() -> None:
     v = view(seg(0, 10, NOW - 5 * H), seg(10, 20, NOW - 4 * H), seg(20, 30, NOW - 3 * H), cleaned=10)
     assert earliest_uncompacted_ts(v) == NOW - 4 * H

@@ -42,7 +42,9 @@ def model(c: Case, now: int) -> dict[str, Any]:
             end, reach = s.end_offset, max(reach, s.end_offset)
         return end
 
-    lag, cms, fms = th.max_compaction_lag_ms, th.consumed_retention_ms, th.forced_retention_ms
+    # under compaction.service the lag bounds the view's horizon, and Kafka's cleaner is never nudged (issue 64)
+    lag = None if th.compaction_service else th.max_compaction_lag_ms
+    cms, fms = th.consumed_retention_ms, th.forced_retention_ms
     consumed = None if cms is None or v.min_committed is None else prefix(cms, v.min_committed)
     forced = None if fms is None else prefix(fms, None)
     decided: list[tuple[Any, ...]] = []
