@@ -26,6 +26,11 @@ VIEW_TIMESTAMP_CONFIG = {
 }
 # Only compactd removes generations: no time or size retention on a view.
 VIEW_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1", **VIEW_TIMESTAMP_CONFIG}
+# A view record is its winner plus compactd's headers: the view takes batches this much larger than its source does
+# (`max.message.bytes`), and the run's producers send them. With the broker's default (1 MiB) a source allowing 2 MiB
+# records could never be compacted: every run failed on RecordTooLargeException (issue 64).
+VIEW_RECORD_HEADROOM = 64 << 10
+BROKER_MESSAGE_BYTES = 1_048_588  # Kafka's default `message.max.bytes`, for a source that reports none
 TIMEOUT_S = 30.0
 log = logging.getLogger("compactd.compaction")
 
@@ -74,6 +79,23 @@ class CompactionCluster:
         from compactd.compaction.takeover import TopicConfig
 
         return TopicConfig(self.admin, self.timeout_s).read(topic)
+
+    def source_configs(self, topic: str) -> tuple[str, int]:
+        """(cleanup.policy, the record batch size the view must take: the source's `max.message.bytes` plus
+        VIEW_RECORD_HEADROOM), one DescribeConfigs."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import ConfigResource, ResourceType
+
+        res = ConfigResource(ResourceType.TOPIC, topic)
+        try:
+            have = self.admin.describe_configs([res], request_timeout=self.timeout_s)[res].result(self.timeout_s)
+        except KafkaException as exc:
+            raise ClusterError(f"cannot describe the configs of {topic}: {exc.args[0].str()}") from None
+        policy = have.get("cleanup.policy")
+        size = have.get("max.message.bytes")
+        source_bytes = int(size.value) if size is not None and str(size.value or "").isdigit() else 0
+        view_bytes = max(source_bytes, BROKER_MESSAGE_BYTES) + VIEW_RECORD_HEADROOM
+        return str(policy.value if policy is not None and policy.value else "delete"), view_bytes
 
     def set_retention(self, topic: str, value: str | None) -> None:
         """Set the topic's retention.ms (None: remove the topic's own value, the broker's default applies)."""
@@ -127,12 +149,14 @@ class CompactionCluster:
             raise ClusterError(f"cannot list offsets of {topic}: {exc.args[0].str()}") from None
         return out
 
-    def create_view(self, view: str, partitions: int) -> None:
+    def create_view(self, view: str, partitions: int, record_bytes: int = BROKER_MESSAGE_BYTES) -> None:
+        """The view topic: VIEW_TOPIC_CONFIG, taking batches of `record_bytes` (`source_configs`)."""
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import NewTopic
 
+        config = {**VIEW_TOPIC_CONFIG, "max.message.bytes": str(record_bytes)}
         futures = self.admin.create_topics(
-            [NewTopic(view, partitions, self.replication_factor, config=VIEW_TOPIC_CONFIG)],
+            [NewTopic(view, partitions, self.replication_factor, config=config)],
             request_timeout=self.timeout_s,
         )
         for fut in futures.values():
@@ -141,18 +165,20 @@ class CompactionCluster:
             except KafkaException as exc:
                 raise ClusterError(f"cannot create view topic {view}: {exc.args[0].str()}") from None
 
-    def ensure_view_config(self, view: str) -> None:
-        """A view created before `VIEW_TIMESTAMP_CONFIG` (or altered since) gets it: checked once per process, as
+    def ensure_view_config(self, view: str, record_bytes: int = BROKER_MESSAGE_BYTES) -> None:
+        """A view created before `VIEW_TIMESTAMP_CONFIG` (or altered since) gets it, and takes batches of
+        `record_bytes` (a source allowed larger records since): checked once per process and size, as
         `ensure_topic` checks, and again after a failed run."""
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-        if ("config", view) in self._ensured:
+        if ("config", f"{view}@{record_bytes}") in self._ensured:
             return
         res = ConfigResource(ResourceType.TOPIC, view)
         try:
             have = self.admin.describe_configs([res], request_timeout=self.timeout_s)[res].result(self.timeout_s)
-            wrong = {k: v for k, v in VIEW_TIMESTAMP_CONFIG.items() if k not in have or have[k].value != v}
+            want = {**VIEW_TIMESTAMP_CONFIG, "max.message.bytes": str(record_bytes)}
+            wrong = {k: v for k, v in want.items() if k not in have or have[k].value != v}
             if wrong:
                 log.info("view topic %s: setting %s", view, ", ".join(f"{k}={v}" for k, v in sorted(wrong.items())))
                 entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in wrong.items()]
@@ -161,8 +187,8 @@ class CompactionCluster:
                     self.timeout_s
                 )
         except KafkaException as exc:
-            raise ClusterError(f"cannot set the timestamp configs of view topic {view}: {exc.args[0].str()}") from None
-        self._ensured.add(("config", view))
+            raise ClusterError(f"cannot set the configs of view topic {view}: {exc.args[0].str()}") from None
+        self._ensured.add(("config", f"{view}@{record_bytes}"))
 
     def forget(self) -> None:
         """After a failed run: the next one checks its topics again (one may have been deleted meanwhile), with a

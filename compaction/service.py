@@ -199,6 +199,10 @@ class Compactor:
             gaps = [g.__dict__ for g in exc.gaps] if isinstance(exc, ViewGap) else []
             with contextlib.suppress(Exception):  # Redis away: the run's failure is what the caller reports
                 self.state.set_status(topic, "ERROR", error=line, seconds=round(time.monotonic() - t0, 3), gaps=gaps)
+            with contextlib.suppress(Exception):  # the next run collects them, if the cluster is away now
+                unpublished = self.log.read(topic)
+                if unpublished is not None and unpublished.generation <= 0:
+                    self.collect(unpublished, 0)  # what this run wrote before the first generation
             if isinstance(exc, CompactdError):
                 raise
             raise RunFailed(f"compaction of {topic} failed: {line}") from None
@@ -228,7 +232,8 @@ class Compactor:
         count = cluster.partitions(topic)
         if count is None:
             raise RunFailed(f"topic {topic} does not exist")
-        refused = cleaned_by_kafka(topic, cluster.topic_config(topic)[2])
+        policy, record_bytes = cluster.source_configs(topic)
+        refused = cleaned_by_kafka(topic, policy)
         if refused is not None:
             raise RunFailed(refused)
         topic_id = cluster.topic_id(topic)
@@ -242,7 +247,7 @@ class Compactor:
         gaps = [] if lineage_why else find_gaps(published, low)
         if gaps and not opts.accept_gap:
             raise ViewGap(topic, gaps)
-        manifest = self._claim_view(topic, manifest, count, strategy, started, bool(lineage_why))
+        manifest = self._claim_view(topic, manifest, count, strategy, started, bool(lineage_why), record_bytes)
         self.collect(manifest, th.compaction_view_grace_ms)
         self._still_held(lease, topic)
 
@@ -271,13 +276,20 @@ class Compactor:
             # than the whole write on some brokers.
             producer_conf=self.conn.client(
                 "producer",
-                {"acks": "all", "max.in.flight.requests.per.connection": 1, "linger.ms": 20, "batch.size": 1_000_000},
+                {
+                    "acks": "all",
+                    "max.in.flight.requests.per.connection": 1,
+                    "linger.ms": 20,
+                    "batch.size": 1_000_000,
+                    "message.max.bytes": record_bytes,
+                },
             ),
             consumer_conf=self.conn.client("consumer"),
             view=manifest.view,
             now=started,
             delete_retention_ms=th.delete_retention_ms,
             java_conf=java_options(self.conn, self.settings.spark_kafka),
+            record_bytes=record_bytes,
         )
         strategy_opts = {
             "kind": strategy.kind,
@@ -434,7 +446,14 @@ class Compactor:
         return Previous(manifest.generation, now, horizons)
 
     def _claim_view(
-        self, topic: str, manifest: Manifest | None, count: int, strategy: Strategy, now: int, new_lineage: bool
+        self,
+        topic: str,
+        manifest: Manifest | None,
+        count: int,
+        strategy: Strategy,
+        now: int,
+        new_lineage: bool,
+        record_bytes: int,
     ) -> Manifest:
         """The view topic, created and claimed by compactd (a claim is a generation-0 manifest written first, so a
         crash between the two is resumed, never mistaken for someone else's topic), with as many partitions as the
@@ -462,10 +481,10 @@ class Compactor:
         if have is None:
             if manifest.generation > 0:
                 raise RunFailed(f"view topic {view} of {topic} is missing (generation {manifest.generation})")
-            self.cluster.create_view(view, count)
+            self.cluster.create_view(view, count, record_bytes)
             have = count
         else:
-            self.cluster.ensure_view_config(view)
+            self.cluster.ensure_view_config(view, record_bytes)
         if have < count:
             log.info("compaction of %s: %s grows from %d to %d partitions, as its source did", topic, view, have, count)
             self.cluster.add_partitions(view, count)
@@ -475,7 +494,15 @@ class Compactor:
 
     # -- garbage and status
     def collect(self, manifest: Manifest, grace_ms: int) -> dict[int, int]:
-        """Delete what is below the published generation once its grace is over; the view's new low watermarks."""
+        """Delete what is below the published generation once its grace is over; the view's new low watermarks.
+        Before the first generation everything in the view is a failed run's writes: a plain reader of the view (a
+        KTable) read them as the topic's state (issue 64: 5 of 65 live keys missing), and they were kept for ever."""
+        if manifest.generation <= 0:
+            count = self.cluster.partitions(manifest.view)
+            if count is None:
+                return {}
+            ends = self.cluster.offsets(manifest.view, "latest", count, committed=False)
+            return self.cluster.delete_below(manifest.view, {p: end for p, end in ends.items() if end > 0})
         below = garbage_below(manifest, self.clock(), grace_ms)
         if not below:
             return {}

@@ -368,6 +368,7 @@ class WriteSpec:
     now: int
     delete_retention_ms: int
     java_conf: dict[str, str] = field(default_factory=dict)  # the connection as Java client settings (the JVM task)
+    record_bytes: int = 0  # the largest record batch the view takes (its max.message.bytes; 0: the clients' default)
 
 
 @dataclass(frozen=True)
@@ -597,6 +598,8 @@ def jvm_task(task: ReadTask, job: RunInput, spec: WriteSpec) -> str:
 def clients_json(spec: WriteSpec) -> str:
     """The Java clients' settings a `ViewRun` holds (and pools its clients by)."""
     producer = {k: v for k, v in spec.java_conf.items() if k not in CONSUMER_ONLY} | JAVA_PRODUCER
+    if spec.record_bytes:  # the Java producer refuses a record above 1 MiB by default (`max.request.size`)
+        producer["max.request.size"] = str(spec.record_bytes)
     # one poll per fetch, not per 500 records
     return json.dumps({"consumer": {"max.poll.records": "10000", **spec.java_conf}, "producer": producer})
 

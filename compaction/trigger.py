@@ -30,6 +30,7 @@ from compactd.compaction.takeover import Takeover, Takeovers, wanted
 from compactd.compaction.view_caps import ViewCaps
 from compactd.model import ActionRecord
 from compactd.policy.thresholds import Thresholds, parse_scope, resolve, resolve_global
+from compactd.policy.throttle import backoff_ms
 
 # the compactd_compaction_last figures, from the run's summary line
 FIGURES = ("keys", "records_in", "records_out", "bytes_in", "bytes_out", "seconds", "generation", "dirty_ratio")
@@ -37,6 +38,10 @@ log = logging.getLogger("compactd.compaction")
 
 CHECK_EVERY_S = 5.0  # how often topics are checked for a run (one ListOffsets per topic with the service on)
 RETENTION_TTL_S = 60.0  # how long a source's retention.ms is reused
+# after a failed run, the next of the topic waits CHECK_EVERY_S, then twice as long after each failure in a row, up to
+# RETRY_CAP_S: a run that cannot succeed (a record the view refuses, a source refused) was started every 5 s for good,
+# each attempt's writes kept (issue 64)
+RETRY_CAP_S = 600.0
 POOL = "compactd-compaction"  # Spark fair-scheduler pool of the runs: the stream's batches keep their share
 
 
@@ -46,6 +51,7 @@ class CompactionMetrics(Protocol):
     actions: Counter
     compaction_runs: Counter
     compaction_running: Gauge
+    compaction_backoff: Gauge
     compaction_last: Gauge
     compaction_beyond_records: Gauge
     compaction_beyond_age: Gauge
@@ -89,6 +95,7 @@ class CompactionTrigger:
         self.running: dict[str, threading.Thread] = {}
         self.said_dry: set[str] = set()
         self.said_gap: set[str] = set()
+        self.failing: dict[str, tuple[int, float]] = {}  # topic -> (failed runs in a row, monotonic time of the next)
         self._retentions: dict[str, tuple[float, tuple[str | None, int | None, str] | None]] = {}
         self._checked_at = 0.0
         self.stopping = threading.Event()
@@ -254,6 +261,9 @@ class CompactionTrigger:
                 self._finish(rec.with_status("dry_run"))
             return
         self.said_dry.discard(topic)
+        failed = self.failing.get(topic)
+        if failed is not None and time.monotonic() < failed[1]:
+            return  # backing off after failed runs (one line said why at each failure)
         if len(self.running) >= limit:
             return  # compaction.max.concurrent: waits for a run to end
         thread = threading.Thread(target=self._run, args=(rec,), name=f"compactd-compact-{topic}", daemon=True)
@@ -303,8 +313,12 @@ class CompactionTrigger:
             if self.stopping.is_set():
                 log.info("compaction of %s interrupted by the stop: the published generation stays", topic)
                 return
-            log.warning("compaction of %s failed: %s", topic, line)
-            self._finish(rec.with_status("failed", error=line))
+            tries = self.failing.get(topic, (0, 0.0))[0] + 1
+            wait_s = backoff_ms(tries, int(self.check_every_s * 1000), int(RETRY_CAP_S * 1000)) / 1000
+            self.failing[topic] = (tries, time.monotonic() + wait_s)
+            self.metrics.compaction_backoff.labels(topic).set(wait_s)
+            log.warning("compaction of %s failed (%d in a row, next try in %.0f s): %s", topic, tries, wait_s, line)
+            self._finish(rec.with_status("failed", error=line, tries=tries, retry_in_s=wait_s))
         else:
             figures = (
                 "keys",
@@ -318,6 +332,8 @@ class CompactionTrigger:
             )
             for figure in figures:
                 self.metrics.compaction_last.labels(topic, figure).set(out[figure])
+            if self.failing.pop(topic, None) is not None:
+                self.metrics.compaction_backoff.labels(topic).set(0)
             self.caps.another_log(topic, False)  # a new view of the new log: its horizon caps from now
             self.caps.moved(topic)
             self._finish(

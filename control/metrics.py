@@ -184,6 +184,12 @@ class Metrics:
             ["topic"],
             registry=registry,
         )
+        self.compaction_backoff = Gauge(
+            "compactd_compaction_backoff_seconds",
+            "After failed runs of the topic in a row: how long the trigger waits before it tries again (0: none)",
+            ["topic"],
+            registry=registry,
+        )
         self.compaction_last = Gauge(
             "compactd_compaction_last",
             "The last successful run: keys, records_in, records_out, bytes_in, bytes_out, seconds, generation, "
@@ -260,6 +266,7 @@ class Metrics:
                 self.compaction_max_lag,
                 self.compaction_gap_records,
                 self.compaction_retention_left,
+                self.compaction_backoff,
             ):
                 with contextlib.suppress(KeyError):
                     gauge.remove(topic)
@@ -268,6 +275,7 @@ class Metrics:
                 self.compaction_runs.labels(topic, status)
             self.compaction_running.labels(topic)
             self.compaction_gap_records.labels(topic)
+            self.compaction_backoff.labels(topic)
         self._compaction_topics = on
 
     def serve(self, port: int) -> None:

@@ -455,3 +455,79 @@ def test_a_source_kafkas_cleaner_compacts_is_refused_in_one_line(cluster, job_se
     assert "\n" not in line and "cleanup.policy=compact" in line and f"cleanup.policy=delete on {topic}" in line, line
     assert comp.status(topic)["status"] == "ERROR"
     assert comp.log.read(topic) is None  # nothing published
+
+
+@pytest.mark.parametrize("map_mb", [256, 1], ids=["jvm", "python"])
+def test_a_source_that_allows_large_records_is_compacted(cluster, job_settings, redis_url, spark, map_mb) -> None:
+    """Issue 64, item 6 (reproduced): a source with `max.message.bytes` 2 MiB and 1 MiB values. Before, the view was
+    created with the broker's default (1 MiB) and every run failed (`RecordTooLargeException`); now the view takes the
+    source's size plus compactd's headers (created so, and corrected when the source's grows), and so do the run's
+    producers, on both paths. Before the fix the jvm case printed: RunFailed ... RecordTooLargeException."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    topic = cluster.name(f"large{map_mb}")
+    cluster.create(topic, 1, {"max.message.bytes": str(2 << 20)})
+    big = {b"k%d" % i: bytes([65 + i]) * (1 << 20) for i in range(3)}
+    producer = Producer(cluster.conn.client("producer", {"message.max.bytes": 3 << 20}))
+    for key, value in big.items():
+        producer.produce(topic, value, key, partition=0)
+    for i in range(FILLER if map_mb == 1 else 0):  # more keys than a 1 MiB map holds: the Python path
+        producer.produce(topic, b"v", b"f%d" % i, partition=0)
+    assert producer.flush(60) == 0
+    comp = make(job_settings, redis_url, spark, compaction_task_records=9, compaction_task_map_mb=map_mb)
+    out = comp.run(topic)
+    assert out["status"] == "SUCCESS", out
+    held = last_record_wins(read_plain(cluster, f"{topic}.compacted")[0])
+    assert {k: held.get(k) for k in big} == big
+    res = ConfigResource(ResourceType.TOPIC, f"{topic}.compacted")
+    config = cluster.admin.describe_configs([res])[res].result(30)
+    assert int(config["max.message.bytes"].value) > 2 << 20
+
+
+def test_a_run_that_keeps_failing_backs_off_says_why_and_leaves_no_writes(
+    cluster, job_settings, redis_url, spark, caplog
+) -> None:
+    """Issue 64, item 6: a run that cannot succeed was started every 5 s for good, each attempt's writes kept in the
+    view (`retention.ms` -1, nothing collected before generation 1), where a plain reader read them as the topic's
+    state. Now the trigger waits twice as long after each failure in a row (a gauge says how long, one line says
+    why), and what a failed run wrote before the first generation is collected."""
+    import logging
+
+    from prometheus_client import CollectorRegistry
+
+    from compactd.compaction.trigger import CompactionTrigger
+    from compactd.control.metrics import Metrics
+
+    topic = cluster.name("failing")
+    cluster.create(topic, 1)
+    cluster.send_raw(topic, b"v", b"k")
+    cluster.flush()
+    layers = {"global": {"dry.run": False}, f"topic:{topic}": {"compaction.service": True}}
+    comp = make(job_settings, redis_url, spark, layers)
+    view = f"{topic}.compacted"
+
+    def dies(phase: str) -> None:
+        if phase == "written":
+            assert cluster.watermarks(view) == (0, 1)  # its write, which a plain reader reads as the topic's state
+            raise RuntimeError("the run died after writing, before publishing")
+
+    with pytest.raises(RunFailed):
+        comp.run(topic, on_phase=dies)
+    assert cluster.watermarks(view) == (1, 1)  # collected (before: kept for ever)
+    cluster.alter(topic, {"cleanup.policy": "compact"})  # every run now fails, in one line
+    metrics = Metrics(CollectorRegistry())
+    published: list = []
+    t = CompactionTrigger(comp, metrics, lambda: layers, lambda: [topic], published.append, comp.clock)
+    with caplog.at_level(logging.WARNING, logger="compactd.compaction"):
+        t.tick(now=True)
+        assert topic in t.running, [r.getMessage() for r in caplog.records]
+        t.running[topic].join(120)
+        t.tick(now=True)  # within the backoff: no second run
+        assert not t.running.get(topic) or not t.running[topic].is_alive()
+    assert [(r.action, r.status) for r in published] == [("compact_view", "failed")]
+    assert published[0].detail["tries"] == 1 and published[0].detail["retry_in_s"] == 5.0
+    assert metrics.registry.get_sample_value("compactd_compaction_backoff_seconds", {"topic": topic}) == 5.0
+    lines = [r.getMessage() for r in caplog.records if topic in r.getMessage() and "failed" in r.getMessage()]
+    assert len(lines) == 1 and "next try in 5 s" in lines[0] and "cleanup.policy=compact" in lines[0], lines
+    assert cluster.watermarks(view) == (1, 1)
