@@ -400,7 +400,8 @@ class Compactor:
             tombstones=sum(pv.tombstones for pv in parts.values()),
             appended=tuple(r.partition for r in plan if r.append),
             null_keys=totals["null_keys"],
-            previous=self._retire(manifest, finished, th.compaction_view_grace_ms),
+            # no grace across lineages: the old one describes another log, or one the operator chose to rebuild
+            previous=None if lineage_why else self._retire(manifest, finished, th.compaction_view_grace_ms),
             run=lease.run,
             lineage=manifest.lineage + (1 if lineage_why and manifest.generation > 0 else 0),
             lineage_why=lineage_why or (manifest.lineage_why if same_lineage else ""),
@@ -415,6 +416,8 @@ class Compactor:
                 f"{topic}: {other} published generation {new.generation} first; this run's writes are garbage"
             )
         self.state.mirror(new)
+        if lineage_why:
+            self._drop_old_lineage(new)
         on_phase("published")
         log.info(
             "compacted %s: generation %d, %d records in, %d out, %d keys",
@@ -426,6 +429,19 @@ class Compactor:
         )
         self.collect(new, th.compaction_view_grace_ms)
         return summary(new)
+
+    def _drop_old_lineage(self, new: Manifest) -> None:
+        """A new lineage just published: the old one's records are deleted at once, in every view partition (below the
+        new ranges, and whole where the new lineage has none, a source re-created with fewer partitions among them).
+        A plain reader of the view (a KTable, a Connect sink) takes each key's last record, and read the old
+        lineage's keys as live beside the new ones (issue 64: 120 old keys on a view of 60). No grace: `read
+        --compacted` refuses another lineage, and a rebuild was asked for."""
+        have = self.cluster.partitions(new.view) or 0
+        ends = self.cluster.offsets(new.view, "latest", have, committed=False) if have else {}
+        below = {
+            p: new.partitions[str(p)].view_start if str(p) in new.partitions else ends.get(p, 0) for p in range(have)
+        }
+        self.cluster.delete_below(new.view, {p: off for p, off in below.items() if off > 0})
 
     @staticmethod
     def _still_held(lease: Lease, topic: str) -> None:
@@ -488,9 +504,16 @@ class Compactor:
         if have < count:
             log.info("compaction of %s: %s grows from %d to %d partitions, as its source did", topic, view, have, count)
             self.cluster.add_partitions(view, count)
-        elif have > count and not new_lineage and manifest.generation > 0:
+        elif have > count and not new_lineage and manifest.generation > 0 and self._holds_past(view, count, have):
             raise RunFailed(f"view topic {view} has {have} partitions and {topic} has {count}: nothing written")
         return manifest
+
+    def _holds_past(self, view: str, count: int, have: int) -> bool:
+        """Whether any view partition from `count` on holds records: a new lineage of a source re-created with fewer
+        partitions emptied them (`_drop_old_lineage`); one that holds records is not that view."""
+        low = self.cluster.offsets(view, "earliest", have, committed=False)
+        high = self.cluster.offsets(view, "latest", have, committed=False)
+        return any(high.get(p, 0) > low.get(p, 0) for p in range(count, have))
 
     # -- garbage and status
     def collect(self, manifest: Manifest, grace_ms: int) -> dict[int, int]:

@@ -173,3 +173,41 @@ def test_a_run_that_lost_its_lease_stops_and_never_publishes(cluster, job_settin
         comp.run(topic, on_phase=stolen)
     published = comp.log.read(topic)
     assert published is not None and published.generation == 1
+
+
+def test_a_new_lineage_leaves_only_its_own_keys_readable_and_keeps_compacting(
+    cluster, redis_url, spark, monkeypatch, capsys
+) -> None:
+    """Issue 64, item 8 (reproduced): a source of 4 partitions compacted, then deleted and created again with 2
+    partitions and new keys. Before: the next run started lineage 2, a plain read_committed consumer of the view read
+    all 120 old keys (30 on each of its 4 partitions) as live beside the 60 new ones, and every later run exited 1
+    (`view topic ... has 4 partitions and ... has 2: nothing written`). The old lineage goes as the new one is
+    published, the view's extra partitions are emptied, and the source keeps being compacted."""
+    from tests.support.compaction import last_record_wins, read_plain
+
+    topic = cluster.name("lt")
+    cluster.create(topic, 4)
+    env = cli_env(cluster, redis_url)
+    ts = int(time.time() * 1000) - 60_000
+    for p in range(4):
+        produce(cluster, topic, events(p, [(f"old{p}-{i}", "x") for i in range(30)], ts), partitions=4)
+    assert in_process(monkeypatch, capsys, env, "compact", topic).returncode == 0
+    cluster.recreate(topic, 2)
+    for p in range(2):
+        produce(cluster, topic, events(p, [(f"new{p}-{i}", "n") for i in range(30)], ts + 1000), partitions=2)
+
+    run = in_process(monkeypatch, capsys, env, "compact", topic)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout)
+    assert (out["generation"], out["lineage"]) == (2, 2), out
+    view = f"{topic}.compacted"
+    live = {k for recs in read_plain(cluster, view).values() for k in last_record_wins(recs)}
+    assert live == {f"new{p}-{i}".encode() for p in range(2) for i in range(30)}, sorted(live)[:5]
+
+    for p in range(2):
+        produce(cluster, topic, events(p, [(f"new{p}-0", "m")], ts + 2000), partitions=2)
+    again = in_process(monkeypatch, capsys, env, "compact", topic)
+    assert again.returncode == 0, one_error_line(again)
+    assert json.loads(again.stdout)["generation"] == 3
+    live = {k for recs in read_plain(cluster, view).values() for k in last_record_wins(recs)}
+    assert len(live) == 60 and all(k.startswith(b"new") for k in live)

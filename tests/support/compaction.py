@@ -95,10 +95,11 @@ def read_plain(cluster, topic: str, timeout_s: float = 30.0) -> dict[int, list[R
     )
     try:
         parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
-        ends = {p: cluster.watermarks(topic, p)[1] for p in parts}
+        marks = {p: cluster.watermarks(topic, p) for p in parts}
+        ends = {p: high for p, (_, high) in marks.items()}
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
         out: dict[int, list[Record]] = {p: [] for p in parts}
-        pos = dict.fromkeys(parts, -1)
+        pos = {p: low - 1 for p, (low, _) in marks.items()}  # a partition emptied by deleteRecords has nothing to read
         deadline = time.monotonic() + timeout_s
         while any(pos[p] + 1 < ends[p] for p in parts):
             assert time.monotonic() < deadline, f"{topic}: read up to {pos}, the log ends at {ends}"
