@@ -9,8 +9,9 @@ consumer groups, the segment agent on the broker's live log dir, and the job. No
 - `clicks` (delete policy): a stream read by two real consumer groups that commit to `__consumer_offsets`, which
   the job reads (the default offsets source): `billing` (the consumer protocol of KIP-848) keeps up, `analytics` (a
   classic group) reads more slowly. Consumed retention deletes what both have read; the broker's log start moves.
-- the compaction service is on for `orders`: the job publishes generations of its compacted view `orders.compacted`,
-  and the screen shows the last one and a few of its keys.
+- `accounts` (delete policy): the same kind of table, compacted by compactd's own service, never by Kafka's cleaner
+  (a source the cleaner compacts is refused: it would remove records before compactd reads them): the job publishes
+  generations of its compacted view `accounts.compacted`, and the screen shows the last one and a few of its keys.
 
 On a terminal the screen is a live table; piped, the demo is an event log: each change once, the table at the end.
 
@@ -50,14 +51,16 @@ from compactd.settings import Settings
 
 PARTITIONS = 2
 ROLL_MS = 4_000  # segment.ms of both topics: a segment closes on the first append 4 s after it opened
-CUSTOMERS = 500  # keys of the `orders` table, written once at the start
-UPDATES_PER_S = 5  # `orders` keys updated per partition every second
+CUSTOMERS = 500  # keys of the `orders` and `accounts` tables, written once at the start
+UPDATES_PER_S = 5  # keys of each table updated per partition every second
 CLICKS_PER_S = 50  # `clicks` records per partition every second
 ANALYTICS_PER_S = 35  # what the slower group reads per partition every second
 DEMO_TOPICS = {
     "orders": {"cleanup.policy": "compact", "segment.ms": str(ROLL_MS), "min.cleanable.dirty.ratio": "0.5"},
     "clicks": {"cleanup.policy": "delete", "segment.ms": str(ROLL_MS)},
+    "accounts": {"cleanup.policy": "delete", "segment.ms": str(ROLL_MS)},
 }
+TABLES = ("orders", "accounts")  # written alike: Kafka's cleaner compacts the first, compactd's service the second
 NUDGED = "max.compaction.lag.ms"
 DOWN_S = 20.0  # how long the killed node stays down (`--nodes 3`)
 
@@ -70,7 +73,8 @@ def demo_settings(bootstrap: str, redis_url: str, checkpoint: Path) -> Settings:
         trigger_interval_ms=1000,
         thresholds={
             "global": {"dry.run": False, "action.retry.ms": 15_000},
-            "topic:orders": {"max.compaction.lag.ms": 12_000, "compaction.service": True},
+            "topic:orders": {"max.compaction.lag.ms": 12_000},
+            "topic:accounts": {"max.compaction.lag.ms": 12_000, "compaction.service": True},
             "topic:clicks": {"consumed.retention.ms": 10_000, "forced.retention.ms": 60_000},
         },
     )
@@ -163,18 +167,22 @@ class DemoCluster:
         for fut in self.admin.create_topics(new).values():
             with contextlib.suppress(Exception):
                 fut.result(30)
-        for p in range(PARTITIONS):  # the customer table, once
+        for p in range(PARTITIONS):  # the customer tables, once
             for k in range(CUSTOMERS):
-                self.producer.produce("orders", key=f"c{k:03d}".encode(), value=b"signed-up", partition=p)
+                for table in TABLES:
+                    self.producer.produce(table, key=f"c{k:03d}".encode(), value=b"signed-up", partition=p)
         self.producer.flush(30)
-        self.log.append(f"demo: orders holds {CUSTOMERS} customers a partition; clicks streams {CLICKS_PER_S}/s")
+        self.log.append(
+            f"demo: orders and accounts hold {CUSTOMERS} customers a partition; clicks streams {CLICKS_PER_S}/s"
+        )
 
     def step(self) -> None:
         self.seq += 1
         for p in range(PARTITIONS):
             for i in range(UPDATES_PER_S):  # a few customers change: the value names the update
                 key = f"c{(self.seq * UPDATES_PER_S + i) % 40:03d}".encode()
-                self.producer.produce("orders", key=key, value=f"update-{self.seq}".encode(), partition=p)
+                for table in TABLES:
+                    self.producer.produce(table, key=key, value=f"update-{self.seq}".encode(), partition=p)
             for i in range(CLICKS_PER_S):
                 self.producer.produce("clicks", key=f"u{i}".encode(), value=b"click", partition=p)
         self.producer.flush(10)
@@ -248,12 +256,12 @@ LEGEND = (
 )
 
 
-VIEW_TOPIC = "orders"  # the demo topic with the compaction service on
+VIEW_TOPIC = "accounts"  # the demo topic with the compaction service on
 VIEW_KEYS = 4  # keys of the view's table shown
 
 
 class ViewWatch:
-    """The compacted view of `orders` as a reader sees it: the published generation (the manifest mirror in Redis)
+    """The compacted view of `accounts` as a reader sees it: the published generation (the manifest mirror in Redis)
     and, read once per new generation, a few keys of its table (view + source tail, `compactd read --table`)."""
 
     def __init__(self, settings: Settings, log: EventLog) -> None:

@@ -98,9 +98,9 @@ def test_demo_closes_both_loops(tmp_path: Path) -> None:
     # nothing of the JVMs (Spark's, Kafka's) reaches the terminal
     for noise in ("WARNING: Using incubator", "Setting default log level", "sc.setLogLevel", "INFO ["):
         assert noise not in out.stdout + out.stderr
-    # the compaction service on `orders`: a generation published, and its table read back (500 keys a partition)
-    assert re.search(r"compaction service: orders generation \d+ published", out.stdout)
-    assert re.search(r"compacted view orders.compacted: generation \d+, .*\n  its table \(1000 live keys", final)
+    # the compaction service on `accounts`: a generation published, and its table read back (500 keys a partition)
+    assert re.search(r"compaction service: accounts generation \d+ published", out.stdout)
+    assert re.search(r"compacted view accounts.compacted: generation \d+, .*\n  its table \(1000 live keys", final)
     leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
     assert leftover == "", "demo left processes behind"
 
@@ -120,7 +120,7 @@ def test_the_demo_on_three_nodes_goes_on_through_a_node_killed_and_restarted(tmp
     log = out.stdout.split("final state:")[0]
     assert re.search(r"demo: kill -9 of Kafka node \d, leader of \d+ demo partitions", log), log[-3000:]
     before, after = log.split("started again", 1)
-    assert "the nudge put back" in after and "compaction service: orders generation" in after, after[-3000:]
+    assert "the nudge put back" in after and "compaction service: accounts generation" in after, after[-3000:]
     assert re.search(r"compactd: delete_records clicks/\d before \d+ sent", after), after[-3000:]
 
     def starts(text: str) -> dict[str, int]:
