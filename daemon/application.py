@@ -29,7 +29,7 @@ from compactd.control.metrics import Metrics, default_metrics
 from compactd.control.readers import PublishReaders, Readers
 from compactd.control.runtime_config import RuntimeConfig
 from compactd.daemon.gate import DeleteGate
-from compactd.daemon.run_loop import RunLoop, RunSummary
+from compactd.daemon.run_loop import KAFKA_DOWN, KAFKA_RETRY_MAX_S, RunLoop, RunSummary
 from compactd.errors import ConfigError, DependencyUnavailable, ForcedStop, forced_by
 from compactd.kafka.admin import check_reachable, ensure_topics
 from compactd.kafka.groups import ClusterGroupOffsets, require_every_group
@@ -44,7 +44,7 @@ from compactd.sinks.base import ActionSink
 from compactd.sinks.dlq import DeadLetters
 from compactd.sinks.kafka_admin import KafkaAdminSink
 from compactd.sinks.nudge_ledger import LifecycleRecords, NudgeLedger
-from compactd.state.outage import RedisOutage
+from compactd.state.outage import Outage, RedisOutage
 from compactd.state.redis_store import RedisState
 from compactd.streaming.checkpoint import PlannedOffsets, stream_id_for
 from compactd.streaming.decode import Decoder
@@ -115,6 +115,7 @@ class Application(DeleteGate, RunLoop):
         self.readiness = Readiness(None)  # the delete gate's (daemon/gate.py): closed until `_arm_readiness`
         self.guard = StateGuard(self.state, settings.checkpoint_dir, self.spark_checkpoint)
         self.outage = RedisOutage(settings.redis_retry_max_ms / 1000, self._redis_down)
+        self.kafka_outage = Outage("Kafka", KAFKA_DOWN, KAFKA_RETRY_MAX_S, down="unavailable")
         self.lost: str | None = None  # why Redis is not the state the checkpoint assumes, until the rebuild starts
         self.rebuilding = False
         ttl_s = settings.cluster_offsets_ttl_ms / 1000

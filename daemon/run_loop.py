@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from confluent_kafka import KafkaException
+
 import compactd
 from compactd.clock import now_ms
 from compactd.control.controller import RunSlices
@@ -19,7 +21,7 @@ from compactd.control.slices import SliceResult
 from compactd.daemon import slice_task
 from compactd.daemon.parts import JobParts
 from compactd.daemon.source_loss import SourceLoss
-from compactd.errors import ForcedStop, QueryFailed, StopTimeout, forced_by
+from compactd.errors import DeliveryTimeout, DependencyUnavailable, ForcedStop, QueryFailed, StopTimeout, forced_by
 from compactd.kafka.admin import admin_client, list_end_offsets, retire
 from compactd.state.outage import REDIS_DOWN
 from compactd.streaming.checkpoint import adopt_source, batch_end_offsets, completed_end_offsets
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
 
     from compactd.compaction.trigger import CompactionTrigger
     from compactd.sinks.dlq import DeadLetters
-    from compactd.state.outage import RedisOutage
+    from compactd.state.outage import Outage, RedisOutage
 
 log = logging.getLogger("compactd.job")
 
@@ -40,6 +42,12 @@ IDLE_LOG_EVERY_S = 60.0
 ONCE_DRAIN_S = 300.0  # `run --once` sends what the rate cap held back for at most this long
 SPARK_EXIT_S = 10.0  # after its session stopped, Spark's JVM gets this long to exit before it is killed
 MAX_REBUILDS_PER_RUN = 3  # `run --once`: a state lost again and again while rebuilding ends the run
+# Kafka I/O of a batch that did not go through (not delivered in time, refused, unreadable: a follower stopped under
+# `min.insync.replicas`, an ACL taken away): the batch waits and is done again, as after a Redis error, never ending
+# `compactd run` (issue 64: the DLQ's flush, the nudge ledger's writes and reads, the manifest topic's read). Done
+# again is safe: it is what a crash and Spark's replay of the same batch id do.
+KAFKA_DOWN: tuple[type[BaseException], ...] = (DeliveryTimeout, KafkaException, DependencyUnavailable)
+KAFKA_RETRY_MAX_S = 30.0
 
 
 @dataclass
@@ -67,6 +75,7 @@ class RunLoop(JobParts):
     compaction: CompactionTrigger
     dlq: DeadLetters
     outage: RedisOutage
+    kafka_outage: Outage
     spark: SparkSession | None
     verbose: bool
     _closers: list[Callable[[], None]]
@@ -139,14 +148,17 @@ class RunLoop(JobParts):
         opened = not self.readiness.ready() and self.readiness.observe(batch.end_offsets())
         collected = batch.collected
         before = sum(self.controller.outcomes.values())
-        done = self.outage.retry(
-            lambda: self._merge_and_decide(batch, opened), f"batch {batch.batch_id} waits", give_up=lambda: self.forced
+        waits, forced = f"batch {batch.batch_id} waits", lambda: self.forced
+        done = self.kafka_outage.retry(
+            lambda: self.outage.retry(lambda: self._merge_and_decide(batch, opened), waits, give_up=forced),
+            waits,
+            give_up=forced,
         )
         if done is None:
             return  # the state was lost: nothing merged, the run loop rebuilds
         config, touched = done
         rejected = collected.rejected + config.rejected
-        self.dlq.publish(rejected, now_ms())
+        self.kafka_outage.retry(lambda: self.dlq.publish(rejected, now_ms()), waits, give_up=forced)
         for row in rejected:
             self.metrics.dlq_records.labels(row["stream"], row["error"]).inc()
         for (stream, kind), n in collected.counts.items():

@@ -1,5 +1,5 @@
-"""Riding out a Redis outage: the failing step waits and is tried again, with one log line when it starts and one
-when it ends — never a traceback per batch."""
+"""Riding out an outage of a dependency (Redis; Kafka on the batch path): the failing step waits and is tried again,
+with one log line when it starts and one when it ends — never a traceback per batch, never an exit."""
 
 from __future__ import annotations
 
@@ -26,10 +26,21 @@ REDIS_DOWN: tuple[type[BaseException], ...] = (
 )
 
 
-class RedisOutage:
-    """Tracks whether Redis is down, for every caller of one process (batches and the deadline ticker)."""
+class Outage:
+    """Tracks whether a dependency is down, for every caller of one process (batches and the deadline ticker): the
+    errors in `errors` mean "not answering now", anything else passes through."""
 
-    def __init__(self, max_backoff_s: float = 10.0, on_change: Callable[[bool], None] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        errors: tuple[type[BaseException], ...],
+        max_backoff_s: float = 10.0,
+        on_change: Callable[[bool], None] | None = None,
+        down: str = "unreachable",
+    ) -> None:
+        self.name = name
+        self.errors = errors
+        self.down = down
         self.max_backoff_s = max_backoff_s
         self.on_change = on_change or (lambda down: None)
         self.down_since: float | None = None
@@ -40,15 +51,15 @@ class RedisOutage:
             self.down_since = time.monotonic()
             self.outages += 1
             cause = (str(exc).splitlines() or [type(exc).__name__])[0] or type(exc).__name__
-            log.warning("Redis unreachable (%s): %s, retrying with backoff until it answers", cause, what)
+            log.warning("%s %s (%s): %s, retrying with backoff until it answers", self.name, self.down, cause, what)
             self.on_change(True)
 
     def answered(self, started: float | None = None) -> None:
-        """A step Redis answered. One that began before the outage was seen (`started`, monotonic) says nothing of
-        now: its calls may all have been answered before Redis went (a batch's merge finishing while the ticker meets
-        the dead server), and the outage would be announced twice."""
+        """A step the dependency answered. One that began before the outage was seen (`started`, monotonic) says
+        nothing of now: its calls may all have been answered before it went (a batch's merge finishing while the
+        ticker meets the dead server), and the outage would be announced twice."""
         if self.down_since is not None and (started is None or started >= self.down_since):
-            log.info("Redis answers again after %.1fs", time.monotonic() - self.down_since)
+            log.info("%s answers again after %.1fs", self.name, time.monotonic() - self.down_since)
             self.down_since = None
             self.on_change(False)
 
@@ -59,14 +70,14 @@ class RedisOutage:
         give_up: Callable[[], bool] = lambda: False,
         sleep: Callable[[float], object] = time.sleep,
     ) -> T:
-        """Run `step` until Redis answers it; steps must be safe to repeat (merges are idempotent per batch id).
-        `give_up()` true (a forced stop) re-raises the last error instead of waiting on."""
+        """Run `step` until the dependency answers it; steps must be safe to repeat (merges are idempotent per batch
+        id). `give_up()` true (a forced stop) re-raises the last error instead of waiting on."""
         delay = 0.2
         while True:
             started = time.monotonic()
             try:
                 result = step()
-            except REDIS_DOWN as exc:
+            except self.errors as exc:
                 self.failed(exc, what)
                 if give_up():
                     raise
@@ -75,3 +86,10 @@ class RedisOutage:
                 continue
             self.answered(started)
             return result
+
+
+class RedisOutage(Outage):
+    """Redis, for every caller of one process."""
+
+    def __init__(self, max_backoff_s: float = 10.0, on_change: Callable[[bool], None] | None = None) -> None:
+        super().__init__("Redis", REDIS_DOWN, max_backoff_s, on_change)

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from compactd.daemon.application import Application
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.spark
 HOUR = 3_600_000
@@ -201,3 +201,40 @@ def test_deadline_fires_without_new_events_within_one_trigger(spark, cluster, jo
     assert deadline <= rec.decided_at <= deadline + interval + 500
     audit = cluster.read_all(settings.topics.actions)
     assert [(a["action"], a["status"]) for a in audit] == [("compact", "dry_run")]
+
+
+def test_a_dlq_the_broker_cannot_take_holds_the_batch_and_the_job_goes_on(spark, cluster, job_settings, caplog) -> None:
+    """Issue 64, item 11: Kafka I/O on the batch path that is not retried ended `compactd run` (only Redis errors
+    were). Here the DLQ refuses every write (its `max.message.bytes` below a DLQ record, as a broker refuses a write
+    for an ACL taken away or too few in-sync replicas) until the operator fixes the topic. The batch waits, one line
+    says why, and it is done once the DLQ takes writes again; nothing is lost. Before the fix: the query failed on
+    DeliveryTimeout and `run --once` raised."""
+    import logging
+    import threading
+
+    settings = job_settings()
+    seg, dlq = settings.topics.segments, settings.topics.dlq
+    cluster.create(seg)
+    cluster.create(dlq, 1, {"max.message.bytes": "200"})  # a DLQ record is larger: refused, MESSAGE_TOO_LARGE
+    cluster.send_raw(seg, b"{definitely not json", key=b"bad-key")
+    cluster.flush()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with Application(settings, spark=spark) as job:
+                job.run(once=True)
+        except BaseException as exc:  # the test reports it
+            failed.append(exc)
+
+    with caplog.at_level(logging.WARNING):
+        worker = threading.Thread(target=run)
+        worker.start()
+        waiting = wait_until("the batch waiting on Kafka", lambda: ([r.getMessage() for r in caplog.records
+                             if r.getMessage().startswith("Kafka unavailable")] or failed), bool, 120)  # fmt: skip
+        assert failed == []
+        cluster.alter(dlq, {"max.message.bytes": None})  # the broker's default again
+        worker.join(180)
+    assert not worker.is_alive() and failed == [], failed
+    assert len(waiting) == 1 and "batch" in waiting[0] and "retrying" in waiting[0], waiting
+    assert [d["reason"] for d in cluster.read_all(dlq)][:1] == ["malformed_json"]
