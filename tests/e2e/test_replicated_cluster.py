@@ -1102,3 +1102,51 @@ def test_a_reassignment_to_another_node_then_its_election_under_a_running_job(sp
     print(f"reassigned {placed} -> {moved}: after the new leaders, deletes on every partition {resumed:.1f} s, "
           f"each published by its new leader's agent {published:.1f} s, a delete on every partition after that "
           f"{again:.1f} s")  # fmt: skip
+
+
+@pytest.mark.soak
+def test_a_dlq_whose_follower_stopped_holds_the_batch_and_the_job_goes_on(spark, kafka3, job_settings, caplog) -> None:
+    """Issue 64, item 11 on three nodes: the DLQ on two replicas with `min.insync.replicas` 2, its follower stopped
+    (SIGSTOP): no DLQ write is acknowledged (it waits for the follower, then NOT_ENOUGH_REPLICAS once the follower
+    left the ISR). Before: the batch's DLQ flush raised DeliveryTimeout after 30 s, failing the query and ending the
+    job. Now the batch waits with one line, is done once the follower resumed, and the job goes on (a later event
+    merged); ground truth is the DLQ topic's content."""
+    import logging
+
+    for node in kafka3.nodes:
+        node.start()
+    cluster = Cluster(kafka3.bootstrap, replication=3)
+    settings = job_settings(bootstrap_servers=kafka3.bootstrap, trigger_interval_ms=500)
+    t = settings.topics
+    cluster.create(t.segments)
+    leader, follower = 1, 2  # node 3 keeps the KRaft quorum with node 1 while node 2 is stopped
+    creator = kraft.admin(cluster.conn)  # must outlive the future
+    creator.create_topics([NewTopic(t.dlq, num_partitions=1, replica_assignment=[[leader, follower]],
+                                    config={"min.insync.replicas": "2"})])[t.dlq].result(30)  # fmt: skip
+    wait_until(f"{t.dlq} led by {leader}, both in sync", lambda: replicas(cluster, t.dlq),
+               lambda r: r[0] == leader and sorted(r[2]) == [leader, follower], 60, tolerate=kraft.not_yet)  # fmt: skip
+    stopped = kafka3.node(follower)
+    assert stopped.proc is not None
+    now = int(time.time() * 1000)
+    with caplog.at_level(logging.WARNING), Application(settings, spark=spark) as job, Running(job) as running:
+        merged = lambda: job.metrics.registry.get_sample_value(  # noqa: E731
+            "compactd_last_batch_timestamp_seconds", {"cluster": settings.cluster}
+        )
+        wait_until("the job's first batch", merged, bool, 120)
+        os.kill(stopped.proc.pid, signal.SIGSTOP)
+        try:
+            cluster.send_raw(t.segments, b"{definitely not json", key=b"bad-key")
+            cluster.flush()
+            waiting = wait_until("the batch waiting on Kafka", lambda: [r.getMessage() for r in caplog.records
+                                 if r.getMessage().startswith("Kafka unavailable")], bool, 150)  # fmt: skip
+            running.assert_alive()
+        finally:
+            os.kill(stopped.proc.pid, signal.SIGCONT)
+        wait_until("the DLQ record written", lambda: [d["reason"] for d in cluster.read_all(t.dlq)],
+                   lambda got: got[:1] == ["malformed_json"], 120)  # fmt: skip
+        cluster.send(t.segments, old_segments("later", [100], now))
+        wait_until("a later event merged", lambda: settings.redis_state().view("later", 0).segments, bool, 60)
+        running.assert_alive()
+    assert not running.failed, running.failed
+    assert len(waiting) == 1 and "retrying" in waiting[0], waiting
+    print(f"held with: {waiting[0]}")

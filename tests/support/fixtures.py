@@ -138,8 +138,15 @@ class Cluster:
 
     def recreate(self, topic: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
         """Delete `topic` and create it again: a new, empty log under the same name. Returns once the new incarnation
-        is what the broker serves (kraft.until_recreated): records written before that may land in the old log."""
+        is what the broker serves (kraft.until_recreated): records written before that may land in the old log.
+
+        The helper's producer is made anew first: the old one refreshes the metadata of every topic it wrote to
+        (every 10 s, compactd's client default), and the broker's `auto.create.topics.enable` answered such a
+        refresh of the deleted topic by creating it again, before this call could (TOPIC_ALREADY_EXISTS; or
+        "Unknown topic" from its cache right after: two clean-clone runs of test_lifecycle failed so)."""
         old = kraft.look(self.conn, topic).id
+        self.flush()
+        self.producer = Producer(self.conn.client("producer", {"linger.ms": 1, "acks": "all"}))
         self.delete(topic)
         new = NewTopic(topic, partitions, self.replication, config=config or {})
         for fut in self.admin.create_topics([new]).values():
