@@ -195,6 +195,16 @@ def test_min_compaction_lag_keeps_young_records_beyond_the_horizon(cluster, job_
 FILLER = 60_000
 
 
+def transactional(cluster, topic: str) -> Any:
+    """`topic`, created with one partition, and a transactional producer of it, ready."""
+    from confluent_kafka import Producer
+
+    cluster.create(topic, 1)
+    tx = Producer(cluster.conn.client("producer", {"transactional.id": f"{topic}-tx"}))
+    tx.init_transactions(30)
+    return tx
+
+
 @pytest.mark.parametrize("map_mb", [256, 1], ids=["jvm", "python"])
 def test_compactds_own_headers_on_source_records_mean_nothing(cluster, job_settings, redis_url, spark, map_mb):
     """Issue 64, item 9: a source mirrored from a view (MirrorMaker 2 copies headers) carries `compactd.deleted_at`
@@ -227,12 +237,8 @@ def test_a_users_read_uncommitted_never_lets_an_aborted_record_win(cluster, job_
     compactd's read_committed on the Python read path (a task whose key map does not fit, map_mb 1): the aborted
     record, the key's highest offset, won. The compaction always reads committed data, on either path. Before the
     fix the python case printed: [(b'a', b'aborted')] == [(b'a', b'committed')]."""
-    from confluent_kafka import Producer
-
     topic = cluster.name(f"txnu{map_mb}")
-    cluster.create(topic, 1)
-    tx = Producer(cluster.conn.client("producer", {"transactional.id": f"{topic}-tx"}))
-    tx.init_transactions(30)
+    tx = transactional(cluster, topic)
     tx.begin_transaction()
     tx.produce(topic, key=b"a", value=b"committed", partition=0)
     for i in range(FILLER):  # more keys than a 1 MiB map holds: the partition overflows to the Python path
@@ -257,12 +263,8 @@ def test_a_users_read_uncommitted_never_lets_an_aborted_record_win(cluster, job_
 def test_aborted_records_never_win_and_an_open_transaction_holds_the_horizon(
     cluster, job_settings, redis_url, spark, task_records
 ) -> None:
-    from confluent_kafka import Producer
-
     topic = cluster.name(f"txn{task_records}")
-    cluster.create(topic, 1)
-    tx = Producer(cluster.conn.client("producer", {"transactional.id": f"{topic}-tx"}))
-    tx.init_transactions(30)
+    tx = transactional(cluster, topic)
     tx.begin_transaction()
     tx.produce(topic, key=b"a", value=b"committed", partition=0)
     tx.commit_transaction(30)
