@@ -36,6 +36,7 @@ from compactd.kafka.config import KafkaConnection
 from compactd.kafka.coordinator import CoordinatorChild, error_text
 from compactd.kafka.share_state import read_to_ends, tail_consumer
 from compactd.model import PartitionOffsets
+from compactd.policy.thresholds import SOURCE_GROUP_PREFIX
 
 # group -> partition -> committed offset, for one topic
 TopicCommits = dict[str, dict[int, int]]
@@ -288,15 +289,18 @@ class ClusterGroupOffsets:
         with self._lock:
             try:
                 listed = self._list(ttl_s)
-                self._fetch(to_fetch(topic, holders, listed, self._fetched, self.monotonic(), self.ttl_s, fresh))
+                # compactd's own source groups commit nothing and never count (group_counts): not read, and a failed
+                # read of one (the Spark driver's group while its coordinator moves) holds nothing
+                counted = {g for g in listed if not g.startswith(f"{SOURCE_GROUP_PREFIX}-")}
+                self._fetch(to_fetch(topic, holders, counted, self._fetched, self.monotonic(), self.ttl_s, fresh))
             except DependencyUnavailable:
                 raise
             except Exception as exc:
                 self.reader.close()
                 raise self._unavailable(exc) from None
-            for gone in self._fetched.keys() - listed:
+            for gone in self._fetched.keys() - counted:
                 del self._fetched[gone]
-            why = failure_for(listed, self._fetched)
+            why = failure_for(counted, self._fetched)
             if why is not None:
                 raise DependencyUnavailable(
                     "Kafka (group offsets)", self.conn.bootstrap_servers, "the groups' ACLs", why
@@ -307,7 +311,7 @@ class ClusterGroupOffsets:
                 for (t, p), off in (got.offsets or {}).items():
                     if t == topic:
                         out.setdefault(group, {})[p] = Commit(off, given.get((t, p), -1))
-            assigned = self._assigned_to(topic, listed, ttl_s) - out.keys()
+            assigned = self._assigned_to(topic, counted, ttl_s) - out.keys()
         return GroupCheck(out, frozenset(holders - listed), frozenset(assigned))
 
     def _assigned_to(self, topic: str, listed: set[str], ttl_s: float) -> set[str]:
