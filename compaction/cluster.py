@@ -55,6 +55,15 @@ class CompactionCluster:
         self._ensured: set[str | tuple[str, str]] = set()  # `forget` after a failure
 
     @property
+    def log(self) -> Any:
+        """kafka.topics.ClusterTopics: the log's own records (their leader epochs), as the delete checks read them."""
+        from compactd.kafka.topics import ClusterTopics
+
+        if self._topics is None:
+            self._topics = ClusterTopics(self.conn, self.timeout_s)
+        return self._topics
+
+    @property
     def admin(self) -> Any:
         if self._admin is None:
             self._admin = admin_client(self.conn, self.timeout_s)
@@ -62,13 +71,10 @@ class CompactionCluster:
 
     def topic_id(self, topic: str) -> str | None:
         """The topic's ID (KIP-516), None where the broker reports none or cannot say."""
-        from compactd.kafka.topics import ClusterTopics
         from compactd.policy.identity import known_id
 
-        if self._topics is None:  # one for the cluster's life: the job asks every check of every viewed topic
-            self._topics = ClusterTopics(self.conn, self.timeout_s)
-        try:
-            return known_id(self._topics.describe([topic]).ids.get(topic))
+        try:  # one ClusterTopics for the cluster's life: the job asks every check of every viewed topic
+            return known_id(self.log.describe([topic]).ids.get(topic))
         except Exception:  # an older broker without DescribeTopics: the log's own evidence decides
             return None
 
@@ -127,9 +133,12 @@ class CompactionCluster:
             return None
         return len(md.partitions)
 
-    def offsets(self, topic: str, spec: str | int, count: int, committed: bool = True) -> dict[int, int]:
+    def offsets(
+        self, topic: str, spec: str | int, count: int, committed: bool = True, epochs: dict[int, int] | None = None
+    ) -> dict[int, int]:
         """Per partition: "earliest", "latest" (the last stable offset under read_committed), or the first offset
-        whose timestamp is ≥ an epoch-ms value (-1 where none is)."""
+        whose timestamp is ≥ an epoch-ms value (-1 where none is). `epochs`, when given, gets each partition's
+        leader epoch as the answer carries it (for "latest": the leader's epoch now)."""
         from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
@@ -142,9 +151,12 @@ class CompactionCluster:
         level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         request = {TopicPartition(topic, p): ospec for p in range(count)}
         out: dict[int, int] = {}
+        got: dict[Any, int] | None = {} if epochs is not None else None
         try:
-            for tp, offset in list_offsets(self.admin, request, level, self.timeout_s).items():
+            for tp, offset in list_offsets(self.admin, request, level, self.timeout_s, got).items():
                 out[tp.partition] = offset
+            if epochs is not None and got is not None:
+                epochs.update({tp.partition: e for tp, e in got.items()})
         except KafkaException as exc:
             raise ClusterError(f"cannot list offsets of {topic}: {exc.args[0].str()}") from None
         return out

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from compactd.compaction.strategy import Strategy
+from compactd.policy.identity import written_after
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,10 @@ class ViewPartition:
     # -1: written before delta runs existed, a full rewrite (`base_end` = `view_end`)
     base_end: int = -1
     base_at: int = 0  # when the last full rewrite ran: its tombstones' clock (delete.retention.ms)
+    # the source partition's leader epoch when the run read it: every record below the horizon was written under it
+    # or an earlier one, and a record there of a later epoch was written after (an unclean leader election truncated
+    # the log under the view: `written_again`). -1: not known (a manifest from before, or a broker that says none)
+    epoch: int = -1
 
     @property
     def base(self) -> int:
@@ -155,6 +160,9 @@ class RunRange:
     horizon: int  # the new horizon: the delta is source offsets [source_start, horizon)
     # the delta's winners are appended after the previous generation's range, which is not read (`delta_partitions`)
     append: bool = False
+    # view records of source offsets at or past it are not read (-1: all are): the source below the horizon was
+    # written again from there (`written_again`), and the delta is read from the source's log start instead
+    view_below: int = -1
 
 
 def plan_ranges(
@@ -163,6 +171,7 @@ def plan_ranges(
     stable: Mapping[int, int],
     young_from: Mapping[int, int],
     append: frozenset[int] = frozenset(),
+    rewritten: Mapping[int, int] | None = None,
 ) -> list[RunRange]:
     """Per partition, what the next generation is made of.
 
@@ -170,18 +179,25 @@ def plan_ranges(
     records are beyond it). `young_from`: the first offset whose record is younger than `min.compaction.lag.ms`
     (absent when none is). The horizon is the lower of the two, never below the previous horizon; the delta starts
     at the previous horizon, or at the source's first offset for a partition never compacted. `append`: the
-    partitions whose delta is appended to the previous generation (`delta_partitions`).
+    partitions whose delta is appended to the previous generation (`delta_partitions`). `rewritten`: the
+    partitions an unclean leader election wrote again below the horizon, each with the source offset from which the
+    view's records are not kept (`rebuild_cut`): their delta is the source from its log start, and the horizon
+    never goes below what the source holds now.
     """
+    rewritten = rewritten or {}
     out = []
     for p in sorted(stable):
         pv = previous.partitions.get(str(p)) if previous is not None else None
         start = pv.horizon if pv is not None else source_low.get(p, 0)
+        cut = rewritten.get(p, -1) if pv is not None else -1
+        if cut >= 0:
+            start = source_low.get(p, 0)
         new = stable[p]
         if p in young_from and young_from[p] >= 0:
             new = min(new, young_from[p])
         new = max(new, start)
         vs, ve = (pv.view_start, pv.view_end) if pv is not None else (0, 0)
-        out.append(RunRange(p, vs, ve, start, new, pv is not None and p in append))
+        out.append(RunRange(p, vs, ve, start, new, pv is not None and p in append and cut < 0, cut))
     return out
 
 
@@ -278,6 +294,51 @@ def source_changed(
         if low.get(int(p), 0) < pv.source_low and not same_log:
             return f"partition {p} starts at {low.get(int(p), 0)}, below its log start {pv.source_low} then"
     return None
+
+
+def epoch_moved(published: Manifest | None, epochs: Mapping[int, int]) -> list[int]:
+    """The partitions whose leader epoch is later than when the published generation read them: only there may the
+    log below the horizon have been written again (an unclean leader election); a clean one never truncates below
+    the high watermark, which the horizon never passes. Each is looked into by the last record below its horizon
+    (`written_again`); the others cost nothing."""
+    if published is None or published.generation <= 0:
+        return []
+    return [
+        int(p)
+        for p, pv in sorted(published.partitions.items(), key=lambda kv: int(kv[0]))
+        if pv.epoch >= 0 and pv.horizon > 0 and epochs.get(int(p), -1) > pv.epoch
+    ]
+
+
+def written_again(pv: ViewPartition, below: tuple[int, int] | None) -> bool:
+    """Whether `below`, (offset, epoch) of the last record below the horizon now, was written after the generation
+    read the partition: under a later leader epoch. Then an unclean leader election truncated the log under the
+    view and a new leader wrote it again: the view holds records no reader of the source will see, and lacks the
+    new ones (policy/identity.py `written_after`)."""
+    return written_after(pv.epoch, below)
+
+
+def written_again_line(published: Manifest, again: Mapping[int, int]) -> str:
+    """One line for the partitions `written_again` found: partition -> the offset of its last record below the
+    horizon, of a later leader epoch."""
+    parts = ", ".join(
+        f"{p} (offset {off} below the horizon {published.horizon(p)} is of an epoch after "
+        f"{published.partitions[str(p)].epoch})"
+        for p, off in sorted(again.items())
+    )
+    return f"an unclean leader election wrote the source again under the view: partition {parts}"
+
+
+def rebuild_cut(low: int, first_later: int, at_log_start: bool) -> int | None:
+    """The source offset below which the view's records still hold, when the log was written again from
+    `first_later` (the first record of a later epoch, `at_log_start` when it is the first record the log holds):
+    what the view holds below the source's log start (the source lost it), or below `first_later` when the log
+    start is past it. None when the log holds no record of the old epoch: where it was cut cannot be known, and
+    any view record from the log start down may be of the lost epoch (a run publishes only with `--accept-gap`,
+    keeping those below the log start, or `--rebuild`)."""
+    if at_log_start:
+        return None
+    return min(low, first_later)
 
 
 def garbage_below(manifest: Manifest, now: int, grace_ms: int) -> dict[int, int]:

@@ -25,10 +25,13 @@ from compactd.compaction.manifest import (
     Previous,
     ViewPartition,
     delta_partitions,
+    epoch_moved,
     find_gaps,
     garbage_below,
     plan_ranges,
+    rebuild_cut,
     source_changed,
+    written_again,
 )
 from compactd.compaction.spark_run import ReadRange, RunInput, WriteSpec, run_phases, split
 from compactd.compaction.store import MANIFEST_TOPIC_CONFIG, CompactionState, Holder, Lease, ManifestLog
@@ -158,6 +161,8 @@ class Compactor:
         self.spark = spark
         self.clock = clock
         self.conn = settings.kafka_connection()
+        # (topic, partition, horizon, the generation's epoch, the epoch now) -> the last record below the horizon
+        self._below: dict[tuple[str, int, int, int, int], tuple[int, int] | None] = {}
 
     def thresholds(self, topic: str) -> Thresholds:
         return resolve(self.layers(), topic)
@@ -238,7 +243,8 @@ class Compactor:
             raise RunFailed(refused)
         topic_id = cluster.topic_id(topic)
         low = cluster.offsets(topic, "earliest", count)
-        high = cluster.offsets(topic, "latest", count, committed=False)
+        epochs: dict[int, int] = {}  # each partition's leader epoch now: what the records read below were written in
+        high = cluster.offsets(topic, "latest", count, committed=False, epochs=epochs)
         published = manifest if manifest is not None and manifest.generation > 0 else None
         changed = source_changed(published, count, low, high, topic_id)
         lineage_why = f"the source is another log ({changed})" if changed else "--rebuild" if opts.rebuild else ""
@@ -247,6 +253,7 @@ class Compactor:
         gaps = [] if lineage_why else find_gaps(published, low)
         if gaps and not opts.accept_gap:
             raise ViewGap(topic, gaps)
+        rewritten = {} if lineage_why else self._rebuild_cuts(topic, published, epochs, low, opts.accept_gap)
         manifest = self._claim_view(topic, manifest, count, strategy, started, bool(lineage_why), record_bytes)
         self.collect(manifest, th.compaction_view_grace_ms)
         self._still_held(lease, topic)
@@ -259,11 +266,11 @@ class Compactor:
         append = delta_partitions(
             base, strategy, view_high, started, th.delete_retention_ms, th.compaction_view_dirty_ratio
         )
-        plan = plan_ranges(base, low, stable, young, append)
+        plan = plan_ranges(base, low, stable, young, append, rewritten)
         ranges: list[ReadRange] = []
         for r in plan:
             if not r.append:
-                ranges += split(manifest.view, r.partition, r.view_start, r.view_end, True)
+                ranges += split(manifest.view, r.partition, r.view_start, r.view_end, True, below=r.view_below)
             # past an accepted gap the source is read from what it still holds; elsewhere there is no gap to skip,
             # and a record deleted under the run fails its read (never a silent jump)
             ranges += split(topic, r.partition, max(r.source_start, low.get(r.partition, 0)), r.horizon, False)
@@ -343,6 +350,7 @@ class Compactor:
                 "horizon": r.horizon,
                 "beyond_since": started - lag if held_back and lag > 0 else started,
                 "source_low": low.get(r.partition, 0),
+                "epoch": epochs.get(r.partition, -1),
             }
             if r.append:  # the previous generation's range, the delta's winners after it
                 pv = published.partitions[str(r.partition)]  # type: ignore[union-attr]
@@ -429,6 +437,52 @@ class Compactor:
         )
         self.collect(new, th.compaction_view_grace_ms)
         return summary(new)
+
+    def written_again(self, topic: str, published: Manifest | None, epochs: dict[int, int]) -> dict[int, int]:
+        """The partitions whose log an unclean leader election wrote again below the published horizon, each with
+        the offset of the last record below it (of a later epoch than the generation read). Only partitions whose
+        leader epoch moved since are read (`epoch_moved`), one read each, and a partition's answer is kept while
+        its horizon and leader epoch stay: a clean election costs one read per partition until the next run."""
+        out: dict[int, int] = {}
+        for p in epoch_moved(published, epochs):
+            pv = published.partitions[str(p)]  # type: ignore[union-attr]
+            key = (topic, p, pv.horizon, pv.epoch, epochs[p])
+            if key not in self._below:
+                if len(self._below) > 10_000:
+                    self._below.clear()
+                self._below[key] = self.cluster.log.last_record_below(topic, p, pv.horizon)
+            below = self._below[key]
+            if written_again(pv, below):
+                out[p] = below[0]  # type: ignore[index]
+        return out
+
+    def _rebuild_cuts(
+        self, topic: str, published: Manifest | None, epochs: dict[int, int], low: dict[int, int], accept_gap: bool
+    ) -> dict[int, int]:
+        """Per partition written again under the view: the source offset below which its view records still hold
+        (`rebuild_cut`); the run reads the source from its log start there. Raises RunFailed (one line) where the
+        log holds no record of the epoch the view was read in, unless `--accept-gap`."""
+        cuts: dict[int, int] = {}
+        for p in self.written_again(topic, published, epochs):
+            pv = published.partitions[str(p)]  # type: ignore[union-attr]
+            first, at_start = self.cluster.log.first_record_after(topic, p, low.get(p, 0), pv.horizon, pv.epoch)
+            cut = rebuild_cut(low.get(p, 0), first, at_start)
+            if cut is None:
+                if not accept_gap:
+                    raise RunFailed(
+                        f"{topic}/{p}: an unclean leader election wrote the log again below the view's horizon "
+                        f"{pv.horizon} from its log start {low.get(p, 0)} or earlier, and what it cut is unknown: "
+                        "`compactd compact --accept-gap` keeps the view below the log start, `--rebuild` drops it"
+                    )
+                cut = low.get(p, 0)
+            log.warning(
+                "compaction of %s: partition %d was written again from offset %d under leader epoch > %d (an "
+                "unclean leader election below the horizon %d): rebuilt from the source's log start %d, the view "
+                "kept below %d",
+                topic, p, first, pv.epoch, pv.horizon, low.get(p, 0), cut,
+            )  # fmt: skip
+            cuts[p] = cut
+        return cuts
 
     def _drop_old_lineage(self, new: Manifest) -> None:
         """A new lineage just published: the old one's records are deleted at once, in every view partition (below the

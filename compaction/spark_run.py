@@ -104,10 +104,13 @@ class ReadRange(InputPartition):
     start: int
     end: int
     from_view: bool
+    below: int = -1  # a view range: its records of source offsets at or past it are not read (-1: all are)
 
 
-def split(topic: str, partition: int, start: int, end: int, from_view: bool, chunk: int = CHUNK) -> list[ReadRange]:
-    return [ReadRange(topic, partition, lo, min(end, lo + chunk), from_view) for lo in range(start, end, chunk)]
+def split(
+    topic: str, partition: int, start: int, end: int, from_view: bool, chunk: int = CHUNK, below: int = -1
+) -> list[ReadRange]:
+    return [ReadRange(topic, partition, lo, min(end, lo + chunk), from_view, below) for lo in range(start, end, chunk)]
 
 
 def follows(before: ReadRange, after: ReadRange) -> bool:
@@ -190,6 +193,8 @@ class _InputReader(DataSourceReader):
                 combiner = Combiner(where.partition, strategy, retain)
             rng = KafkaRange(where.topic, where.partition, where.start, where.end)
             for msgs in read_messages(conf, rng, stall_ms, strict=True):
+                if where.below >= 0:  # the view past where the source was written again (`plan_ranges`)
+                    msgs = [m for m in msgs if message_fields(m, True, where)[0] < where.below]
                 combiner.add(msgs, where)
                 if combiner.held >= held_max:
                     yield combiner.emit()

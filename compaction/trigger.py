@@ -23,7 +23,15 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge
 
-from compactd.compaction.manifest import Manifest, RunDue, find_gaps, garbage_below, run_due, source_changed
+from compactd.compaction.manifest import (
+    Manifest,
+    RunDue,
+    find_gaps,
+    garbage_below,
+    run_due,
+    source_changed,
+    written_again_line,
+)
 from compactd.compaction.service import Compactor, ViewGap, eligible
 from compactd.compaction.store import RunInProgress
 from compactd.compaction.takeover import Takeover, Takeovers, wanted
@@ -95,6 +103,7 @@ class CompactionTrigger:
         self.running: dict[str, threading.Thread] = {}
         self.said_dry: set[str] = set()
         self.said_gap: set[str] = set()
+        self.said_again: set[str] = set()  # topics whose source was said to be written again under the view
         self.failing: dict[str, tuple[int, float]] = {}  # topic -> (failed runs in a row, monotonic time of the next)
         self._retentions: dict[str, tuple[float, tuple[str | None, int | None, str] | None]] = {}
         self._checked_at = 0.0
@@ -222,16 +231,29 @@ class CompactionTrigger:
             self.metrics.compaction_retention_left.labels(topic).set(due.retention_left_ms / 1000)
         if manifest is not None and manifest.generation > 0:
             low = cluster.offsets(topic, "earliest", count)
-            high = cluster.offsets(topic, "latest", count, committed=False)
+            epochs: dict[int, int] = {}
+            high = cluster.offsets(topic, "latest", count, committed=False, epochs=epochs)
             changed = source_changed(manifest, count, low, high, cluster.topic_id(topic))
-            gaps = [] if changed else find_gaps(manifest, low)
+            # an unclean leader election that truncated the log below the horizon and had it written again: the
+            # view holds records no reader of the source will see and lacks the new ones. Deletes wait (capped at
+            # 0) for the run that rebuilds those partitions from the source
+            again = {} if changed else self.compactor.written_again(topic, manifest, epochs)
+            gaps = [] if changed or again else find_gaps(manifest, low)
             self.metrics.compaction_gap_records.labels(topic).set(sum(g.end - g.start for g in gaps))
             # a new view published (here or by `compactd compact`) caps again
-            if self.caps.another_log(topic, bool(changed)) and changed:
+            if self.caps.another_log(topic, bool(changed or again)) and changed:
                 log.warning("compaction of %s: the source is another log (%s): deletes wait for a new view",
                             topic, changed)  # fmt: skip
+            elif again and topic not in self.said_again:
+                self.said_again.add(topic)
+                log.warning("compaction of %s: %s: deletes wait for the run that rebuilds them",
+                            topic, written_again_line(manifest, again))  # fmt: skip
+            if not again:
+                self.said_again.discard(topic)
             if changed:
                 due = RunDue(True, f"the source is another log than the view's ({changed})")
+            elif again:
+                due = RunDue(True, written_again_line(manifest, again))
             self._takeover(topic, th, manifest)
             if gaps:
                 if topic not in self.said_gap and topic not in self.running:

@@ -89,6 +89,15 @@ class ViewCaps:
             return 0  # the view is of another log: nothing of this one is in it yet
         return retention_cap(manifest, th.compaction_service, partition, now, th.compaction_view_grace_ms)
 
+    def epoch_read(self, topic: str, partition: int) -> int:
+        """The leader epoch the published generation read the partition under, as the last `cap` read the manifest
+        (-1: no view, or not known). A source that is another log is capped at 0 already."""
+        manifest = self._manifests.get(topic)
+        if topic in self.changed or manifest is None or manifest.generation <= 0:
+            return -1
+        pv = manifest.partitions.get(str(partition))
+        return -1 if pv is None else pv.epoch
+
     # -- the published manifests
     def manifest(self, topic: str) -> Manifest | None:
         """The published manifest: the Redis mirror, refreshed from the manifest topic when it has none — a missing

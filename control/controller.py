@@ -71,6 +71,10 @@ class ViewCapReader(Protocol):
     def take_moved(self) -> list[str]:
         """The topics whose cap moved since the last call."""
 
+    def epoch_read(self, topic: str, partition: int) -> int:
+        """The leader epoch the published view read the partition under, as the last `cap` found it (-1: no view,
+        or not known)."""
+
 
 def _no_probe(point: str, batch_id: int) -> None:
     pass

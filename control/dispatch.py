@@ -18,7 +18,7 @@ from compactd.control.evaluation import BatchThresholds
 from compactd.control.identity import BehindHighWatermark
 from compactd.errors import DeliveryTimeout, DependencyUnavailable
 from compactd.model import ActionRecord, PartitionView
-from compactd.policy.identity import commit_outlived, report_outlived
+from compactd.policy.identity import commit_outlived, report_outlived, view_outlived
 from compactd.policy.plan import NOT_CAUGHT_UP, cluster_check, send_check
 from compactd.policy.readers import fold_view, readers_say_no
 from compactd.policy.thresholds import Thresholds, group_counts, resolve_global, topic_excluded
@@ -195,6 +195,7 @@ class Dispatch:
                         self._stale(rec, now, view)
                         or self._cluster_says_no(rec, th)
                         or self._reports_outlived(rec, view)
+                        or self._view_outlived(rec)
                         # the topic's ID again, last: the checks above may take seconds (a coordinator child's
                         # start, two request timeouts, log reads), and DeleteRecords goes by name. A topic deleted
                         # and created again meanwhile lost its groups' offsets: the group check held nothing
@@ -380,6 +381,32 @@ class Dispatch:
         why = report_outlived(below, segments, epochs)
         if why is not None:
             log.warning("delete of %s/%d before %s skipped: %s", rec.topic, rec.partition, rec.before_offset, why)
+        return why
+
+    def _view_outlived(self, rec: ActionRecord) -> str | None:
+        """The last guard before a delete under a compacted view goes: the log below it was not written again since
+        the view read it (an unclean leader election under the view, policy/identity.py `view_outlived`). The
+        compaction trigger finds it too, and caps the topic's deletes at 0 until the view is rebuilt; this holds the
+        deletes decided before its next check. Only a partition whose leader epoch moved since is read (the last
+        record below the delete; Read on the topic). Raises DependencyUnavailable when the log cannot say."""
+        reader = self.lifecycle.reader
+        if reader is None or self.view_caps is None or rec.action != "delete_records" or rec.before_offset is None:
+            return None
+        epoch_read = self.view_caps.epoch_read(rec.topic, rec.partition)  # as `_why_not_now`'s fresh cap read it
+        if epoch_read < 0:
+            return None
+        try:
+            _, epoch_now = reader.leader_epoch(rec.topic, rec.partition)
+            if epoch_now <= epoch_read:
+                return None  # no leader since the view read the partition: nothing was written again
+            below = reader.last_record_below(rec.topic, rec.partition, rec.before_offset)
+        except Exception as exc:
+            raise DependencyUnavailable(
+                "Kafka (the log under the compacted view)", rec.topic, "Read on the topic", str(exc)
+            ) from None
+        why = view_outlived(epoch_read, rec.before_offset, below)
+        if why is not None:
+            log.warning("delete of %s/%d before %s held back: %s", rec.topic, rec.partition, rec.before_offset, why)
         return why
 
     def _finish(self, finished: list[ActionRecord]) -> None:

@@ -8,6 +8,7 @@ authorization error for one it may not see (never mistaken for a deleted topic).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,8 @@ class ClusterTopics:
         self._admin: Any = None
         self._consumer: Any = None
         self._reader: Any = None  # reads the last record below a group's commit (`last_record_below`)
+        # one reader, assigned per read: the compaction trigger and a run's thread share one ClusterTopics
+        self._reading = threading.RLock()
 
     def _clients(self) -> tuple[Any, Any]:
         if self._admin is None:
@@ -142,10 +145,14 @@ class ClusterTopics:
         taken as no evidence), a binary search down to the log start: one fetch a step, each asking for the first
         record at or after a position. A log has no way to be read backwards; this takes about log2(offsets) fetches,
         however far the record is."""
-        from confluent_kafka import TopicPartition
-
         if offset <= 0:
             return None
+        with self._reading:
+            return self._last_record_below(topic, partition, offset)
+
+    def _last_record_below(self, topic: str, partition: int, offset: int) -> tuple[int, int] | None:
+        from confluent_kafka import TopicPartition
+
         reader = self._record_reader()
         found = self._first_in(reader, topic, partition, max(0, offset - LOOKBACK), offset, last=True)
         if found is None:
@@ -160,6 +167,44 @@ class ClusterTopics:
                 else:
                     found = later
         return found
+
+    def first_record_after(self, topic: str, partition: int, start: int, end: int, epoch: int) -> tuple[int, bool]:
+        """Where the log in [start, end) stops being what leader epoch `epoch` wrote: (the offset of the first record
+        written under a later epoch, whether it is the range's first record). An unclean leader election truncates
+        a log and its new leader writes from there under a later epoch; epochs only rise along a log, so a binary
+        search over positions finds that offset in about log2(end - start) fetches. The caller knows a later
+        record lies below `end`; where none does (the log changed again meanwhile), (end, False)."""
+        with self._reading:
+            return self._first_record_after(topic, partition, start, end, epoch)
+
+    def _first_record_after(self, topic: str, partition: int, start: int, end: int, epoch: int) -> tuple[int, bool]:
+        reader = self._record_reader()
+        first = self._first_in(reader, topic, partition, start, end)
+        if first is None:
+            return end, False
+        if first[1] > epoch or first[1] < 0:
+            return first[0], True
+        known = self._first_later(reader, topic, partition, first[0] + 1, end, epoch)
+        if known is None:
+            return end, False
+        lo, hi = first[0] + 1, known  # the smallest position whose first record is a later epoch's, in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            found = self._first_in(reader, topic, partition, mid, known + 1)
+            if found is None:  # `known` itself is gone: the log changed again under the search
+                break
+            if found[1] > epoch:
+                hi, known = mid, found[0]
+            else:
+                lo = found[0] + 1
+        return known, False
+
+    def _first_later(self, reader: Any, topic: str, partition: int, start: int, end: int, epoch: int) -> int | None:
+        """The offset of a record of a later epoch than `epoch` in [start, end): the last record below `end`."""
+        last = self.last_record_below(topic, partition, end)
+        if last is None or last[0] < start or last[1] <= epoch:
+            return None
+        return last[0]
 
     def _record_reader(self) -> Any:
         if self._reader is None:

@@ -50,9 +50,17 @@ def watermarks(consumer: Any, topic: str, partition: int, timeout_s: float) -> t
             time.sleep(0.1)
 
 
-def list_offsets(admin: Any, request: dict[Any, Any], isolation_level: Any, timeout_s: float) -> dict[Any, int]:
+def list_offsets(
+    admin: Any,
+    request: dict[Any, Any],
+    isolation_level: Any,
+    timeout_s: float,
+    epochs: dict[Any, int] | None = None,
+) -> dict[Any, int]:
     """ListOffsets through the Admin API, {TopicPartition: OffsetSpec} -> {TopicPartition: offset}; the partitions
-    whose leader is being elected are asked again until `timeout_s` (any other error raises KafkaException)."""
+    whose leader is being elected are asked again until `timeout_s` (any other error raises KafkaException).
+    `epochs`, when given, gets each answer's leader epoch (-1: none): for a latest offset, the partition's leader
+    epoch now."""
     from confluent_kafka import KafkaException
 
     deadline = time.monotonic() + timeout_s
@@ -63,7 +71,10 @@ def list_offsets(admin: Any, request: dict[Any, Any], isolation_level: Any, time
         again = {}
         for tp, fut in futures.items():
             try:
-                out[tp] = fut.result(timeout=timeout_s).offset
+                got = fut.result(timeout=timeout_s)
+                out[tp] = got.offset
+                if epochs is not None:
+                    epochs[tp] = got.leader_epoch if got.leader_epoch is not None else -1
             except KafkaException as exc:
                 if exc.args[0].name() not in LEADER_MOVING or time.monotonic() >= deadline:
                     raise

@@ -180,3 +180,25 @@ def report_outlived(
                 f"{epoch}): the log was written again under the report (an unclean leader election?)"
             )
     return None
+
+
+def written_after(epoch_read: int, below: tuple[int, int] | None) -> bool:
+    """Whether `below`, (offset, leader epoch) of a record in the log now, was written after a reader read the log
+    under leader epoch `epoch_read` (every record it read was written in that epoch or an earlier one). Then an
+    unclean leader election truncated the log under that reader and a new leader wrote it again. -1 on either side
+    cannot say (a record without an epoch, magic 0/1: neither could Kafka's replication before KIP-101)."""
+    return below is not None and epoch_read >= 0 and below[1] > epoch_read
+
+
+def view_outlived(epoch_read: int, before: int, below: tuple[int, int] | None) -> str | None:
+    """Why a delete before `before`, capped by a compacted view, must not go (None: it may): `below`, the last record
+    below it now, was written after the view read the partition under leader epoch `epoch_read`, so the view may
+    not hold it, nor anything the log was written again with from there. Held until a run rebuilds the view."""
+    if not written_after(epoch_read, below):
+        return None
+    assert below is not None
+    return (
+        f"the record at {below[0]}, below the delete's {before}, was written under leader epoch {below[1]}, after "
+        f"the compacted view read the partition under epoch {epoch_read}: an unclean leader election wrote the log "
+        "again under the view; held until a run rebuilds it"
+    )

@@ -627,6 +627,127 @@ def test_an_unclean_election_that_writes_offsets_again_holds_the_consumed_and_th
     kafka3.node(first).start()  # it truncates its log to the new leader's and follows
 
 
+def test_an_unclean_election_under_a_published_view_holds_the_delete_and_the_next_run_rebuilds_from_the_source(
+    kafka3, spark, job_settings, redis_url: str, rclient: redis.Redis
+) -> None:
+    """Issue 64 item 5. Two replicas, unclean elections allowed, min ISR 1. Keys a0-a49 (offsets 0-49), compacted
+    into a view (horizon 50); a delete to 20 (what consumed retention may do below the horizon): a0-a19 now live
+    only in the view. The follower is killed; the leader alone takes a20-a29 again ("lost") and b0-b39 (offsets
+    50-99), compacted too (horizon 100). The leader is killed and the follower elected though out of sync: its log
+    ends at 50, and new records c0-c59 take offsets 50-109 in a new epoch, past the old horizon, so neither the log
+    end nor the log start says anything changed.
+
+    A consumed-retention delete to 100 (the view's horizon caps it; the group read all 110 under the new leader) is
+    held: the record at 99 was written after the view read the partition (before: sent, and c0-c49, in no view,
+    were gone). The next run rebuilds the partition from the source (view records below its log start kept): the
+    view + source reads the new log's keys, a0-a19 from the view, no "lost" value and no b key (before: a delta
+    from 100, the truncated epoch's keys kept and c0-c49 missing). Then the delete goes."""
+    from compactd.compaction.service import Compactor
+    from compactd.compaction.strategy import Strategy
+    from compactd.compaction.view import CompactedReader, table
+    from compactd.compaction.view_caps import ViewCaps
+    from tests.support.compaction import Event, produce
+
+    for node in kafka3.nodes:
+        node.start()
+    cluster = Cluster(kafka3.bootstrap, replication=3)
+    conn = KafkaConnection(kafka3.bootstrap)
+    topic, actions, group = cluster.name("accounts"), cluster.name("actions"), cluster.name("billing")
+    cluster.create(actions)
+    first, second = 1, 2
+    unclean = {"cleanup.policy": "delete", "min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
+    creator = kraft.admin(conn)  # must outlive the future
+    creator.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[first, second]], config=unclean)])[
+        topic
+    ].result(30)
+    wait_until(f"{topic} led by {first}, both in sync", lambda: replicas(cluster, topic),
+               lambda r: r[0] == first and sorted(r[2]) == [first, second], 60, tolerate=kraft.not_yet)  # fmt: skip
+    now = int(time.time() * 1000)
+    kept = produce(cluster, topic, [Event(0, b"a%d" % i, b"a", now - 60_000 + i) for i in range(50)], 1)[0]
+    settings = job_settings(bootstrap_servers=kafka3.bootstrap)
+    comp = Compactor(settings, rclient, lambda: {"global": {"compaction.view.grace.ms": 0}}, lambda: spark)
+    assert comp.run(topic)["generation"] == 1
+    for fut in cluster.admin.delete_records([TopicPartition(topic, 0, 20)]).values():
+        fut.result(30)
+    assert cluster.watermarks(topic) == (20, 50)
+
+    kafka3.node(second).kill()
+    wait_until(f"{second} out of {topic}'s ISR", lambda: replicas(cluster, topic), lambda r: r[2] == [first], 60,
+               tolerate=kraft.not_yet)  # fmt: skip
+    lost = [Event(0, b"a%d" % i, b"lost", now - 30_000 + i) for i in range(20, 30)]
+    lost += [Event(0, b"b%d" % i, b"lost", now - 20_000 + i) for i in range(40)]
+    assert [r.offset for r in produce(cluster, topic, lost, 1)[0]] == list(range(50, 100))
+    second_run = comp.run(topic)
+    assert second_run["generation"] == 2
+
+    kafka3.node(first).kill()
+    kafka3.node(second).start()
+    wait_until(f"{second} elected for {topic}, unclean", lambda: replicas(cluster, topic), lambda r: r[0] == second,
+               120, tolerate=unanswered)  # fmt: skip
+    low, high = cluster.watermarks(topic)
+    # the log the new leader had; its log start 20 or, where it had not checkpointed the delete's (a minute), 0
+    assert high == 50 and low in (0, 20), (low, high)
+    new = produce(cluster, topic, [Event(0, b"c%d" % i, b"new", now + i) for i in range(60)], 1)[0]
+    assert [r.offset for r in new] == list(range(50, 110))
+    read_and_commit(kafka3.bootstrap, group, topic, low, 110)  # under the leader of now
+
+    # a consumed-retention delete the view's horizon (100) caps, decided before any compaction check
+    now = int(time.time() * 1000)  # past generation 2's publish: generation 1's horizon caps no more
+    state = RedisState(rclient)
+    ctl = Controller(
+        state,
+        {
+            "global": {"dry.run": False, "compaction.view.grace.ms": 0},
+            f"topic:{topic}": {"consumed.retention.ms": H, "compaction.service": True},
+        },
+        KafkaAdminSink(conn, state),
+        AuditLog(conn, actions),
+        Metrics(CollectorRegistry()),
+        clock=lambda: now,
+        cluster_offsets=ClusterGroupOffsets(conn, ttl_s=0).check,
+        view_caps=ViewCaps(comp.state, comp.log),
+        topics=ClusterTopics(conn),
+    )
+    bound = BatchChanges()
+    bound.topic(topic).log_start.append((0, low))
+    ctl.on_batch("s", 0, bound)
+    closed = now - 2 * H
+    changes = BatchChanges()
+    changes.topic(topic).segments.extend((0, Segment(b, e, closed, 100, closed)) for b, e in ((low, 50), (50, 100)))
+    changes.topic(topic).offsets.append((group, 0, 110))
+    ctl.on_batch("s", 1, changes)
+    decided = cluster.read_all(actions)
+    if not decided:
+        print(state.views([(topic, 0)]), ctl.view_caps.cap(topic, 0, ctl.thresholds(topic, 0), now, fresh=True))
+    [held] = decided
+    why = held["detail"].get("why", "")
+    print(f"delete under the view: {held['status']}: {why}")
+    assert (held["status"], held["before_offset"]) == ("skipped", 100), held
+    assert "record at 99" in why and "unclean leader election" in why, why
+    assert cluster.watermarks(topic) == (low, 110)  # c0-c49, which no view holds, are all there
+
+    third = comp.run(topic)
+    # the same log: the view's records below the log start are kept (a0-a19 where it is 20)
+    assert (third["generation"], third["lineage"]) == (3, 1), third
+    reader = CompactedReader(comp.conn, settings.topics.compactions)
+    got = [(r.offset, r.key, r.value) for _, r in reader.partition_records(topic, table_mode=True)]
+    want = [(r.offset, r.key, r.value) for r in table(kept + new, Strategy())]
+    assert not [g for g in got if g[2] == b"lost" or g[1].startswith(b"b")], got
+    assert got == want
+
+    # rebuilt: the delete goes, and the new log's keys below it live in the view
+    now += ctl.thresholds(topic, 0).action_retry_ms + 1
+    again = BatchChanges()
+    again.topic(topic).offsets.append((group, 0, 110))
+    ctl.on_batch("s", 2, again)
+    assert [(a["status"], a["before_offset"]) for a in cluster.read_all(actions)] == [("skipped", 100), ("sent", 100)]
+    assert cluster.watermarks(topic) == (100, 110)
+    got = [(r.offset, r.key, r.value) for _, r in reader.partition_records(topic, table_mode=True)]
+    assert got == want
+    ctl.sink.close()
+    kafka3.node(first).start()  # it truncates its log to the new leader's and follows
+
+
 class Background:
     """`_run` on a daemon thread between `with`'s enter and exit, which sets `stop` and waits for it."""
 

@@ -14,12 +14,16 @@ from compactd.compaction.manifest import (
     Previous,
     ViewPartition,
     delta_partitions,
+    epoch_moved,
     find_gaps,
     garbage_below,
     plan_ranges,
+    rebuild_cut,
     retention_cap,
     run_due,
     source_changed,
+    written_again,
+    written_again_line,
 )
 from compactd.compaction.strategy import Strategy
 from compactd.model import PartitionView as StateView
@@ -189,3 +193,41 @@ def test_plan_caps_a_delete_at_the_view_horizon_and_send_check_holds_it() -> Non
     rec = free.enqueue[0]
     assert send_check(rec, view_with(), th, NOW, None, view_cap=120) is not None
     assert send_check(capped.enqueue[0], view_with(), th, NOW, None, view_cap=120) is None
+
+
+def _epoch_manifest(epoch: int, horizon: int = 100) -> Manifest:
+    pv = ViewPartition(horizon=horizon, view_start=0, view_end=10, epoch=epoch)
+    return Manifest(topic="t", view="t.compacted", generation=3, partitions={"0": pv, "1": replace(pv, epoch=-1)})
+
+
+def test_only_a_partition_whose_leader_epoch_moved_since_the_view_read_it_is_looked_into() -> None:
+    m = _epoch_manifest(4)
+    assert epoch_moved(m, {0: 4, 1: 9}) == []  # no leader since; partition 1's epoch was never known
+    assert epoch_moved(m, {0: 5, 1: 9}) == [0]
+    assert epoch_moved(_epoch_manifest(4, horizon=0), {0: 5}) == []  # nothing below the horizon to rewrite
+    assert epoch_moved(replace(m, generation=0), {0: 5}) == []
+
+
+def test_a_record_below_the_horizon_of_a_later_epoch_means_the_log_was_written_again() -> None:
+    pv = _epoch_manifest(4).partitions["0"]
+    assert written_again(pv, (99, 5))
+    assert not written_again(pv, (99, 4))  # a clean election: the records below the high watermark stay
+    assert not written_again(pv, None)  # nothing below the horizon any more
+    assert not written_again(pv, (99, -1))  # a record without an epoch cannot say
+    assert not written_again(replace(pv, epoch=-1), (99, 7))  # a manifest from before epochs were kept
+    line = written_again_line(_epoch_manifest(4), {0: 99})
+    assert "partition 0" in line and "offset 99" in line and "horizon 100" in line and "after 4" in line
+
+
+def test_the_view_is_kept_below_the_log_start_or_where_the_log_was_written_again_whichever_is_lower() -> None:
+    assert rebuild_cut(20, 50, False) == 20
+    assert rebuild_cut(60, 50, False) == 50  # the source lost [50, 60) of the new log: the view's are of the old one
+    assert rebuild_cut(20, 20, True) is None  # no record of the old epoch left: where it was cut is unknown
+
+
+def test_a_partition_written_again_is_read_from_the_source_log_start_and_never_appended() -> None:
+    m = _epoch_manifest(4)
+    plan = plan_ranges(m, {0: 20, 1: 0}, {0: 110, 1: 120}, {}, frozenset({0, 1}), {0: 20})
+    by = {r.partition: r for r in plan}
+    assert (by[0].source_start, by[0].horizon, by[0].append, by[0].view_below) == (20, 110, False, 20)
+    assert (by[1].source_start, by[1].append, by[1].view_below) == (100, True, -1)

@@ -24,6 +24,8 @@ from compactd.policy.identity import (
     other_incarnation,
     report_outlived,
     topic_id_bytes,
+    view_outlived,
+    written_after,
 )
 
 VIEW = PartitionView("t", 0, (Segment(0, 1000, 1, 1, 1), Segment(1000, 2000, 1, 1, 1)), 500, 100)
@@ -277,3 +279,11 @@ def test_a_record_written_in_a_later_epoch_than_the_segment_holding_it_outlives_
     # overlapping reports: any segment holding the offset in an earlier epoch than the record's says so
     assert report_outlived((1500, 1), [*segs, Segment(1200, 1600, 0, 1, 0)], {1200: 1, 1000: 0}) is not None
     assert report_outlived((1500, 1), [*segs, Segment(1200, 1600, 0, 1, 0)], {1200: 1}) is None
+
+
+def test_a_delete_under_a_view_is_held_when_the_record_below_it_was_written_after_the_view_read_the_log() -> None:
+    assert written_after(4, (99, 5)) and not written_after(4, (99, 4)) and not written_after(-1, (99, 5))
+    assert not written_after(4, None) and not written_after(4, (99, -1))
+    why = view_outlived(4, 100, (99, 5))
+    assert why is not None and "record at 99" in why and "epoch 5" in why and "epoch 4" in why
+    assert view_outlived(4, 100, (99, 4)) is None

@@ -559,6 +559,9 @@ public final class ViewRun implements UDF1<String, String> {
       long start = range.path("start").asLong();
       long end = range.path("end").asLong();
       boolean fromView = range.path("from_view").asBoolean();
+      // a view range's records of source offsets at or past it are not read: the source was written again from
+      // there under a later leader epoch (`manifest.plan_ranges`); -1: all are
+      long below = fromView ? range.path("below").asLong(-1) : -1;
       if (start >= end) {
         continue;
       }
@@ -585,6 +588,9 @@ public final class ViewRun implements UDF1<String, String> {
         for (ConsumerRecord<byte[], byte[]> m : records.records(tp)) {
           if (m.offset() >= end) {
             break;
+          }
+          if (below >= 0 && sourceOffset(m, topic) >= below) {
+            continue;
           }
           sink.accept(m, fromView, topic);
         }
