@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from state_footprint import breakdown  # bench/ is the script's directory: first on sys.path
 
 from compactd.control.controller import Controller
 from compactd.control.metrics import Metrics
@@ -60,6 +61,7 @@ def main() -> None:
         layers = {"global": {"consumed.retention.ms": 10**9, "max.compaction.lag.ms": 10**9}}
         ctl = Controller(state, layers, RecordingSink(), None, Metrics(CollectorRegistry()), slices=args.slices)
         now = int(time.time() * 1000)
+        base = int(state.r.info("memory")["used_memory"])
         ctl.on_batch("bench", 0, batch(args.partitions, 0, now, args.groups))
         spent = {"read_state": 0.0, "merge": 0.0}
         # the reads: the controller's (pipelined per chunk, beside its planning) and the slices' (one topic each)
@@ -84,6 +86,7 @@ def main() -> None:
         ctl.on_batch("bench", 1, changes)
         seconds = time.monotonic() - t0
         redis_s = redis_cpu(state) - cpu0
+        held = int(state.r.info("memory")["used_memory"]) - base
         out = {
             "benchmark": "driver_batch",
             "partitions": args.partitions,
@@ -98,6 +101,11 @@ def main() -> None:
             "redis_cpu_us_per_partition": round(redis_s / args.partitions * 1e6, 1),
             "python_us_per_partition": round((seconds - redis_s) / args.partitions * 1e6, 1),
             "target_us_per_partition": 30,
+            # what the state holds after the two batches, a partition with its one segment and its groups' offsets
+            # (Redis' used_memory growth, with compactd's REDIS_CONFIG on the server), and by kind of key
+            "redis_bytes_per_partition": round(held / args.partitions),
+            "target_redis_bytes_per_partition": 230,
+            "redis_by_key_kind": breakdown(state.r),
         }
         print(json.dumps(out), flush=True)
     finally:

@@ -90,7 +90,7 @@ class _ChunkWrites:
     queued: list[ActionRecord] = field(default_factory=list)
     restore_checks: dict[str, None] = field(default_factory=dict)  # topics, in order
     # (topic, partitions, deadlines, compaction-due times) whose values changed, stored behind the next reads
-    schedule: list[tuple[str, list[int], list[int], list[int]]] = field(default_factory=list)
+    schedule: list[tuple[str, list[int], list[int]]] = field(default_factory=list)
 
     def flush(self, state: ControllerState, now: int) -> None:
         state.settle(now, self.answered, self.queued)
@@ -409,11 +409,11 @@ class Controller(Dispatch):
         self, topic: str, parts: list[int], now: int, allowed: bool, writes: _ChunkWrites, read: ChunkRead
     ) -> None:
         """Plan a chunk of one topic's partitions from its arrays (policy/rules.py): where nothing is due, a deadline,
-        a compaction-due time and metrics (`rules.quiet`); where a rule is crossed, a record waits or the topic is
+        and metrics (`rules.quiet`); where a rule is crossed, a record waits or the topic is
         excluded, the decisions over arrays (`rules.due`) and the records judged one by one (`plan.plans`). Its
         deadlines that changed since this process stored them (control/scheduled.py) join the chunk's writes."""
         chunk = plan_chunk(self.state, self._layers(), topic, parts, now, read)
-        deadlines, due = chunk.q.deadline.copy(), chunk.q.compaction_due.copy()
+        deadlines = chunk.q.deadline.copy()
         topic_th = self.thresholds(topic)  # resolved once: a pydantic validation per partition was 10 µs
         rows = np.flatnonzero(chunk.full).tolist()
         if rows:
@@ -432,16 +432,16 @@ class Controller(Dispatch):
                 if chunk.limits.excluded[row]:
                     self.metrics.partitions.forget((topic, chunk.parts[row]))
         self.metrics.partitions.update_many(chunk.calm_stats())
-        ix = np.flatnonzero(self.scheduled.changed(topic, parts, deadlines, due))
+        ix = np.flatnonzero(self.scheduled.changed(topic, parts, deadlines))
         if len(ix):
             some = [parts[i] for i in ix.tolist()]
-            writes.schedule.append((topic, some, deadlines[ix].tolist(), due[ix].tolist()))
+            writes.schedule.append((topic, some, deadlines[ix].tolist()))
 
-    def _store(self, chunks: list[tuple[str, list[int], list[int], list[int]]]) -> None:
+    def _store(self, chunks: list[tuple[str, list[int], list[int]]]) -> None:
         """Store a chunk's deadlines that changed (run by `self.io`), then remember them."""
         self.state.schedule_many(chunks)
-        for topic, parts, deadlines, due in chunks:
-            self.scheduled.remember(topic, parts, deadlines, due)
+        for topic, parts, deadlines in chunks:
+            self.scheduled.remember(topic, parts, deadlines)
 
     def _caps(self, chunk: TopicChunk, d: Due, now: int, topic_th: Thresholds) -> dict[int, int]:
         """row -> the compacted view's horizon, for the rows with a delete to cap (compaction service)."""

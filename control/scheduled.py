@@ -1,6 +1,6 @@
-"""What this process last stored as each partition's deadline and compaction-due time, so an evaluation writes only
-the ones that changed (at a million partitions, rewriting every touched partition's two zset entries was
-2 s of Redis in a batch that changed a third of them).
+"""What this process last stored as each partition's deadline, so an evaluation writes only the ones that changed
+(at a million partitions, rewriting every touched partition's zset entries was 2 s of Redis in a batch that changed
+a third of them).
 
 Redis stays the system of record: a value is remembered only after the write that stored it returned, and every
 doubt means "unknown", which means "write". The memory is dropped as a whole:
@@ -9,7 +9,7 @@ doubt means "unknown", which means "write". The memory is dropped as a whole:
 - when the state is wiped for a rebuild (`forget`), and at every start (it is not persisted);
 - for good once another process writes deadlines too (evaluation slices: `off`), since it cannot see those writes.
 
-Per topic, two int64 arrays indexed by partition number: 16 B per partition (16 MB at a million).
+Per topic, an int64 array indexed by partition number: 8 B per partition (8 MB at a million).
 A partition must not be evaluated twice between two `IoAhead.settled()` (the controller's evaluations dedupe their
 keys and settle before returning): a value still being written is not remembered yet.
 """
@@ -32,11 +32,11 @@ class Scheduled:
         self.monotonic = monotonic
         self.enabled = True
         self._lock = threading.Lock()  # remember() runs in the Redis thread, changed() and forget() in the caller's
-        self._topics: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._topics: dict[str, np.ndarray] = {}
         self._since = monotonic()
 
-    def changed(self, topic: str, parts: Sequence[int], deadlines: np.ndarray, due: np.ndarray) -> np.ndarray:
-        """Bool per row: whether its deadline or compaction-due time may differ from what Redis holds."""
+    def changed(self, topic: str, parts: Sequence[int], deadlines: np.ndarray) -> np.ndarray:
+        """Bool per row: whether its deadline may differ from what Redis holds."""
         if not self.enabled:
             return np.ones(len(parts), dtype=bool)
         with self._lock:
@@ -47,13 +47,12 @@ class Scheduled:
         if held is None:
             return np.ones(len(parts), dtype=bool)
         ix = np.asarray(parts, dtype=np.int64)
-        inside = ix < len(held[0])
+        inside = ix < len(held)
         out = np.ones(len(parts), dtype=bool)
-        at = ix[inside]
-        out[inside] = (held[0][at] != deadlines[inside]) | (held[1][at] != due[inside])
+        out[inside] = held[ix[inside]] != deadlines[inside]
         return out
 
-    def remember(self, topic: str, parts: Sequence[int], deadlines: Sequence[int], due: Sequence[int]) -> None:
+    def remember(self, topic: str, parts: Sequence[int], deadlines: Sequence[int]) -> None:
         """These values are in Redis now (called after the write returned)."""
         if not parts:
             return
@@ -63,14 +62,13 @@ class Scheduled:
                 return
             held = self._topics.get(topic)
             size = int(ix.max()) + 1
-            if held is None or len(held[0]) < size:
-                grown = max(size, 2 * len(held[0]) if held is not None else size)
-                new = (np.full(grown, UNKNOWN, dtype=np.int64), np.full(grown, UNKNOWN, dtype=np.int64))
+            if held is None or len(held) < size:
+                grown = max(size, 2 * len(held) if held is not None else size)
+                new = np.full(grown, UNKNOWN, dtype=np.int64)
                 if held is not None:
-                    new[0][: len(held[0])], new[1][: len(held[1])] = held
+                    new[: len(held)] = held
                 held = self._topics[topic] = new
-            held[0][ix] = np.asarray(deadlines, dtype=np.int64)
-            held[1][ix] = np.asarray(due, dtype=np.int64)
+            held[ix] = np.asarray(deadlines, dtype=np.int64)
 
     def forget(self) -> None:
         """Redis may no longer hold what was written (a wipe): everything is unknown again."""

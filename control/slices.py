@@ -45,8 +45,8 @@ def evaluate_slice(
     changes: BatchChanges,
     now: int,
 ) -> SliceResult:
-    """Merge a slice's topics (idempotently, per topic and batch) and plan its quiet partitions; their deadlines and
-    compaction-due times are stored here, the rest is returned."""
+    """Merge a slice's topics (idempotently, per topic and batch) and plan its quiet partitions; their deadlines
+    are stored here, the rest is returned."""
     touched, replayed = state.merge(stream_id, batch_id, changes, layers.counts)
     out = SliceResult(replayed=replayed)
     for topic in sorted(touched):
@@ -57,12 +57,7 @@ def evaluate_slice(
             calm = chunk.calm
             if calm:
                 ix = np.asarray(calm)
-                state.schedule(
-                    topic,
-                    [chunk.parts[row] for row in calm],
-                    chunk.q.deadline[ix].tolist(),
-                    chunk.q.compaction_due[ix].tolist(),
-                )
+                state.schedule(topic, [chunk.parts[row] for row in calm], chunk.q.deadline[ix].tolist())
                 out.stats.extend(chunk.calm_stats())
             out.full.extend((topic, chunk.parts[row]) for row in np.flatnonzero(chunk.full).tolist())
     return out

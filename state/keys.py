@@ -16,7 +16,6 @@
                                 rules, lua/counted.lua how a partition's minimum over the counted groups is read
                                 from the o: buckets
 <prefix>:{sched}:deadlines      zset "<topic>/<partition>" -> next evaluation time (ms)
-<prefix>:{sched}:compaction-due zset "<topic>/<partition>" -> when its oldest dirty record becomes overdue
 <prefix>:{act}:rec / outbox / last / nudge   the action records and their bookkeeping (one slot)
 <prefix>:{state}                hash: the state epoch, the last merged batch per stream, a rebuild's targets, the gate
 <prefix>:topics, <prefix>:gt:<group>         indexes (single-key operations only)
@@ -105,8 +104,11 @@ class RedisKeys:
         return f"{self.prefix}:{{sched}}:deadlines"
 
     @property
-    def compaction_due(self) -> str:
-        return f"{self.prefix}:{{sched}}:compaction-due"
+    def retired(self) -> tuple[str, ...]:
+        """Keys earlier versions wrote and nothing reads any more, deleted at start: the compaction-due zset (a member
+        a partition, about 104 B each, read by no decision: the deadline already holds the time a partition's
+        compaction becomes due, and `explain` derives it from the partition's state; issue 65)."""
+        return (f"{self.prefix}:{{sched}}:compaction-due",)
 
     @property
     def records(self) -> str:

@@ -11,7 +11,7 @@ from compactd.state.store_base import StoreBase, _s
 
 
 class OutboxStore(StoreBase):
-    """Deadlines and compaction-due times; action records and the outbox."""
+    """Deadlines; action records and the outbox."""
 
     # ---- deadlines -----------------------------------------------------------------------------
 
@@ -26,18 +26,17 @@ class OutboxStore(StoreBase):
             pipe.zrem(key, *drop)
         pipe.execute()
 
-    def schedule(self, topic: str, partitions: Sequence[int], deadlines: Sequence[int], due: Sequence[int]) -> None:
-        """Store a chunk of one topic's deadlines and compaction-due times (-1: none) in one script call
-        (lua/schedule.lua): the same entries as `set_deadlines` and `set_compaction_due`, without packing a command
-        per partition in the client."""
-        self.schedule_many([(topic, partitions, deadlines, due)])
+    def schedule(self, topic: str, partitions: Sequence[int], deadlines: Sequence[int]) -> None:
+        """Store a chunk of one topic's deadlines (-1: none) in one script call (lua/schedule.lua): the same entries
+        as `set_deadlines`, without packing a command per partition in the client."""
+        self.schedule_many([(topic, partitions, deadlines)])
 
-    def schedule_many(self, chunks: Sequence[tuple[str, Sequence[int], Sequence[int], Sequence[int]]]) -> None:
+    def schedule_many(self, chunks: Sequence[tuple[str, Sequence[int], Sequence[int]]]) -> None:
         """`schedule` for several topics' chunks, pipelined in one round trip on a single server."""
-        script, keys = self._script("schedule"), [self.k_deadlines, self.k_compaction_due]
+        script, keys = self._script("schedule"), [self.k_deadlines]
         calls = [
-            [topic, " ".join(f"{n} {d} {c}" for n, d, c in zip(parts, deadlines, due, strict=True))]
-            for topic, parts, deadlines, due in chunks
+            [topic, " ".join(f"{n} {d}" for n, d in zip(parts, deadlines, strict=True))]
+            for topic, parts, deadlines in chunks
             if parts
         ]
         if self.cluster or len(calls) < 2:
@@ -49,18 +48,10 @@ class OutboxStore(StoreBase):
             script(keys=keys, args=args, client=pipe)
         pipe.execute()
 
-    # set_deadlines, set_compaction_due and records: the per-partition commands `schedule` and `live_records`
-    # replace in the controller, kept as the reference they are tested against (and for explain and tests)
+    # set_deadlines and records: the per-partition commands `schedule` and `live_records` replace in the
+    # controller, kept as the reference they are tested against (and for explain and tests)
     def set_deadlines(self, deadlines: dict[tuple[str, int], int | None]) -> None:
         self._zput(self.k_deadlines, deadlines)
-
-    def set_compaction_due(self, due: dict[tuple[str, int], int | None]) -> None:
-        """When each partition's oldest dirty record crosses max.compaction.lag.ms (None: nothing dirty)."""
-        self._zput(self.k_compaction_due, due)
-
-    def oldest_compaction_due(self) -> int | None:
-        first = self.r.zrange(self.k_compaction_due, 0, 0, withscores=True)
-        return int(first[0][1]) if first else None
 
     def due(self, now: int, limit: int = 10_000) -> list[tuple[str, int]]:
         members = self.r.zrangebyscore(self.k_deadlines, "-inf", now, start=0, num=limit)

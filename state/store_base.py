@@ -68,7 +68,6 @@ class StoreBase:
         self._lua = {name: source(f"{name}.lua") for name in SCRIPTS}
         self._scripts: dict[str, Any] = {}
         self.k_deadlines = self.keys.deadlines
-        self.k_compaction_due = self.keys.compaction_due
         self.k_rec = self.keys.records
         self.k_outbox = self.keys.outbox
         self.k_last = self.keys.last
@@ -117,6 +116,8 @@ class StoreBase:
         try:
             self.r.ping()
             self.upgrade()
+            for key in self.keys.retired:
+                self.r.unlink(key)
         except redis.exceptions.RedisClusterException as exc:
             raise DependencyUnavailable(
                 "Redis Cluster", _safe_url(self.url), "--redis-url / redis_url (and redis_cluster)", str(exc)[:200]

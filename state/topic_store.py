@@ -92,7 +92,6 @@ class TopicLifecycleStore(StoreBase):
             slots = [f"{m}/{kind}" for m in members for kind in ("compact", "delete_records")]
             pipe = self.r.pipeline(transaction=False)
             pipe.zrem(self.k_deadlines, *members)
-            pipe.zrem(self.k_compaction_due, *members)
             pipe.hdel(self.k_rec, *slots)
             pipe.zrem(self.k_outbox, *slots)
             pipe.execute()
