@@ -44,7 +44,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from compactd.compaction.service import Compactor
 from compactd.kafka.config import KafkaConnection
 from compactd.kafka.range_read import KafkaRange, read_messages, reader_conf
-from compactd.local.broker import kafka_broker
+from compactd.local.broker import KAFKA_SCRIPT_HEAP, KAFKA_SCRIPT_JVM_OPTIONS, kafka_broker
 from compactd.local.servers import redis_server
 from compactd.settings import Settings
 
@@ -365,6 +365,28 @@ def big_run(bootstrap: str, redis_url: str, topic: str) -> None:
     print(json.dumps(out), flush=True)
 
 
+def cli_run(bootstrap: str, redis_url: str, topic: str) -> dict[str, Any]:
+    """`compactd compact TOPIC` in a process of its own, as an operator or a scheduler runs it: a JVM started for it,
+    cold. Its summary line's figures, and the process's wall time from exec to exit (the JVM's start and stop
+    included)."""
+    exe = Path(sys.executable).parent / "compactd"
+    argv = [str(exe), "compact", topic, "--bootstrap-servers", bootstrap, "--redis-url", redis_url,
+            "--checkpoint-dir", tempfile.mkdtemp(prefix="compactd-bench-cli-")]  # fmt: skip
+    t0 = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    wall = time.monotonic() - t0
+    if done.returncode != 0:
+        raise RuntimeError(f"compactd compact exited {done.returncode}: {done.stderr.strip()[-500:]}")
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    return {
+        "records_in": out["records_in"],
+        "seconds": out["seconds"],
+        "records_per_second": round(out["records_in"] / out["seconds"]),
+        "process_seconds": round(wall, 2),
+        "records_per_second_process": round(out["records_in"] / wall),
+    }
+
+
 def part_one(broker: Any, bootstrap: str, redis_url: str) -> dict[str, Any]:
     from compactd.streaming.session import spark_session, stop_spark
 
@@ -383,7 +405,14 @@ def part_one(broker: Any, bootstrap: str, redis_url: str) -> dict[str, Any]:
         log.warning("part 1: Kafka's cleaner, %d thread(s), on the same records", threads)
         cleaner[f"threads_{threads}"] = kafka_cleaner(broker, bootstrap, first, partitions, value_bytes, threads)
         log.warning("part 1: %s", cleaner[f"threads_{threads}"])
+    # the same records again on a topic of their own, compacted by the CLI in a process of its own (cold)
+    cli_topic = "bench.orders.cli"
+    create_topic(bootstrap, cli_topic, partitions)
+    produce(bootstrap, cli_topic, first, partitions, value_bytes)
     del first
+    log.warning("part 1: `compactd compact` in a process of its own, on the same records")
+    cli = cli_run(bootstrap, redis_url, cli_topic)
+    log.warning("part 1: cli %s", cli)
 
     t0 = time.monotonic()
     spark = spark_session("local[2]")
@@ -429,6 +458,15 @@ def part_one(broker: Any, bootstrap: str, redis_url: str) -> dict[str, Any]:
         "kafka_cleaner": cleaner,
         "full_to_cleaner_rate": {
             k: round(full["records_per_second"] / c["records_per_second"], 3) for k, c in cleaner.items()
+        },
+        "cli_run": cli,
+        # the CLI's own figure (its summary's seconds) and the whole process's, each over the cleaner's
+        "cli_to_cleaner_rate": {
+            k: {
+                "run": round(cli["records_per_second"] / c["records_per_second"], 3),
+                "process": round(cli["records_per_second_process"] / c["records_per_second"], 3),
+            }
+            for k, c in cleaner.items()
         },
         "bare_reader": bare,
         "appended": append,
@@ -480,7 +518,14 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="compactd-compaction-bench-"))
     # the cleaner looks for work every CLEANER_BACKOFF_MS, so its measured time starts when the topic turns cleanable
     redis_svc = redis_server(work / "redis")
-    broker = kafka_broker(work / "broker", extra={"log.cleaner.backoff.ms": str(CLEANER_BACKOFF_MS)})
+    # the broker's JVM as Kafka's own start script runs it (G1, the tiered JIT, 1 GiB): the cleaner is the yardstick,
+    # and the test brokers' options (the serial collector, C1 only) halved its rate
+    broker = kafka_broker(
+        work / "broker",
+        extra={"log.cleaner.backoff.ms": str(CLEANER_BACKOFF_MS), "log.cleaner.dedupe.buffer.size": str(128 * MB)},
+        jvm_options=KAFKA_SCRIPT_JVM_OPTIONS,
+        heap=KAFKA_SCRIPT_HEAP,
+    )
     try:
         bootstrap, redis_url = f"127.0.0.1:{broker.port}", f"redis://127.0.0.1:{redis_svc.port}/0"
         one = part_one(broker, bootstrap, redis_url)

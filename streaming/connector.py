@@ -43,8 +43,17 @@ GROUP_ID_PREFIX = SOURCE_GROUP_PREFIX
 # The Java consumer's defaults for a source read, below the user's settings. Reads are bounded ranges up to the end of
 # the log: a fetch the broker holds for `fetch.max.wait.ms` (500 ms by default) when no new data is there cost each
 # task half a second at its range's end (600k records in 16 partitions: 5.1 s to read; 1.2 s with 10 ms, measured in
-# docs/benchmarks.md). Larger fetches per partition: fewer round trips on a backlog.
-READ_DEFAULTS = {"fetch.max.wait.ms": "10", "max.partition.fetch.bytes": str(8 << 20)}
+# docs/benchmarks.md). Larger fetches per partition: fewer round trips on a backlog. The connector polls for each
+# record it cannot take from the last poll's batch, and the consumer hands out `max.poll.records` (500 by default) a
+# poll; an 8 MiB fetch also came through a 64 KiB socket buffer (`receive.buffer.bytes`'s default). With 10,000 and
+# 1 MiB, Spark's read of 1M binary commits went from 345k to 564k records/s (issue 65, bench/throughput.py
+# `spark_stages`), as ViewRun.java's compaction reads already did.
+READ_DEFAULTS = {
+    "fetch.max.wait.ms": "10",
+    "max.partition.fetch.bytes": str(8 << 20),
+    "max.poll.records": "10000",
+    "receive.buffer.bytes": str(1 << 20),
+}
 
 # Keys with the same name and meaning in librdkafka and the Java client.
 SHARED_KEYS = frozenset(
