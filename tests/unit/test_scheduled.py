@@ -42,9 +42,7 @@ ops = st.lists(
     st.tuples(
         st.booleans(),  # remember (True) or ask
         st.sampled_from(["a", "b"]),
-        st.lists(
-            st.tuples(st.integers(0, 300), st.integers(-1, 3)), max_size=6, unique_by=lambda x: x[0]
-        ),
+        st.lists(st.tuples(st.integers(0, 300), st.integers(-1, 3)), max_size=6, unique_by=lambda x: x[0]),
     ),
     max_size=30,
 )
