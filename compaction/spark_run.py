@@ -579,7 +579,7 @@ JAVA_PRODUCER = {
     "batch.size": "1000000",
     "max.request.size": str(16 << 20),
 }
-CONSUMER_ONLY = ("fetch.max.wait.ms", "max.partition.fetch.bytes", "isolation.level", "group.id")
+CONSUMER_ONLY = ("fetch.max.wait.ms", "max.partition.fetch.bytes", "max.poll.records", "isolation.level", "group.id")
 
 
 def jvm_task(task: ReadTask, job: RunInput, spec: WriteSpec) -> str:

@@ -113,7 +113,7 @@ class RunLoop(JobParts):
         if self._kafka_options is None:  # translated once: it says once what it leaves out
             from compactd.streaming.connector import java_options
 
-            self._kafka_options = java_options(self.conn, s.spark_kafka)
+            self._kafka_options = java_options(self.conn, s.spark_kafka, source=True)
         spec = StreamSpec(
             kafka_options=self._kafka_options,
             topics=s.source_topics(),

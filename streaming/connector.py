@@ -45,15 +45,21 @@ GROUP_ID_PREFIX = SOURCE_GROUP_PREFIX
 # task half a second at its range's end (600k records in 16 partitions: 5.1 s to read; 1.2 s with 10 ms, measured in
 # docs/benchmarks.md). Larger fetches per partition: fewer round trips on a backlog. The connector polls for each
 # record it cannot take from the last poll's batch, and the consumer hands out `max.poll.records` (500 by default) a
-# poll; an 8 MiB fetch also came through a 64 KiB socket buffer (`receive.buffer.bytes`'s default). With 10,000 and
-# 1 MiB, Spark's read of 1M binary commits went from 345k to 564k records/s (issue 65, bench/throughput.py
-# `spark_stages`), as ViewRun.java's compaction reads already did.
+# poll. With 10,000, Spark's read of 1M binary commits went from 345k to 513k records/s (issue 65, bench/throughput.py
+# `spark_stages`), as ViewRun.java's compaction reads already did. No JMX reporter: each consumer registered its
+# metrics' MBeans, about 2 CPU-seconds of the first large batch's 10-12 (class loading, the JIT) for nothing compactd
+# reads.
 READ_DEFAULTS = {
     "fetch.max.wait.ms": "10",
     "max.partition.fetch.bytes": str(8 << 20),
     "max.poll.records": "10000",
-    "receive.buffer.bytes": str(1 << 20),
+    "auto.include.jmx.reporter": "false",
 }
+# The stream's reads only, below the user's settings too: an 8 MiB fetch came through a 64 KiB socket buffer
+# (`receive.buffer.bytes`'s default); with 1 MiB besides the above, Spark's read of 1M binary commits made 564k
+# records/s. The compaction's clients keep the default: with it, cold `compactd compact` runs took 15.5-16.4 s
+# instead of 12.2-15.0 s (one run each, noisy).
+SOURCE_READ_DEFAULTS = {"receive.buffer.bytes": str(1 << 20)}
 
 # Keys with the same name and meaning in librdkafka and the Java client.
 SHARED_KEYS = frozenset(
@@ -106,10 +112,14 @@ def connector_jars(quiet: bool = False) -> list[Path]:
     return [*jars, udfs.tasks_jar(quiet, jars)]
 
 
-def java_options(conn: KafkaConnection, spark_kafka: Mapping[str, KafkaValue] | None = None) -> dict[str, str]:
-    """The connection as Java client settings (without the connector's `kafka.` prefix)."""
+def java_options(
+    conn: KafkaConnection, spark_kafka: Mapping[str, KafkaValue] | None = None, source: bool = False
+) -> dict[str, str]:
+    """The connection as Java client settings (without the connector's `kafka.` prefix); `source`: for the stream's
+    reads (SOURCE_READ_DEFAULTS too)."""
     extra = {k: v for k, v in conn.extra.items()}
-    out: dict[str, str] = {**READ_DEFAULTS, "bootstrap.servers": conn.bootstrap_servers}
+    defaults = {**READ_DEFAULTS, **(SOURCE_READ_DEFAULTS if source else {})}
+    out: dict[str, str] = {**defaults, "bootstrap.servers": conn.bootstrap_servers}
     left_out: list[str] = []
     mechanism = str(extra.pop("sasl.mechanism", extra.pop("sasl.mechanisms", "")) or "")
     if mechanism:
