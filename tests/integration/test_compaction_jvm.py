@@ -243,4 +243,6 @@ def test_the_clients_credentials_stay_out_of_the_query() -> None:
     spec = WriteSpec({}, {}, "t.compacted", NOW, 0, {"bootstrap.servers": "b:9092", "sasl.jaas.config": secret})
     task = jvm_task(ReadTask((ReadRange("t", 0, 0, 10, False),)), RunInput([], {"kind": "offset"}, False, 1), spec)
     assert "s3cret" not in task and "b:9092" not in task
-    assert json.loads(task)["ranges"] == [{"topic": "t", "partition": 0, "start": 0, "end": 10, "from_view": False}]
+    assert json.loads(task)["ranges"] == [
+        {"topic": "t", "partition": 0, "start": 0, "end": 10, "from_view": False, "below": -1}
+    ]
