@@ -389,14 +389,9 @@ public final class ViewRun implements UDF1<String, String> {
     private int[] hashes = new int[1 << 10];
     private int size;
 
-    /** The key's hash, its bits mixed (murmur3's finalizer): the slot is its low bits. */
+    /** The key's hash as the two-pass map mixes it (`KeyMap.hash`): the slot is its low bits. */
     static int hash(byte[] key) {
-      int h = Arrays.hashCode(key);
-      h ^= h >>> 16;
-      h *= 0x85ebca6b;
-      h ^= h >>> 13;
-      h *= 0xc2b2ae35;
-      return h ^ (h >>> 16);
+      return KeyMap.hash(key);
     }
 
     private int slot(byte[] key, int hash) {
@@ -877,6 +872,7 @@ public final class ViewRun implements UDF1<String, String> {
       return true;
     }
 
+    /** A key's hash, its bits mixed (murmur3's finalizer): a table's slot is its low bits. */
     static int hash(byte[] key) {
       int h = Arrays.hashCode(key);
       h ^= h >>> 16;
