@@ -646,7 +646,7 @@ def test_an_unclean_election_under_a_published_view_holds_the_delete_and_the_nex
     from compactd.compaction.strategy import Strategy
     from compactd.compaction.view import CompactedReader, table
     from compactd.compaction.view_caps import ViewCaps
-    from tests.support.compaction import Event, produce
+    from tests.support.compaction import Event, last_record_wins, produce, read_plain
 
     for node in kafka3.nodes:
         node.start()
@@ -734,6 +734,9 @@ def test_an_unclean_election_under_a_published_view_holds_the_delete_and_the_nex
     want = [(r.offset, r.key, r.value) for r in table(kept + new, Strategy())]
     assert not [g for g in got if g[2] == b"lost" or g[1].startswith(b"b")], got
     assert got == want
+    # a plain consumer of the view alone (its horizon is the log's end): each key's last record is the new log's
+    plain = last_record_wins(read_plain(cluster, f"{topic}{settings.topics.view_suffix}")[0])
+    assert plain == {key: value for _, key, value in want}
 
     # rebuilt: the delete goes, and the new log's keys below it live in the view
     now += ctl.thresholds(topic, 0).action_retry_ms + 1
