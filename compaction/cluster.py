@@ -176,6 +176,9 @@ class CompactionCluster:
                 fut.result(self.timeout_s)
             except KafkaException as exc:
                 raise ClusterError(f"cannot create view topic {view}: {exc.args[0].str()}") from None
+        # every partition's leader answers before the run writes: a broker applies a new topic on its own time, and
+        # the view writer's first ListOffsets met one that had not (kafka/watermarks.py NEWBORN_S)
+        self.offsets(view, "latest", partitions, committed=False)
 
     def ensure_view_config(self, view: str, record_bytes: int = BROKER_MESSAGE_BYTES) -> None:
         """A view created before `VIEW_TIMESTAMP_CONFIG` (or altered since) gets it, and takes batches of

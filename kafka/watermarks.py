@@ -3,6 +3,12 @@
 Apache Kafka answers a ListOffsets with NOT_LEADER_OR_FOLLOWER or LEADER_NOT_AVAILABLE while a partition's leader is
 being elected: right after the topic is created, and while a broker restarts. The answer a moment later is the real
 one, so those errors are asked again until the caller's timeout; any other error is the caller's to judge.
+
+UNKNOWN_TOPIC_OR_PART is asked again too, for NEWBORN_S only: on a KRaft cluster each broker learns a new topic from
+the metadata log on its own, so a client told the topic's leader by one broker can reach that leader before it has
+applied the record and be answered "unknown" (three nodes, CI: the first compaction run's view writer, a moment after
+the view was created). Kafka's Java client takes the error as retriable for the same reason. Past NEWBORN_S the answer
+stands: the topic is gone.
 """
 
 from __future__ import annotations
@@ -32,20 +38,32 @@ STALE_METADATA = LEADER_MOVING | {
     "_DESTROY_BROKER",
 }  # fmt: skip
 
+UNKNOWN = "UNKNOWN_TOPIC_OR_PART"
+NEWBORN_S = 10.0  # how long "unknown" may mean "not applied yet" (KRaft brokers apply a new topic within ms)
+
+
+def _again(name: str, started: float, deadline: float) -> bool:
+    """Whether an error named `name`, seen now, is asked again."""
+    now = time.monotonic()
+    if now >= deadline:
+        return False
+    return name in LEADER_MOVING or (name == UNKNOWN and now - started < NEWBORN_S)
+
 
 def watermarks(consumer: Any, topic: str, partition: int, timeout_s: float) -> tuple[int, int]:
     """(low, high) of `topic`/`partition`; raises KafkaException as the client does once `timeout_s` is spent or
     for an error that is not a leader moving."""
     from confluent_kafka import KafkaException, TopicPartition
 
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = started + timeout_s
     while True:
         left = max(deadline - time.monotonic(), 0.1)
         try:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=left, cached=False)
             return int(low), int(high)
         except KafkaException as exc:
-            if exc.args[0].name() not in LEADER_MOVING or time.monotonic() >= deadline:
+            if not _again(exc.args[0].name(), started, deadline):
                 raise
             time.sleep(0.1)
 
@@ -63,7 +81,8 @@ def list_offsets(
     epoch now."""
     from confluent_kafka import KafkaException
 
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = started + timeout_s
     out: dict[Any, int] = {}
     pending = dict(request)
     while pending:
@@ -76,7 +95,7 @@ def list_offsets(
                 if epochs is not None:
                     epochs[tp] = got.leader_epoch if got.leader_epoch is not None else -1
             except KafkaException as exc:
-                if exc.args[0].name() not in LEADER_MOVING or time.monotonic() >= deadline:
+                if not _again(exc.args[0].name(), started, deadline):
                     raise
                 again[tp] = pending[tp]
         pending = again
