@@ -123,6 +123,13 @@ _KEY = struct.Struct(">hh")
 _VALUE = struct.Struct(">hqi")
 
 
+def heap_after_gc(spark: SparkSession) -> int:
+    """MiB of the driver JVM's heap in use right after a full collection."""
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    jvm.System.gc()
+    return round(jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage().getUsed() / 2**20)
+
+
 def bare_consumer(bootstrap: str, topics: list[str], binary: bool, low: SourceOffsets) -> dict:
     """What one plain Python consumer does with the same records (from `low` to the end): consume() and parse,
     nothing else."""
@@ -326,6 +333,9 @@ def main() -> None:
                     durations[key] = durations.get(key, 0) + ms
             rounds.append(
                 {
+                    # the driver JVM's heap after a full collection, once the round's query stopped: what the JVM keeps
+                    # between batches (`local[2]`: the executors' consumers and their fetched records are in it)
+                    "heap_after_gc_mb": heap_after_gc(spark),
                     "fill_seconds": round(fill_s, 2),
                     "run_once_seconds": round(run_s, 2),
                     "events_per_second": round(args.events / run_s),

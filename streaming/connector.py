@@ -55,11 +55,16 @@ READ_DEFAULTS = {
     "max.poll.records": "10000",
     "auto.include.jmx.reporter": "false",
 }
-# The stream's reads only, below the user's settings too: an 8 MiB fetch came through a 64 KiB socket buffer
+# The stream's reads only, below the user's settings too. A fetch came through a 64 KiB socket buffer
 # (`receive.buffer.bytes`'s default); with 1 MiB besides the above, Spark's read of 1M binary commits made 564k
 # records/s. The compaction's clients keep the default: with it, cold `compactd compact` runs took 15.5-16.4 s
-# instead of 12.2-15.0 s (one run each, noisy).
-SOURCE_READ_DEFAULTS = {"receive.buffer.bytes": str(1 << 20)}
+# instead of 12.2-15.0 s (one run each, noisy). And Kafka's default fetch per partition (1 MiB), not 8: Spark keeps
+# each source partition's consumer, its last fetch and the records of its last poll in the JVM between batches (its
+# consumer pool, and every query's for 5 min), and with 8 MiB the driver's heap after a full collection grew by
+# 90 MB a query over 16 source partitions (164 -> 435 MB in 5 rounds of bench/throughput.py; a `make bench` run of
+# 8 rounds ended in full collections, 2.1 s batches taking 13.8 s), with 1 MiB by 32 MB at the same speed (219k vs
+# 218k events/s, one run each).
+SOURCE_READ_DEFAULTS = {"receive.buffer.bytes": str(1 << 20), "max.partition.fetch.bytes": str(1 << 20)}
 
 # Keys with the same name and meaning in librdkafka and the Java client.
 SHARED_KEYS = frozenset(
