@@ -136,7 +136,8 @@ class CoordinatorChild:
 
     def _start(self) -> subprocess.Popen[bytes]:
         self._stop()
-        conf = {k: v for k, v in self.conn.client("admin").items() if k != "logger"}
+        # what crosses to the child is data: a callback (the logger, a caller's stats_cb) stays in this process
+        conf = {k: v for k, v in self.conn.client("admin").items() if k != "logger" and not callable(v)}
         child = subprocess.Popen(
             self.command,
             stdin=subprocess.PIPE,

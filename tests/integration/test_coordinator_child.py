@@ -47,6 +47,24 @@ def test_the_child_reads_what_the_groups_committed(cluster: Cluster) -> None:
         reader.close()
 
 
+def test_a_connection_with_a_callback_reaches_the_child_without_it(cluster: Cluster) -> None:
+    """A caller's librdkafka callback (bench/admin_poll.py counts requests with `stats_cb`) stays in this process:
+    the settings the child gets are data (before: TypeError, the method not JSON serializable, on the first fetch)."""
+    from compactd.kafka.config import KafkaConnection
+
+    data, group = cluster.name("data"), cluster.name("billing")
+    cluster.create(data, 1)
+    cluster.fill(data, 10)
+    consume_and_commit(cluster.bootstrap, group, data, 10)
+    seen: list[str] = []
+    conn = KafkaConnection(cluster.bootstrap, {"statistics.interval.ms": 100, "stats_cb": seen.append})
+    reader = GroupReader(conn, timeout_s=10)
+    try:
+        assert reader.fetch([group]) == {group: {(data, 0): 10}}
+    finally:
+        reader.close()
+
+
 def test_the_child_describes_what_a_live_member_is_assigned(cluster: Cluster) -> None:
     data, other = cluster.name("data"), cluster.name("other")
     cluster.create(data, 1)
