@@ -110,7 +110,8 @@ docs: $(STAMP)
 	$(BIN)/python -m compactd.app.config_doc --write
 	$(BIN)/python -m compactd.app.module_map --write
 
-# Each benchmark prints one JSON object; bench/results.json collects them (stderr keeps their progress logs).
+# Each benchmark prints one JSON object; bench/results.json collects them (stderr keeps their progress logs), and
+# bench/report.py renders docs/benchmarks.md's and the README's tables from it.
 BENCHES := "throughput.py --events 2000000 --nothing-due" "throughput.py --events 2000000 --nothing-due --format binary" \
 	"throughput.py --rounds 3" "state_footprint.py" "scaling.py" "scaling.py --nothing-due" \
 	"decode.py" "decode.py --format json --records 1000000" "admin_poll.py" "group_check.py" \
@@ -122,6 +123,7 @@ bench: deps
 	@$(BIN)/python -c 'import json,sys; rows=[json.loads(l) for l in open("bench/results.jsonl")]; json.dump(rows, open("bench/results.json","w"), indent=2)'
 	@rm -f bench/results.jsonl
 	@echo "wrote bench/results.json"
+	@$(BIN)/python bench/report.py --write
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .demo
