@@ -176,9 +176,32 @@ class CompactionCluster:
                 fut.result(self.timeout_s)
             except KafkaException as exc:
                 raise ClusterError(f"cannot create view topic {view}: {exc.args[0].str()}") from None
-        # every partition's leader answers before the run writes: a broker applies a new topic on its own time, and
-        # the view writer's first ListOffsets met one that had not (kafka/watermarks.py NEWBORN_S)
-        self.offsets(view, "latest", partitions, committed=False)
+        self._wait_led(view, partitions)
+
+    def _wait_led(self, topic: str, partitions: int) -> None:
+        """Until every partition of a topic just created has a leader that answers ListOffsets: each broker applies
+        a new topic on its own time, and the view writer's first ListOffsets met one that had not (three nodes,
+        kafka/watermarks.py NEWBORN_S). The metadata is asked for the topic by name first: librdkafka answers
+        ListOffsets for a topic its cache does not hold yet with "No leaders found", without asking."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            md = self.admin.list_topics(topic=topic, timeout=self.timeout_s).topics.get(topic)
+            led = (
+                md is not None
+                and md.error is None
+                and len(md.partitions) == partitions
+                and all(p.error is None and p.leader >= 0 for p in md.partitions.values())
+            )
+            if led:
+                try:
+                    self.offsets(topic, "latest", partitions, committed=False)
+                    return
+                except ClusterError:
+                    if time.monotonic() > deadline:
+                        raise
+            elif time.monotonic() > deadline:
+                raise ClusterError(f"{topic}: created, but its partitions have no leader after {self.timeout_s:g} s")
+            time.sleep(0.1)
 
     def ensure_view_config(self, view: str, record_bytes: int = BROKER_MESSAGE_BYTES) -> None:
         """A view created before `VIEW_TIMESTAMP_CONFIG` (or altered since) gets it, and takes batches of
