@@ -13,10 +13,16 @@ from compactd.settings import Settings
 
 def compactor(settings: Settings, spark: Any = None) -> tuple[Any, Any]:
     """A Compactor over this cluster's Redis and config layers (the job's applied config events included); Spark
-    starts only when a run needs it. Returns (compactor, a close callable)."""
+    starts only when a run needs it. On a local master the run's JVM tasks go to Spark's JVM launched without its
+    context (compaction/local_tasks.py), which is built on that JVM only for a run that needs Spark's shuffle.
+    Returns (compactor, a close callable)."""
+    from pyspark.sql import SparkSession
+
+    from compactd.compaction.local_tasks import LocalTasks, local_threads
     from compactd.compaction.service import Compactor
     from compactd.kafka.admin import check_reachable
     from compactd.policy.runtime_config import AppliedLayer, effective_layers
+    from compactd.streaming.session import spark_jvm, stop_jvm, submitted
 
     state = settings.redis_state()
     state.start()
@@ -28,10 +34,17 @@ def compactor(settings: Settings, spark: Any = None) -> tuple[Any, Any]:
         applied = {s: AppliedLayer.from_json(v) for s, v in state.config_layers().items()}
         return effective_layers(settings.thresholds, applied)
 
+    threads = local_threads(settings.spark_master)
+    own_jvm = spark is None and threads is not None and not submitted() and SparkSession.getActiveSession() is None
+
+    def get_tasks() -> LocalTasks:
+        assert threads is not None
+        if session:  # the context is up already (an earlier run needed Spark): its JVM runs them as well
+            return LocalTasks(session[0].sparkContext._gateway, threads)
+        return LocalTasks(spark_jvm(settings.spark_master), threads)
+
     def get_spark() -> Any:
         if not session:
-            from pyspark.sql import SparkSession
-
             from compactd.streaming.session import spark_session
 
             active = SparkSession.getActiveSession()  # called from a process that has one: use it, leave it
@@ -45,9 +58,10 @@ def compactor(settings: Settings, spark: Any = None) -> tuple[Any, Any]:
             from compactd.streaming.session import stop_spark
 
             stop_spark(session[0])
+        stop_jvm()  # a JVM launched for the tasks alone, no context built on it
         state.close()
 
-    comp = Compactor(settings, state.r, layers, get_spark)
+    comp = Compactor(settings, state.r, layers, get_spark, tasks=get_tasks if own_jvm else None)
     return comp, close
 
 

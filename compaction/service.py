@@ -19,6 +19,7 @@ from typing import Any
 
 from compactd.clock import now_ms
 from compactd.compaction.cluster import CompactionCluster
+from compactd.compaction.local_tasks import LocalTasks
 from compactd.compaction.manifest import (
     Gap,
     Manifest,
@@ -141,7 +142,8 @@ class ServiceParts:
 
 class Compactor:
     """Runs compactions for one cluster. `spark` is a callable returning the session to run on (the job passes a
-    session of its own next to the stream's; the CLI starts one on first use)."""
+    session of its own next to the stream's; the CLI starts one on first use); `tasks`, a callable returning what
+    runs the JVM tasks without Spark's scheduler (the CLI on a local master: `local_tasks`), or None (Spark does)."""
 
     def __init__(
         self,
@@ -151,9 +153,11 @@ class Compactor:
         spark: Callable[[], Any],
         clock: Callable[[], int] = now_ms,
         parts: ServiceParts | None = None,
+        tasks: Callable[[], LocalTasks] | None = None,
     ) -> None:
         """`layers()`: the threshold layers in force at a run's start; `parts`: built by the caller when others
         share them (default: its own)."""
+        self.tasks = tasks
         self.settings = settings
         parts = parts or ServiceParts.of(settings, redis)
         self.state, self.log, self.cluster = parts.state, parts.log, parts.cluster
@@ -307,7 +311,7 @@ class Compactor:
         reports = {
             int(r["partition"]): r
             for r in run_phases(
-                self.spark(),
+                self.spark,
                 self.conn.spark_options(),
                 RunInput(
                     ranges,
@@ -319,6 +323,7 @@ class Compactor:
                     self.settings.compaction_read_stall_ms,
                 ),
                 spec,
+                self.tasks() if self.tasks is not None else None,
             )
         }
         on_phase("written")

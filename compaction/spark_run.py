@@ -22,9 +22,9 @@ import hmac
 import json
 import logging
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +33,9 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from compactd.compaction.reduce import DELETED_AT
 from compactd.errors import CompactdError
 from compactd.kafka.watermarks import watermarks
+
+if TYPE_CHECKING:
+    from compactd.compaction.local_tasks import LocalTasks
 
 log = logging.getLogger("compactd.compaction")
 OFFSET_HEADER = "compactd.offset"  # a view record's source offset (decimal ASCII)
@@ -496,8 +499,15 @@ def write_view(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[p
     yield pa.RecordBatch.from_pydict(out, schema=WRITTEN_SCHEMA)
 
 
-def run_phases(spark: Any, spark_options: Mapping[str, str], job: RunInput, spec: WriteSpec) -> list[dict[str, int]]:
-    """Both phases as Spark jobs; one report per source partition that had any input.
+def run_phases(
+    spark: Callable[[], Any],
+    spark_options: Mapping[str, str],
+    job: RunInput,
+    spec: WriteSpec,
+    tasks: LocalTasks | None = None,
+) -> list[dict[str, int]]:
+    """Both phases; one report per source partition that had any input. `spark` returns the session (called only
+    where a Spark job runs); `tasks`, when given, runs the JVM tasks without Spark (`local_tasks`).
 
     Each partition is read whole by one JVM task (`run_in_jvm`): one that has at most `held_max` records to read
     keeps each key's winner and writes them sorted; a larger one is read twice, as Kafka's cleaner does (each key's
@@ -510,7 +520,7 @@ def run_phases(spark: Any, spark_options: Mapping[str, str], job: RunInput, spec
     """
     if not job.ranges:
         return []
-    reports = run_in_jvm(spark, spark_options, job, spec)
+    reports = run_in_jvm(None if tasks is not None else spark(), spark_options, job, spec, tasks)
     over = {int(r["partition"]) for r in reports if r.get("overflow")}
     done = [r for r in reports if not r.get("overflow")]
     if over:
@@ -518,7 +528,7 @@ def run_phases(spark: Any, spark_options: Mapping[str, str], job: RunInput, spec
             "compaction: partitions %s hold more keys than a task's map: Spark's shuffle reduces them", sorted(over)
         )
         rest = replace(job, ranges=[r for r in job.ranges if r.partition in over])
-        done += shuffle_phases(spark, spark_options, rest, spec)
+        done += shuffle_phases(spark(), spark_options, rest, spec)
     return done
 
 
@@ -642,15 +652,22 @@ def jvm_query(spark: Any, job: RunInput, spec: WriteSpec) -> Any:
     return df.select(F.call_udf(name, task).alias("r"))
 
 
-def run_in_jvm(spark: Any, spark_options: Mapping[str, str], job: RunInput, spec: WriteSpec) -> list[dict[str, int]]:
+def run_in_jvm(
+    spark: Any, spark_options: Mapping[str, str], job: RunInput, spec: WriteSpec, tasks: LocalTasks | None = None
+) -> list[dict[str, int]]:
     """Both phases in one JVM task per group of whole partitions (`ViewRun.java`): read, keep each key's winner, write
-    it, report the range. Spark only schedules the tasks (one row each); no record crosses into Python. The tasks'
-    reports are `WRITTEN_SCHEMA`'s rows, or `overflow` for a partition whose keys outgrew the task's map."""
-    rows = jvm_query(spark, job, spec).collect()
-    reports = [report for row in rows for report in json.loads(row.r)]
+    it, report the range. Spark only schedules the tasks (one row each), or `tasks` runs them on threads of the JVM
+    without Spark; no record crosses into Python. The tasks' reports are `WRITTEN_SCHEMA`'s rows, or `overflow` for a
+    partition whose keys outgrew the task's map."""
+    if tasks is not None:
+        packed = [jvm_task(t, job, spec) for t in pack(job.ranges, 2 * tasks.threads, chunk=None)]
+        results = tasks.run(clients_json(spec), packed)
+    else:
+        results = [row.r for row in jvm_query(spark, job, spec).collect()]
+    reports = [report for result in results for report in json.loads(result)]
     log.debug(
         "compaction tasks in the JVM: %d, reading %.2f s, writing %.2f s (summed over partitions)",
-        len(rows),
+        len(results),
         sum(r.pop("read_seconds", 0.0) for r in reports),
         sum(r.pop("write_seconds", 0.0) for r in reports),
     )

@@ -64,13 +64,14 @@ def spark_home_for_workers() -> Path | None:
         return None
 
 
-def class_data_sharing(home: Path | None = None) -> tuple[list[str], tuple[Path, Path] | None]:
+def class_data_sharing(home: Path | None = None, write: bool = True) -> tuple[list[str], tuple[Path, Path] | None]:
     """JVM options for class data sharing (a dynamic AppCDS archive, JDK 13+; Spark 4 runs on 17+): the classes
     Spark's start loads are mapped from an archive in the user's cache instead of loaded and verified one by one,
     about 2.5 s of a 7 s start on 2 cores. Without an archive for this JDK, this Spark home and these jars, the JVM
     writes one as it exits (once; `stop_spark` keeps it if the JVM exited cleanly). ([], None) where it cannot
     apply: no JDK base archive, no writable cache directory. `home`: the Spark home the JVM starts from (the
-    archive holds its jars' paths), pyspark's by default."""
+    archive holds its jars' paths), pyspark's by default. `write` False: an archive is used if there is one, none is
+    written (a JVM that will not start Spark's context would archive the wrong classes)."""
     try:
         java_home = os.environ.get("JAVA_HOME")
         java = Path(java_home, "bin", "java") if java_home else Path(shutil.which("java") or "java")
@@ -97,6 +98,8 @@ def class_data_sharing(home: Path | None = None) -> tuple[list[str], tuple[Path,
             if archive.stat().st_mtime < time.time() - DAY_S:
                 os.utime(archive)  # in use: other versions' archives unused for ARCHIVE_KEEP_S are removed
             return [f"-XX:SharedArchiveFile={archive}", *quiet], None
+        if not write:
+            return [], None
         for old in cache.glob("spark-jvm-*.jsa.*"):  # what JVMs of crashed runs wrote, and their locks
             if old.stat().st_mtime < time.time() - 3600:
                 old.unlink(missing_ok=True)

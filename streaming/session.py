@@ -63,6 +63,9 @@ class _Launched:
 
 
 _launched: _Launched | None = None  # None when there is none, or when spark-submit owns it
+# A JVM launched by `spark_jvm` before any SparkContext: (its gateway, the conf it was launched with), until
+# `spark_session` builds the context on it
+_jvm_only: tuple[Any, SparkConf] | None = None
 
 
 def quiet_log4j() -> str:
@@ -108,11 +111,15 @@ def spark_session(master: str = "local[2]", verbose: bool = False) -> SparkSessi
     if not verbose:
         # py4j logs every exception raised in foreachBatch with its traceback; compactd reports it once
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    global _jvm_only
     options = spark_options(master, verbose)
     main = threading.current_thread() is threading.main_thread()
     on_sigint = signal.getsignal(signal.SIGINT) if main else None
     try:
-        if SparkContext._gateway is None:  # no JVM in this process yet: start one, out of the driver's group
+        if _jvm_only is not None:  # `spark_jvm` launched it: the context on that JVM
+            (gateway, conf), _jvm_only = _jvm_only, None
+            SparkContext(conf=conf, gateway=gateway)
+        elif SparkContext._gateway is None:  # no JVM in this process yet: start one, out of the driver's group
             gateway, conf, archive = _launch(options)
             proc = getattr(gateway, "proc", None)
             if proc is not None:
@@ -132,12 +139,57 @@ def spark_session(master: str = "local[2]", verbose: bool = False) -> SparkSessi
     return spark
 
 
-def _launch(options: dict[str, str]) -> tuple[Any, SparkConf, tuple[Path, Path] | None]:
+def spark_jvm(master: str = "local[2]", verbose: bool = False) -> Any:
+    """The py4j gateway to this process's Spark JVM, launched without a SparkContext if there is none yet: Spark's
+    classes, the connector's and compactd's jars, no scheduler. A one-shot `compactd compact` runs its JVM tasks
+    there (compaction/local_tasks.py) and builds the context (`spark_session`, on this same JVM) only for a run
+    that needs Spark; the context's start was about 3 s of the CLI's 5.2 s of Spark. Its class-data archive is
+    used when there is one, never written (it would hold this JVM's classes, not a context's). `stop_jvm` ends it
+    when no session was built on it."""
+    global _launched, _jvm_only
+    if _jvm_only is not None:
+        return _jvm_only[0]
+    if SparkContext._gateway is not None:
+        return SparkContext._gateway
+    if not submitted():
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if not verbose:
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    main = threading.current_thread() is threading.main_thread()
+    on_sigint = signal.getsignal(signal.SIGINT) if main else None
+    try:
+        gateway, conf, archive = _launch(spark_options(master, verbose), write_archive=False)
+    finally:
+        if on_sigint is not None:
+            signal.signal(signal.SIGINT, on_sigint)
+    proc = getattr(gateway, "proc", None)
+    if proc is not None:
+        _launched = _Launched(gateway, proc, archive)
+    _jvm_only = (gateway, conf)
+    return gateway
+
+
+def stop_jvm(timeout_s: float = 10.0) -> None:
+    """End the JVM `spark_jvm` launched, if no session was built on it (`stop_spark` ends it otherwise)."""
+    global _launched, _jvm_only
+    if _jvm_only is None:
+        return
+    _jvm_only = None
+    launched, _launched = _launched, None
+    if launched is None:
+        return
+    with contextlib.suppress(Exception):
+        launched.gateway.shutdown()
+    end_session(launched.proc, timeout_s, linger_s=0.5)
+
+
+def _launch(options: dict[str, str], write_archive: bool = True) -> tuple[Any, SparkConf, tuple[Path, Path] | None]:
     """Spark's JVM with `options`, in a session of its own: (py4j gateway, the conf it was launched with, the
-    class-data archive it writes at exit)."""
+    class-data archive it writes at exit; `write_archive` False: an existing one is used, none is written)."""
     conf = SparkConf().setAll(list(options.items()))
     home = None if submitted() else spark_home_for_workers()
-    sharing, archive = ([], None) if submitted() else class_data_sharing(home)
+    sharing, archive = ([], None) if submitted() else class_data_sharing(home, write=write_archive)
     if sharing:
         conf.set("spark.driver.extraJavaOptions", f"{options['spark.driver.extraJavaOptions']} {' '.join(sharing)}")
     try:

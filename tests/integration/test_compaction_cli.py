@@ -206,6 +206,45 @@ def test_compact_status_and_read_speak_the_contract(cluster, redis_url, spark, m
     assert not any(row.get("key") == "gone0" for row in got_table)
 
 
+def test_compact_on_a_local_master_runs_without_a_spark_context_until_a_run_needs_the_shuffle(
+    cluster, redis_url
+) -> None:
+    """`compactd compact` in a process of its own on `local[2]` (issue 65): its JVM tasks run on threads of Spark's
+    JVM launched without a context (compaction/local_tasks.py), and the view reads as the model says. A topic whose
+    keys outgrow the tasks' map (1 MiB, two-pass reads) needs Spark's shuffle: the context is built then, on the same
+    JVM, and that view reads right too."""
+    env = cli_env(cluster, redis_url) | {"COMPACTD_LOG_LEVEL": "INFO", "COMPACTD_SPARK_MASTER": "local[2]"}
+    topic, wide = cluster.name("narrow"), cluster.name("wide")
+    cluster.create(topic, 2)
+    cluster.create(wide, 1)
+    sent = produce(cluster, topic, history(seed=31, n=300, keys=40), partitions=2)
+    for i in range(60_000):  # more keys than a 1 MiB map holds
+        cluster.send_raw(wide, b"v%d" % i, b"k%d" % i)
+    cluster.send_raw(wide, None, b"k7")  # a delete among them
+    cluster.flush()
+
+    def read_table(t: str) -> list[dict[str, Any]]:
+        out = cli(env, "read", t, "--compacted", "--table")
+        assert out.returncode == 0, out.stderr[-3000:]
+        return [json.loads(line) for line in out.stdout.splitlines()]
+
+    run = cli(env, "compact", topic)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.splitlines()[-1])["generation"] == 1
+    assert "without Spark's scheduler" in run.stderr, run.stderr[-3000:]
+    assert "Spark's shuffle" not in run.stderr, run.stderr[-3000:]
+    want = [expected_line(p, r) for p in (0, 1) for r in table(sent[p], Strategy())]
+    assert read_table(topic) == want
+
+    tight = env | {"COMPACTD_COMPACTION_TASK_RECORDS": "1", "COMPACTD_COMPACTION_TASK_MAP_MB": "1"}
+    run = cli(tight, "compact", wide)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "without Spark's scheduler" in run.stderr and "Spark's shuffle reduces them" in run.stderr, run.stderr
+    got = read_table(wide)
+    assert len(got) == 60_000 - 1 and not any(row["key"] == "k7" for row in got)
+    assert all(row["value"] == "v" + row["key"][1:] for row in got)
+
+
 def test_exit_codes_and_error_lines(cluster, redis_url) -> None:
     env = cli_env(cluster, redis_url)
     topic = cluster.name("held")
