@@ -13,7 +13,8 @@ consumer groups, the segment agent on the broker's live log dir, and the job. No
   (a source the cleaner compacts is refused: it would remove records before compactd reads them): the job publishes
   generations of its compacted view `accounts.compacted`, and the screen shows the last one and a few of its keys.
 
-On a terminal the screen is a live table; piped, the demo is an event log: each change once, the table at the end.
+On a terminal the screen is a live table; piped, the demo is an event log: each change once, the table of the demo's
+topics at the end, and the job's own log (librdkafka's lines with it) in a file it names first.
 
 `--nodes 3` (`make demo CLUSTER=3`): three KRaft nodes, replication factor 3 and `min.insync.replicas` 2, one agent
 per node publishing only the partitions its node leads. Once both loops have closed, the node leading most demo
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import signal
 import sys
@@ -51,8 +53,9 @@ from compactd.settings import Settings
 
 PARTITIONS = 2
 ROLL_MS = 4_000  # segment.ms of both topics: a segment closes on the first append 4 s after it opened
-CUSTOMERS = 500  # keys of the `orders` and `accounts` tables, written once at the start
+CUSTOMERS = 500  # keys of the `orders` and `accounts` tables a partition, written once at the start
 UPDATES_PER_S = 5  # keys of each table updated per partition every second
+HOT = 40  # the customers a partition whose records the updates rewrite
 CLICKS_PER_S = 50  # `clicks` records per partition every second
 ANALYTICS_PER_S = 35  # what the slower group reads per partition every second
 DEMO_TOPICS = {
@@ -63,6 +66,33 @@ DEMO_TOPICS = {
 TABLES = ("orders", "accounts")  # written alike: Kafka's cleaner compacts the first, compactd's service the second
 NUDGED = "max.compaction.lag.ms"
 DOWN_S = 20.0  # how long the killed node stays down (`--nodes 3`)
+
+
+def customer(k: int) -> bytes:
+    """Customer `k`'s key: a keyed producer puts each customer in one partition, as applications do."""
+    return f"c{k:04d}".encode()
+
+
+def demo_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The status rows of the demo's topics (compactd also tracks its own topics and `__consumer_offsets`)."""
+    return [r for r in rows if str(r["partition"]).rsplit("/", 1)[0] in DEMO_TOPICS]
+
+
+def log_to_file(path: Path) -> None:
+    """The job's log (and librdkafka's lines through it) to `path` instead of the terminal: piped, the demo's output
+    is its event log, one line per change on the cluster."""
+    import logging
+
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if type(handler) is logging.StreamHandler:
+            to_file = logging.FileHandler(path)
+            to_file.setFormatter(handler.formatter)
+            for f in handler.filters:
+                to_file.addFilter(f)
+            to_file.setLevel(handler.level)
+            root.removeHandler(handler)
+            root.addHandler(to_file)
 
 
 def demo_settings(bootstrap: str, redis_url: str, checkpoint: Path) -> Settings:
@@ -167,24 +197,25 @@ class DemoCluster:
         for fut in self.admin.create_topics(new).values():
             with contextlib.suppress(Exception):
                 fut.result(30)
-        for p in range(PARTITIONS):  # the customer tables, once
-            for k in range(CUSTOMERS):
-                for table in TABLES:
-                    self.producer.produce(table, key=f"c{k:03d}".encode(), value=b"signed-up", partition=p)
+        for k in range(CUSTOMERS * PARTITIONS):  # the customer tables, once; the key picks the partition
+            for table in TABLES:
+                self.producer.produce(table, key=customer(k), value=b"signed-up")
         self.producer.flush(30)
         self.log.append(
-            f"demo: orders and accounts hold {CUSTOMERS} customers a partition; clicks streams {CLICKS_PER_S}/s"
+            f"demo: orders and accounts hold {CUSTOMERS * PARTITIONS} customers, each in one partition (keyed); "
+            f"clicks streams {CLICKS_PER_S}/s a partition"
         )
 
     def step(self) -> None:
         self.seq += 1
+        changed = UPDATES_PER_S * PARTITIONS
+        for i in range(changed):  # a few customers change (of HOT a partition): the value names the update
+            key = customer((self.seq * changed + i) % (HOT * PARTITIONS))
+            for table in TABLES:
+                self.producer.produce(table, key=key, value=f"update-{self.seq}".encode())
         for p in range(PARTITIONS):
-            for i in range(UPDATES_PER_S):  # a few customers change: the value names the update
-                key = f"c{(self.seq * UPDATES_PER_S + i) % 40:03d}".encode()
-                for table in TABLES:
-                    self.producer.produce(table, key=key, value=f"update-{self.seq}".encode(), partition=p)
             for i in range(CLICKS_PER_S):
-                self.producer.produce("clicks", key=f"u{i}".encode(), value=b"click", partition=p)
+                self.producer.produce("clicks", key=f"u{p * CLICKS_PER_S + i}".encode(), value=b"click", partition=p)
         self.producer.flush(10)
         self._consume("billing", 10_000)
         self._consume("analytics", ANALYTICS_PER_S * PARTITIONS)
@@ -308,7 +339,7 @@ def _printer(settings: Settings, watch: ViewWatch, stop: threading.Event, starte
     state = settings.redis_state()
 
     def frame() -> tuple[list[dict[str, Any]], list[str]]:
-        rows = status_rows(state, settings.thresholds, now_ms())
+        rows = demo_rows(status_rows(state, settings.thresholds, now_ms()))
         try:
             return rows, watch.refresh()
         except Exception as exc:  # the screen goes on; the next refresh tries again
@@ -451,6 +482,10 @@ def run_demo(
             services.append(prom)
             prometheus_url = f"http://127.0.0.1:{prom.port}"
             print(f"demo: Prometheus {prometheus_url} scrapes the job every second", flush=True)
+        if not sys.stdout.isatty():  # an event log: the job's own lines go to a file, named here
+            job_log = root / "job.log" if workdir else Path(tempfile.gettempdir()) / f"compactd-demo-{os.getpid()}.log"
+            log_to_file(job_log)
+            print(f"demo: the job's log goes to {job_log}", flush=True)
         dirs = ", ".join(str(b.log_dir) for b in brokers)
         print(
             f"demo: Apache Kafka {bootstrap} (log dir {dirs}), redis 127.0.0.1:{redis.port}, data in {root}",
@@ -489,7 +524,7 @@ def run_demo(
             t.join(10)
         state = settings.redis_state()
         print("\nfinal state:", flush=True)
-        print_table(status_rows(state, settings.thresholds, now_ms()))
+        print_table(demo_rows(status_rows(state, settings.thresholds, now_ms())))
         print("\n".join(watch.lines), flush=True)
         return 0
     finally:

@@ -101,6 +101,15 @@ def test_demo_closes_both_loops(tmp_path: Path) -> None:
     # the compaction service on `accounts`: a generation published, and its table read back (500 keys a partition)
     assert re.search(r"compaction service: accounts generation \d+ published", out.stdout)
     assert re.search(r"compacted view accounts.compacted: generation \d+, .*\n  its table \(1000 live keys", final)
+    # issue 66 item 6: a keyed producer's table (each customer in one partition), only the demo's topics in the
+    # final table, and the job's own log lines in the file the demo names, not among the events
+    shown = re.findall(r"(c\d{4})=\S+ \(p(\d)@", out.stdout)
+    assert shown and all(len({p for k2, p in shown if k2 == k}) == 1 for k, _ in shown), shown
+    table_rows = [ln.split()[0] for ln in final.splitlines() if re.match(r"\s*\S+/\d+\s", ln)]
+    assert table_rows and all(r.rsplit("/", 1)[0] in ("orders", "clicks", "accounts") for r in table_rows), table_rows
+    assert f"demo: the job's log goes to {tmp_path / 'job.log'}" in log
+    assert not re.search(r"INFO compactd\.job: batch \d+", out.stdout + out.stderr)
+    assert re.search(r"INFO compactd\.job: batch \d+", (tmp_path / "job.log").read_text())
     leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
     assert leftover == "", "demo left processes behind"
 
