@@ -11,7 +11,7 @@ from typing import Any
 from compactd.errors import CompactdError
 from compactd.kafka.admin import admin_client
 from compactd.kafka.config import KafkaConnection
-from compactd.kafka.watermarks import list_offsets
+from compactd.kafka.watermarks import NEWBORN_S, list_offsets
 
 # How a view stamps and accepts its records' timestamps, whatever the broker's defaults. A view record carries its
 # winner's own timestamp: under `compaction.strategy: timestamp` it is the rank the next run compares, so a broker's
@@ -134,11 +134,18 @@ class CompactionCluster:
         return len(md.partitions)
 
     def offsets(
-        self, topic: str, spec: str | int, count: int, committed: bool = True, epochs: dict[int, int] | None = None
+        self,
+        topic: str,
+        spec: str | int,
+        count: int,
+        committed: bool = True,
+        epochs: dict[int, int] | None = None,
+        newborn: bool = False,
     ) -> dict[int, int]:
         """Per partition: "earliest", "latest" (the last stable offset under read_committed), or the first offset
         whose timestamp is ≥ an epoch-ms value (-1 where none is). `epochs`, when given, gets each partition's
-        leader epoch as the answer carries it (for "latest": the leader's epoch now)."""
+        leader epoch as the answer carries it (for "latest": the leader's epoch now). `newborn`: the topic was just
+        created, an unknown topic is asked again for a while (kafka/watermarks.py)."""
         from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
@@ -153,7 +160,8 @@ class CompactionCluster:
         out: dict[int, int] = {}
         got: dict[Any, int] | None = {} if epochs is not None else None
         try:
-            for tp, offset in list_offsets(self.admin, request, level, self.timeout_s, got).items():
+            newborn_s = NEWBORN_S if newborn else 0.0
+            for tp, offset in list_offsets(self.admin, request, level, self.timeout_s, got, newborn_s).items():
                 out[tp.partition] = offset
             if epochs is not None and got is not None:
                 epochs.update({tp.partition: e for tp, e in got.items()})
@@ -194,7 +202,7 @@ class CompactionCluster:
             )
             if led:
                 try:
-                    self.offsets(topic, "latest", partitions, committed=False)
+                    self.offsets(topic, "latest", partitions, committed=False, newborn=True)
                     return
                 except ClusterError:
                     if time.monotonic() > deadline:

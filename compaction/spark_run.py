@@ -32,7 +32,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from compactd.compaction.reduce import DELETED_AT
 from compactd.errors import CompactdError
-from compactd.kafka.watermarks import watermarks
+from compactd.kafka.watermarks import NEWBORN_S, watermarks
 
 if TYPE_CHECKING:
     from compactd.compaction.local_tasks import LocalTasks
@@ -418,7 +418,7 @@ def write_view(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[p
     stats: dict[int, dict[str, int]] = {}
 
     def high(p: int) -> int:
-        return watermarks(meter, spec.view, p, 30)[1]
+        return watermarks(meter, spec.view, p, 30, newborn_s=NEWBORN_S)[1]  # the view may be a moment old
 
     def close(p: int) -> None:
         left = producer.flush(120)

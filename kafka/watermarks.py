@@ -4,11 +4,12 @@ Apache Kafka answers a ListOffsets with NOT_LEADER_OR_FOLLOWER or LEADER_NOT_AVA
 being elected: right after the topic is created, and while a broker restarts. The answer a moment later is the real
 one, so those errors are asked again until the caller's timeout; any other error is the caller's to judge.
 
-UNKNOWN_TOPIC_OR_PART is asked again too, for NEWBORN_S only: on a KRaft cluster each broker learns a new topic from
-the metadata log on its own, so a client told the topic's leader by one broker can reach that leader before it has
-applied the record and be answered "unknown" (three nodes, CI: the first compaction run's view writer, a moment after
-the view was created). Kafka's Java client takes the error as retriable for the same reason. Past NEWBORN_S the answer
-stands: the topic is gone.
+A caller that has just created the topic asks with `newborn_s` (NEWBORN_S): UNKNOWN_TOPIC_OR_PART is then asked
+again for that long. On a KRaft cluster each broker learns a new topic from the metadata log on its own, so a client
+told the topic's leader by one broker can reach that leader before it has applied the record and be answered
+"unknown" (three nodes, CI: the first compaction run's view writer, a moment after the view was created). Kafka's
+Java client takes the error as retriable for the same reason. Every other caller takes "unknown" at once: the topic
+is gone (a delete aimed at each partition of a deleted topic must not wait 10 s apiece).
 """
 
 from __future__ import annotations
@@ -42,17 +43,17 @@ UNKNOWN = "UNKNOWN_TOPIC_OR_PART"
 NEWBORN_S = 10.0  # how long "unknown" may mean "not applied yet" (KRaft brokers apply a new topic within ms)
 
 
-def _again(name: str, started: float, deadline: float) -> bool:
+def _again(name: str, started: float, deadline: float, newborn_s: float) -> bool:
     """Whether an error named `name`, seen now, is asked again."""
     now = time.monotonic()
     if now >= deadline:
         return False
-    return name in LEADER_MOVING or (name == UNKNOWN and now - started < NEWBORN_S)
+    return name in LEADER_MOVING or (name == UNKNOWN and now - started < newborn_s)
 
 
-def watermarks(consumer: Any, topic: str, partition: int, timeout_s: float) -> tuple[int, int]:
+def watermarks(consumer: Any, topic: str, partition: int, timeout_s: float, newborn_s: float = 0.0) -> tuple[int, int]:
     """(low, high) of `topic`/`partition`; raises KafkaException as the client does once `timeout_s` is spent or
-    for an error that is not a leader moving."""
+    for an error that is not a leader moving (nor, for `newborn_s`, an unknown topic: see the module's doc)."""
     from confluent_kafka import KafkaException, TopicPartition
 
     started = time.monotonic()
@@ -63,7 +64,7 @@ def watermarks(consumer: Any, topic: str, partition: int, timeout_s: float) -> t
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=left, cached=False)
             return int(low), int(high)
         except KafkaException as exc:
-            if not _again(exc.args[0].name(), started, deadline):
+            if not _again(exc.args[0].name(), started, deadline, newborn_s):
                 raise
             time.sleep(0.1)
 
@@ -74,6 +75,7 @@ def list_offsets(
     isolation_level: Any,
     timeout_s: float,
     epochs: dict[Any, int] | None = None,
+    newborn_s: float = 0.0,
 ) -> dict[Any, int]:
     """ListOffsets through the Admin API, {TopicPartition: OffsetSpec} -> {TopicPartition: offset}; the partitions
     whose leader is being elected are asked again until `timeout_s` (any other error raises KafkaException).
@@ -95,7 +97,7 @@ def list_offsets(
                 if epochs is not None:
                     epochs[tp] = got.leader_epoch if got.leader_epoch is not None else -1
             except KafkaException as exc:
-                if not _again(exc.args[0].name(), started, deadline):
+                if not _again(exc.args[0].name(), started, deadline, newborn_s):
                     raise
                 again[tp] = pending[tp]
         pending = again
