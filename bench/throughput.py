@@ -47,7 +47,7 @@ from compactd.model import SourceOffsets
 from compactd.settings import Settings
 from compactd.streaming import columns
 from compactd.streaming.connector import READ_DEFAULTS, SOURCE_READ_DEFAULTS
-from compactd.streaming.decode import KAFKA_COLUMNS, Decoder
+from compactd.streaming.decode import Decoder
 from compactd.streaming.session import spark_session
 
 MIRROR = "mirror.consumer_offsets"
@@ -171,8 +171,8 @@ def bare_consumer(bootstrap: str, topics: list[str], binary: bool, low: SourceOf
 def spark_stages(spark: SparkSession, bootstrap: str, topics: list[str], decoder: Decoder, low: SourceOffsets) -> dict:
     """Where a batch's Spark time goes, over the same records (from `low` on) read again as one batch (Spark's Kafka
     reader, the job's options), each stage run twice and the second timed: the read alone (a `noop` write), the read
-    + decode (compactd's Java decoders), and the read + decode + reduce + collect to the driver, the refused records
-    decided there (what a micro-batch does before merging)."""
+    + decode (compactd's Java decoders, a row per record), and the read + decode + reduce + collect to the driver, the
+    refused records decided there (what a micro-batch does before merging)."""
     starting = {t: {str(p): o for p, o in parts.items()} for t, parts in low.items()}
     reader = (
         spark.read.format("kafka")
@@ -183,10 +183,9 @@ def spark_stages(spark: SparkSession, bootstrap: str, topics: list[str], decoder
     read = {**READ_DEFAULTS, **SOURCE_READ_DEFAULTS}
     for key, value in {"bootstrap.servers": bootstrap, "isolation.level": "read_committed", **read}.items():
         reader = reader.option(f"kafka.{key}", value)
-    rows = reader.load().select(*KAFKA_COLUMNS)
+    rows = reader.load()  # as the job reads them: the connector's rows, all their columns
     records = rows.count()
     fast = columns.FastPath(decoder)
-    decoded = fast.decoded(rows)
 
     def timed(run: Callable[[], object]) -> float:
         run()
@@ -195,8 +194,8 @@ def spark_stages(spark: SparkSession, bootstrap: str, topics: list[str], decoder
         return time.monotonic() - t0
 
     read_s = timed(lambda: rows.write.format("noop").mode("overwrite").save())
-    decode_s = timed(lambda: decoded.write.format("noop").mode("overwrite").save())
-    reduce_s = timed(lambda: decoder.complete(fast.reduced(decoded).toArrow()))
+    decode_s = timed(lambda: fast.decoded(rows).write.format("noop").mode("overwrite").save())
+    reduce_s = timed(lambda: decoder.complete(fast.reduced(rows).toArrow()))
     return {
         "records": records,
         "read_seconds": round(read_s, 2),

@@ -35,7 +35,6 @@ from compactd.streaming.connector import GROUP_ID_PREFIX
 from compactd.streaming.decode import DECODED_DDL, KAFKA_COLUMNS, Decoder, reduce_table
 
 # a micro-batch of at most this many records is reduced on the driver alone (`StreamingJob._fast`)
-SMALL_BATCH = 50_000
 # Runs a mapInArrow function over the batch's per-topic rows, hash-partitioned by topic into the configured number of
 # tasks, and returns what the tasks yield: (function, its output DDL) -> Arrow table.
 PerTopic = Callable[[Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], str], pa.Table]
@@ -113,7 +112,7 @@ class StreamingJob:
         )
         for key, value in s.kafka_options.items():
             reader = reader.option(f"kafka.{key}", value)
-        return reader.load().select(*KAFKA_COLUMNS)
+        return reader.load()  # the fast path reads the connector's rows as they are (no copy into five columns)
 
     def process_batch(self, df: DataFrame, batch_id: int) -> None:
         """foreachBatch: the batch's rows to changes, then the handler (merge, decide, act), with the garbage collector
@@ -128,61 +127,40 @@ class StreamingJob:
         started = time.monotonic()
         if self.spec.before_read is not None:
             self.spec.before_read(batch_id)
-        collected = collect_changes(self._collected(df, batch_id))
+        collected = collect_changes(self._collected(df))
         try:
             self.handler(Batch(batch_id, collected, time.monotonic() - started, self.spec.checkpoint))
         except BaseException as exc:
             self.batch_error = exc  # reported as it is, not through Spark's wrapping of it
             raise
 
-    def _collected(self, df: DataFrame, batch_id: int) -> pa.Table:
+    def _collected(self, df: DataFrame) -> pa.Table:
         """The batch's rows, reduced (`reduce_on_driver`'s keyed rows). On the fast path (`columns`) the Java decoders
-        and, past `SMALL_BATCH` records, a group-by in the reading tasks leave one row per state key, plus the records
-        the decoders refused, with their bytes; those come to the driver with the rest (Spark's own Arrow collect, no
+        and reduction in the reading tasks leave one row per state key and task, plus the records the decoders
+        refused, with their bytes; those come to the driver with the rest (Spark's own Arrow collect, no
         Python stage in the tasks) and the reference decides them here (`Decoder.complete`), where their DLQ records
         are written anyway. A Python stage in the tasks cost every batch its fixed price (0.4-0.7 s for a 16-record
         batch, measured) and every fast row a round trip through Python, to decode rows a healthy source rarely has."""
         if self.spec.reference:
-            return reduce_on_driver(self._decoded(df, batch_id))
-        return keyed(reduce_table(self.spec.decoder.complete(self._fast(df, batch_id).toArrow())))
+            return reduce_on_driver(self._decoded(df))
+        return keyed(reduce_table(self.spec.decoder.complete(self._fast(df).toArrow())))
 
-    def _decoded(self, df: DataFrame, batch_id: int) -> DataFrame:
+    def _decoded(self, df: DataFrame) -> DataFrame:
         """The batch's decoded rows (`DECODED_DDL`), left in the executors (evaluation slices reduce them there by
         topic): the fast path's rows, the refused ones decided by the reference in the tasks (`Decoder.completing`).
         `reference`: record by record in the reading tasks, for the equivalence tests."""
         decoder = self.spec.decoder
         if self.spec.reference:
-            return df.mapInArrow(reducing(decoder.reference), DECODED_DDL)
-        return self._fast(df, batch_id).mapInArrow(decoder.completing, DECODED_DDL)
+            return df.select(*KAFKA_COLUMNS).mapInArrow(reducing(decoder.reference), DECODED_DDL)
+        return self._fast(df).mapInArrow(decoder.completing, DECODED_DDL)
 
-    def _fast(self, df: DataFrame, batch_id: int) -> DataFrame:
-        """The fast path's rows (`columns.FastPath.reduced`'s columns): reduced in the reading tasks, or, for a batch of
-        at most `SMALL_BATCH` records, one row per record (the group-by's shuffle cost a 10-record batch 0.24-0.43 s
-        more, measured; the driver reduces 50,000 rows in well under that)."""
+    def _fast(self, df: DataFrame) -> DataFrame:
+        """The fast path's rows (`columns.FastPath.reduced`'s columns): decoded and reduced in the reading tasks, one
+        pass over Spark's internal rows (no shuffle: a 10-record batch costs what its read costs)."""
         decoder = self.spec.decoder
         if self._fast_path is None or self._fast_path.decoder is not decoder:
             self._fast_path = columns.FastPath(decoder)
-        rows = self._fast_path.decoded(df)
-        count = self._records(batch_id)
-        if count is not None and count <= SMALL_BATCH:
-            return self._fast_path.unreduced(rows)
-        return self._fast_path.reduced(rows)
-
-    def _records(self, batch_id: int) -> int | None:
-        """How many records the batch covers, from Spark's offset log (this batch's ends, the previous one's); None
-        when that is not known (the first batch, a partition new in this batch)."""
-        end = batch_end_offsets(self.spec.checkpoint, batch_id)
-        start = batch_end_offsets(self.spec.checkpoint, batch_id - 1) if batch_id > 0 else {}
-        if not end or not start:
-            return None
-        total = 0
-        for topic, parts in end.items():
-            for part, offset in parts.items():
-                begin = start.get(topic, {}).get(part)
-                if begin is None:
-                    return None
-                total += max(0, offset - begin)
-        return total
+        return self._fast_path.reduced(df)
 
     def _process_in_slices(self, df: DataFrame, batch_id: int) -> None:
         """Bring to the driver only the rows that are not per topic (rejected records, config events, group deletions
@@ -192,7 +170,7 @@ class StreamingJob:
         started = time.monotonic()
         if self.spec.before_read is not None:
             self.spec.before_read(batch_id)
-        rows = self._decoded(df, batch_id).persist()
+        rows = self._decoded(df).persist()
         per_topic = F.col("error").isNull() & F.col("kind").isin(*PER_TOPIC_RECORD_KINDS)
         reduced = (
             rows.filter(per_topic)

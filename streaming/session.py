@@ -31,7 +31,7 @@ from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from compactd.errors import ExecutorsUnavailable
-from compactd.streaming import connector, udfs
+from compactd.streaming import connector
 from compactd.streaming.jvm_start import class_data_sharing, keep_archive, spark_home_for_workers
 
 log = logging.getLogger("compactd.spark")
@@ -133,7 +133,6 @@ def spark_session(master: str = "local[2]", verbose: bool = False) -> SparkSessi
         if on_sigint is not None:
             signal.signal(signal.SIGINT, on_sigint)
     spark.sparkContext.setLogLevel("WARN" if not verbose else "INFO")
-    udfs.register(spark)
     if spark.sparkContext.master.startswith("local"):  # a cluster's executors are checked first (check_executors)
         warm_workers(spark)  # while the query starts
     return spark

@@ -1,8 +1,8 @@
 """compactd's own JVM code, all of it Java that runs in Spark's tasks, under `streaming/jvm/java/`: the stream's
-decoders (the fast path's two Spark UDFs, `io/compactd/spark/`) and the compaction's task (`io/compactd/compaction/`,
-registered per run by `compaction.spark_run`). Built once with `javac`
+fast path (its decoders and reduction over Spark's internal rows, `io/compactd/spark/`, streaming/columns.py) and the
+compaction's task (`io/compactd/compaction/`, registered per run by `compaction.spark_run`). Built once with `javac`
 against pyspark's own jars and the connector's `kafka-clients` (the exact classes they run with), cached beside the
-Maven jars; the decoders are registered on each session.
+Maven jars.
 
 Why Java, not Column expressions: the same checks written as `hex()`/`conv()`/`substr()` expressions decoded 208k
 `__consumer_offsets` records/s on this machine's two cores (every field a string conversion, and a generated method
@@ -23,14 +23,6 @@ from pathlib import Path
 
 from compactd import maven
 from compactd.errors import CompactdError
-
-# the row both Java decoders return (Decoded.java, field for field; the fast path completes it into decode.DECODED_DDL),
-# and each decoder's SQL name -> its class
-UDF_ROW_DDL = (
-    "fast boolean, kind string, topic string, partition int, grp string, base_offset bigint, end_offset bigint, "
-    "first_batch_max_ts bigint, size_bytes bigint, value_offset bigint, ts bigint, tid_hi bigint, tid_lo bigint"
-)
-UDFS = {"compactd_offsets": "io.compactd.spark.OffsetsDecode", "compactd_json": "io.compactd.spark.JsonDecode"}
 
 
 def _sources() -> list[Path]:
@@ -73,9 +65,3 @@ def tasks_jar(quiet: bool = False, libs: list[Path] | None = None) -> Path:
 
     maven.once(jar, build)
     return jar
-
-
-def register(spark: object) -> None:
-    """Make the decoders callable by name on this session (`F.call_udf`)."""
-    for name, cls in UDFS.items():
-        spark.udf.registerJavaFunction(name, cls, UDF_ROW_DDL)  # type: ignore[attr-defined]

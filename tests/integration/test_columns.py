@@ -1,7 +1,8 @@
-"""The fast path (streaming/columns.py: compactd's Java decoders, then the reduction as a group-by, in Spark's tasks)
-gives, record for record, the reference decoder's rows for every record it accepts, and the same reduced rows as the
-reference for whole batches, refused records and all; the common shapes stay in the JVM (else the path is fast for
-nothing). Bytes built to the spec by the codec's encoders, then damaged; JSON events of every kind of damage."""
+"""The fast path (streaming/columns.py: compactd's Java decoders and reduction over Spark's internal rows, in
+Spark's tasks) gives, record for record, the reference decoder's rows for every record it accepts, and the same
+reduced rows as the reference for whole batches, refused records and all; the common shapes stay in the JVM (else the
+path is fast for nothing). Bytes built to the spec by the codec's encoders, then damaged; JSON events of every kind
+of damage."""
 
 from __future__ import annotations
 
@@ -105,9 +106,8 @@ def frame(spark: Any, records: list[Record]) -> Any:
 
 def fast_rows(spark: Any, records: list[Record]) -> dict[tuple[str, int], dict]:
     """(source topic, offset) -> the fast path's row, for the records it accepts."""
-    d = columns.FastPath(D).decoded(frame(spark, records))
-    out = d.filter("fast").select(*(c for c in FIELDS if c != "topic_id"), "src_topic", "src_offset",
-                                  columns.topic_id(d["tid_hi"], d["tid_lo"]).alias("topic_id"))  # fmt: skip
+    out = columns.FastPath(D).decoded(frame(spark, records)).filter("not slow")
+    out = out.select(*FIELDS, "src_topic", "src_offset")
     return {(r["src_topic"], r["src_offset"]): r for r in out.toArrow().to_pylist()}
 
 
@@ -125,20 +125,22 @@ def assert_same_rows(spark: Any, records: list[Record]) -> None:
 
 
 def reduced_both(spark: Any, records: list[Record]) -> tuple[list[dict], list[dict]]:
-    """The batch reduced on the fast path as the job runs it (the group-by in the tasks, the refused records decided
-    by the reference on the driver), and by the reference alone; both keyed as the driver keys them. A small batch's
-    path (no group-by) and the evaluation slices' (the refused records decided in the tasks) give the same rows."""
+    """The batch reduced on the fast path as the job runs it (the reduction in the tasks, the refused records decided
+    by the reference on the driver), and by the reference alone; both keyed as the driver keys them. The rows one per
+    record (no reduction in the tasks: the driver's alone) and the evaluation slices' path (the refused records
+    decided in the tasks) give the same rows. The records are spread over several tasks, each holding several source
+    partitions (a key's rows meet on the driver)."""
     path = columns.FastPath(D)
-    decoded = path.decoded(frame(spark, records))
-    fast = keyed(reduce_table(D.complete(path.reduced(decoded).toArrow())))
-    small = keyed(reduce_table(D.complete(path.unreduced(decoded).toArrow())))
-    in_tasks = keyed(reduce_table(path.reduced(decoded).mapInArrow(D.completing, DECODED_DDL).toArrow()))
+    batch = frame(spark, records).repartition(3)
+    fast = keyed(reduce_table(D.complete(path.reduced(batch).toArrow())))
+    per_record = keyed(reduce_table(D.complete(path.decoded(batch).toArrow())))
+    in_tasks = keyed(reduce_table(path.reduced(batch).mapInArrow(D.completing, DECODED_DDL).toArrow()))
     ref = keyed(reduce_table(pa.Table.from_pylist([D.record_row(*r) for r in records], schema=DECODED_SCHEMA)))
 
     def rows(t: pa.Table) -> list[dict]:
         return sorted(t.to_pylist(), key=lambda r: (r["k"], r["src_topic"], r["src_partition"], r["src_offset"]))
 
-    assert rows(small) == rows(fast)  # a small batch's path: no group-by, the driver's reduction alone
+    assert rows(per_record) == rows(fast)
     assert rows(in_tasks) == rows(fast)
     return rows(fast), rows(ref)
 
@@ -274,7 +276,6 @@ def test_events_a_reset_superseded_are_dropped_on_the_fast_path(spark: Any) -> N
     records: list[Record] = [("seg", 0, i, None, v) for i, v in enumerate(
         [seg("orders", 0), seg("clicks", 0), seg("orders", 100), seg("orders", 0), b"{bad"])]  # fmt: skip
     records.append(("seg", 1, 0, None, seg("orders", 200)))  # another source partition: kept
-    fast = columns.FastPath(d)
-    out = keyed(reduce_table(d.complete(fast.reduced(fast.decoded(frame(spark, records))).toArrow())))
+    out = keyed(reduce_table(d.complete(columns.FastPath(d).reduced(frame(spark, records)).toArrow())))
     kept = sorted((r["topic"], r["src_partition"], r["src_offset"]) for r in out.to_pylist() if r["error"] is None)
     assert kept == [("clicks", 0, 1), ("orders", 0, 2), ("orders", 0, 3), ("orders", 1, 0)]

@@ -2,26 +2,22 @@ package io.compactd.spark;
 
 import java.nio.charset.StandardCharsets;
 
-import org.apache.spark.sql.Row;
-import org.apache.spark.sql.api.java.UDF3;
-
 /**
  * The fast path for JSON input events (value, the topic's types as a bit mask over {@link #TYPES}, the size limit) →
- * the row of {@link Decoded}. One pass over the bytes, strict JSON (RFC 8259: no comments, single quotes, leading
+ * a {@link Decoded}, or null. One pass over the bytes, strict JSON (RFC 8259: no comments, single quotes, leading
  * zeros, NaN or trailing commas; whitespace is space, tab, CR, LF). It accepts only what the pydantic models of
  * codec/events.py accept and reads it as they do: an object whose contract fields each come once with their JSON type
  * (integers without fraction or exponent, strings of printable ASCII), other fields any JSON value up to 32 levels
  * deep and numbers up to 1,000 characters (ignored), the models' constraints (ranges, the topic name's pattern, the
  * group's length, which types belong on this topic, end after base; an absent size_bytes is 0). Everything else is
- * refused ({@code fast} false): the reference decides it and names the DLQ reason. Bytes outside ASCII anywhere in
+ * refused (null): the reference decides it and names the DLQ reason. Bytes outside ASCII anywhere in
  * the value are refused before parsing (which of them are valid UTF-8 is the reference's call), and so is any escape
  * (the reference rejects a lone surrogate's, which a parser that skips unknown fields can miss).
  *
  * <p>Why not Jackson (which Spark ships, and which this class used first): a parser per record cost more than the
  * rest of the decode; this scanner allocates nothing but the row and its two names (docs/benchmarks.md).
  */
-public final class JsonDecode implements UDF3<byte[], Integer, Integer, Row> {
-  private static final long serialVersionUID = 2L;
+final class JsonDecode {
   /** The event types, in the order of the mask's bits (streaming/columns.py KINDS). */
   static final String[] TYPES = {
     "offset_commit", "offset_delete", "group_delete", "segment_rolled", "compacted", "log_start"
@@ -38,117 +34,107 @@ public final class JsonDecode implements UDF3<byte[], Integer, Integer, Row> {
   /** Digits past which an integer cannot pass the contract's ranges (2^53 has 16): refused before it overflows. */
   private static final int MAX_INT_DIGITS = 18;
 
-  @Override
-  public Row call(byte[] b, Integer types, Integer maxBytes) {
-    if (b == null || b.length > maxBytes) return Decoded.REFUSED;
+  private JsonDecode() {}
+
+  /** The event's decoded fields, or null: refused, the reference decides it. */
+  static Decoded decode(byte[] b, int types, int maxBytes) {
+    if (b == null || b.length > maxBytes) return null;
     for (byte c : b) {
-      if (c < 0 || c == '\\') return Decoded.REFUSED;
+      if (c < 0 || c == '\\') return null;
     }
     int n = b.length;
     int[] at = new int[STRINGS * 2]; // start, end of each string field's text
     long[] num = new long[FIELDS.length];
     int seen = 0;
     int i = ws(b, 0);
-    if (i >= n || b[i] != '{') return Decoded.REFUSED;
+    if (i >= n || b[i] != '{') return null;
     i = ws(b, i + 1);
     if (i < n && b[i] == '}') {
       i++;
     } else {
       while (true) {
-        if (i >= n || b[i] != '"') return Decoded.REFUSED;
+        if (i >= n || b[i] != '"') return null;
         int end = string(b, i);
-        if (end < 0) return Decoded.REFUSED;
+        if (end < 0) return null;
         int field = field(b, i + 1, end - 1);
         i = ws(b, end);
-        if (i >= n || b[i] != ':') return Decoded.REFUSED;
+        if (i >= n || b[i] != ':') return null;
         i = ws(b, i + 1);
         if (field < 0) { // a field of no event: ignored, as the reference ignores it
           i = value(b, i, 1);
         } else {
-          if ((seen & (1 << field)) != 0) return Decoded.REFUSED; // twice: which one counts is the reference's call
+          if ((seen & (1 << field)) != 0) return null; // twice: which one counts is the reference's call
           seen |= 1 << field;
           if (field < STRINGS) {
-            if (i >= n || b[i] != '"') return Decoded.REFUSED;
+            if (i >= n || b[i] != '"') return null;
             end = string(b, i);
-            if (end < 0) return Decoded.REFUSED;
+            if (end < 0) return null;
             for (int j = i + 1; j < end - 1; j++) {
-              if (b[j] > 0x7e) return Decoded.REFUSED; // printable ASCII (string() refused the controls)
+              if (b[j] > 0x7e) return null; // printable ASCII (string() refused the controls)
             }
             at[2 * field] = i + 1;
             at[2 * field + 1] = end - 1;
             i = end;
           } else {
             end = integer(b, i);
-            if (end < 0) return Decoded.REFUSED;
+            if (end < 0) return null;
             num[field] = parse(b, i, end);
             i = end;
           }
         }
-        if (i < 0) return Decoded.REFUSED;
+        if (i < 0) return null;
         i = ws(b, i);
-        if (i >= n) return Decoded.REFUSED;
+        if (i >= n) return null;
         if (b[i] == '}') {
           i++;
           break;
         }
-        if (b[i] != ',') return Decoded.REFUSED;
+        if (b[i] != ',') return null;
         i = ws(b, i + 1);
       }
     }
-    if (ws(b, i) != n) return Decoded.REFUSED; // anything after the object
-    if ((seen & (1 << TYPE)) == 0) return Decoded.REFUSED;
+    if (ws(b, i) != n) return null; // anything after the object
+    if ((seen & (1 << TYPE)) == 0) return null;
     int type = type(b, at[0], at[1]);
-    if (type < 0 || (types & (1 << type)) == 0 || !count(seen, num, TS)) return Decoded.REFUSED;
-    String kind = TYPES[type];
+    if (type < 0 || (types & (1 << type)) == 0 || !count(seen, num, TS)) return null;
     boolean groupOk = (seen & (1 << GROUP)) != 0 && at[3] > at[2] && at[3] - at[2] <= 1024;
     boolean topicOk = (seen & (1 << TOPIC)) != 0 && topicName(b, at[4], at[5]) && (seen & (1 << PARTITION)) != 0
         && num[PARTITION] >= 0 && num[PARTITION] <= Integer.MAX_VALUE;
     String group = groupOk ? text(b, at[2], at[3]) : null;
     String topic = topicOk ? text(b, at[4], at[5]) : null;
-    Integer partition = topicOk ? (int) num[PARTITION] : null;
+    int partition = topicOk ? (int) num[PARTITION] : -1;
     long ts = num[TS];
+    int ets = Decoded.TS;
     switch (type) {
       case 0: // offset_commit
-        if (!groupOk || !topicOk || !count(seen, num, OFFSET)) return Decoded.REFUSED;
-        return Decoded.row(true, kind, topic, partition, group, null, null, null, null, num[OFFSET], ts, null, null);
+        if (!groupOk || !topicOk || !count(seen, num, OFFSET)) return null;
+        return Decoded.of(type, topic, partition, group, num[OFFSET], ts, ets | Decoded.VALUE);
       case 1: // offset_delete
-        if (!groupOk || !topicOk) return Decoded.REFUSED;
-        return Decoded.row(true, kind, topic, partition, group, null, null, null, null, null, ts, null, null);
+        if (!groupOk || !topicOk) return null;
+        return Decoded.of(type, topic, partition, group, 0, ts, ets);
       case 2: // group_delete
-        if (!groupOk) return Decoded.REFUSED;
-        return Decoded.row(true, kind, null, null, group, null, null, null, null, null, ts, null, null);
+        if (!groupOk) return null;
+        return Decoded.of(type, null, -1, group, 0, ts, ets);
       case 3: // segment_rolled
         long size = (seen & (1 << SIZE)) != 0 ? num[SIZE] : 0;
         boolean epochSeen = (seen & (1 << LAST_EPOCH)) != 0; // the segment's last leader epoch: an int32, optional
         if (!topicOk || !count(seen, num, BASE) || !count(seen, num, END) || !count(seen, num, FIRST_TS)
             || size < 0 || size > Decoded.MAX_INT || num[END] <= num[BASE]
             || (epochSeen && (num[LAST_EPOCH] < 0 || num[LAST_EPOCH] > Integer.MAX_VALUE))) {
-          return Decoded.REFUSED;
+          return null;
         }
         // the epoch travels in value_offset, which no segment otherwise carries
-        return Decoded.row(true, kind, topic, partition, null, num[BASE], num[END], num[FIRST_TS], size,
-            epochSeen ? (Long) num[LAST_EPOCH] : null, ts, null, null);
+        return Decoded.segment(topic, partition, num[BASE], num[END], num[FIRST_TS], size, num[LAST_EPOCH],
+            epochSeen, ts);
       case 4: // compacted
-        if (!topicOk || !count(seen, num, CLEANED)) return Decoded.REFUSED;
-        return Decoded.row(true, kind, topic, partition, null, null, null, null, null, num[CLEANED], ts, null, null);
+        if (!topicOk || !count(seen, num, CLEANED)) return null;
+        return Decoded.of(type, topic, partition, null, num[CLEANED], ts, ets | Decoded.VALUE);
       case 5: // log_start
-        if (!topicOk || !count(seen, num, LOG_START)) return Decoded.REFUSED;
-        return Decoded.row(true, kind, topic, partition, null, null, null, null, null, num[LOG_START], ts, null,
-            null);
+        if (!topicOk || !count(seen, num, LOG_START)) return null;
+        return Decoded.of(type, topic, partition, null, num[LOG_START], ts, ets | Decoded.VALUE);
       default:
-        return Decoded.REFUSED;
+        return null;
     }
-  }
-
-  /** The mask of `types` (names of {@link #TYPES}), as streaming/columns.py computes it. */
-  static int mask(String... types) {
-    int out = 0;
-    for (String t : types) {
-      for (int i = 0; i < TYPES.length; i++) {
-        if (TYPES[i].equals(t)) out |= 1 << i;
-      }
-    }
-    return out;
   }
 
   private static int ws(byte[] b, int i) {

@@ -2,9 +2,6 @@ package io.compactd.spark;
 
 import java.nio.charset.StandardCharsets;
 
-import org.apache.spark.sql.Row;
-import org.apache.spark.sql.api.java.UDF2;
-
 /**
  * The fast path for {@code __consumer_offsets} records (key, value) → the row of {@link Decoded}. It accepts exactly what
  * the numpy path it replaces accepted: an offset key (v0/v1) with ASCII group and topic and a partition in range;
@@ -14,59 +11,61 @@ import org.apache.spark.sql.api.java.UDF2;
  * group metadata (v2), other tags, truncated or trailing bytes, non-ASCII names — is refused ({@code fast} false):
  * the Python reference (codec/offsets.py) decides it and names the DLQ reason. All big-endian.
  */
-public final class OffsetsDecode implements UDF2<byte[], byte[], Row> {
-  private static final long serialVersionUID = 1L;
+final class OffsetsDecode {
+  private OffsetsDecode() {}
 
-  @Override
-  public Row call(byte[] key, byte[] value) {
-    if (key == null || key.length < 2) return Decoded.REFUSED;
+  /** The record's decoded fields, or null: refused, the reference decides it. */
+  static Decoded decode(byte[] key, byte[] value) {
+    if (key == null || key.length < 2) return null;
     int kver = i16(key, 0);
     if (kver >= 3) return Decoded.skipped("skipped_key_v" + kver);
-    if ((kver != 0 && kver != 1) || key.length < 10) return Decoded.REFUSED;
+    if ((kver != 0 && kver != 1) || key.length < 10) return null;
     int kl = key.length;
     int glen = i16(key, 2);
-    if (glen < 0 || kl < 10 + glen) return Decoded.REFUSED;
+    if (glen < 0 || kl < 10 + glen) return null;
     int tlen = i16(key, 4 + glen);
-    if (tlen < 0 || kl != 10 + glen + tlen) return Decoded.REFUSED;
+    if (tlen < 0 || kl != 10 + glen + tlen) return null;
     int partition = i32(key, 6 + glen + tlen);
-    if (partition < 0 || !ascii(key, 4, glen) || !ascii(key, 6 + glen, tlen)) return Decoded.REFUSED;
+    if (partition < 0 || !ascii(key, 4, glen) || !ascii(key, 6 + glen, tlen)) return null;
     String group = new String(key, 4, glen, StandardCharsets.US_ASCII);
     String topic = new String(key, 6 + glen, tlen, StandardCharsets.US_ASCII);
     if (value == null) return Decoded.offsetDelete(group, topic, partition);
     int vl = value.length;
-    if (vl < 20) return Decoded.REFUSED;
+    if (vl < 20) return null;
     int vver = i16(value, 0);
-    if (vver < 0 || vver > 4) return Decoded.REFUSED;
+    if (vver < 0 || vver > 4) return null;
     long offset = i64(value, 2);
     int mpos = vver >= 3 ? 14 : 10;
     int mlen;
     int mstart;
-    Long hi = null;
-    Long lo = null;
+    boolean tid = false;
+    long hi = 0;
+    long lo = 0;
     if (vver == 4) {
       int mvar = value[mpos] & 0xff; // one byte: no continuation bit, not null (0)
-      if (mvar < 1 || mvar > 127) return Decoded.REFUSED;
+      if (mvar < 1 || mvar > 127) return null;
       mlen = mvar - 1;
       mstart = mpos + 1;
       int tags = mstart + mlen + 8;
-      if (vl < tags + 1) return Decoded.REFUSED;
+      if (vl < tags + 1) return null;
       if (value[tags] == 0) {
-        if (vl != tags + 1) return Decoded.REFUSED;
+        if (vl != tags + 1) return null;
       } else if (value[tags] == 1 && vl == tags + 1 + 18 && value[tags + 1] == 0 && value[tags + 2] == 16) {
+        tid = true;
         hi = i64(value, tags + 3);
         lo = i64(value, tags + 11);
       } else {
-        return Decoded.REFUSED;
+        return null;
       }
     } else {
       mlen = i16(value, mpos);
       mstart = mpos + 2;
       int fixed = vver == 1 ? 28 : vver == 3 ? 24 : 20;
-      if (mlen < 0 || vl != fixed + mlen) return Decoded.REFUSED;
+      if (mlen < 0 || vl != fixed + mlen) return null;
     }
     long ts = i64(value, mstart + mlen);
-    if (offset < 0 || offset > Decoded.MAX_INT || !ascii(value, mstart, mlen)) return Decoded.REFUSED;
-    return Decoded.offsetCommit(group, topic, partition, offset, ts, hi, lo);
+    if (offset < 0 || offset > Decoded.MAX_INT || !ascii(value, mstart, mlen)) return null;
+    return Decoded.offsetCommit(group, topic, partition, offset, ts, tid, hi, lo);
   }
 
   static int i16(byte[] b, int at) {
