@@ -325,6 +325,11 @@ def main() -> None:
                 merge_s = histogram_sum(app.metrics.merge_seconds) - merge0
                 handled_s = histogram_sum(app.metrics.batch_seconds) - handled0
             add_batch_s = sum(p["durationMs"].get("addBatch", 0) for p in progress if p.get("numInputRows")) / 1000
+            # what the round's batches cost a query that keeps running (the continuous job): Spark's triggers, each
+            # its offsets, the batch (read, decode, merge, decide, act) and its commit; not the query's start and
+            # stop, which `run --once` pays every round
+            trigger_s = sum(p["durationMs"].get("triggerExecution", 0) for p in progress if p.get("numInputRows"))
+            trigger_s /= 1000
             # Spark's own account of the batches (planning, offsets, the batch itself, checkpoint writes), summed
             durations: dict[str, int] = {}
             for p in progress:
@@ -338,6 +343,7 @@ def main() -> None:
                     "fill_seconds": round(fill_s, 2),
                     "run_once_seconds": round(run_s, 2),
                     "events_per_second": round(args.events / run_s),
+                    "running_query_events_per_second": round(args.events / trigger_s) if trigger_s else None,
                     "micro_batches": app.summary.batches,
                     # CPU-seconds Spark's JVM used during the run: all of it, its JIT compiler's, its collector's
                     "jvm_cpu_seconds": {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1},
@@ -356,6 +362,7 @@ def main() -> None:
         tracked = len(settings.redis_state().all_partitions())
         steady = statistics.median(r["events_per_second"] for r in rounds[-3:])
         cold = rounds[0]["events_per_second"]
+        running = statistics.median(r["running_query_events_per_second"] or 0 for r in rounds[-3:])
         print(
             json.dumps(
                 {
@@ -374,6 +381,9 @@ def main() -> None:
                     "events_per_second_by_round": [r["events_per_second"] for r in rounds],
                     "bare_consumer": bare,
                     "ratio_to_bare_consumer": round(steady / bare["records_per_second"], 2),
+                    # the same rounds' batches as a running query pays them (Spark's trigger time), steady state
+                    "running_query_events_per_second": round(running),
+                    "running_query_ratio_to_bare_consumer": round(running / bare["records_per_second"], 2),
                     # the first round: the JVM's first large batch, after a --warmup-events run (the query started)
                     "cold_events_per_second": cold,
                     "cold_ratio_to_bare_consumer": round(cold / bare["records_per_second"], 2),
