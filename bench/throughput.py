@@ -48,7 +48,7 @@ from compactd.settings import Settings
 from compactd.streaming import columns
 from compactd.streaming.connector import READ_DEFAULTS, SOURCE_READ_DEFAULTS
 from compactd.streaming.decode import Decoder
-from compactd.streaming.session import spark_session
+from compactd.streaming.session import spark_session, stop_spark
 
 MIRROR = "mirror.consumer_offsets"
 TOPIC_IDS = {f"data-{i}": str(uuid.UUID(int=i + 1)) for i in range(1000)}
@@ -272,6 +272,7 @@ def main() -> None:
     binary = args.format == "binary"
     work = Path(tempfile.mkdtemp(prefix="compactd-bench-"))
     redis_svc, broker = redis_server(work / "redis"), kafka_broker(work / "broker")
+    spark = None
     try:
         bootstrap = f"127.0.0.1:{broker.port}"
         t0 = time.monotonic()
@@ -394,6 +395,8 @@ def main() -> None:
             )
         )
     finally:
+        if spark is not None:  # compactd's stop: the first JVM on a machine keeps its class-data archive
+            stop_spark(spark)
         broker.stop()
         redis_svc.stop()
 
