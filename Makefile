@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.stamp-deps
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps system-deps demo test test-slow soak lint imports docs bench clean
+.PHONY: deps system-deps demo test test-slow test-versions test-matrix soak lint imports docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +19,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m compileall -q -j 0 -x $(NOT_IMPORTED) $(VENV)/lib >/dev/null || true  # an optimisation only
 	touch $@
 
-# Redis and Prometheus (promtool, and a real server for the scrape test), Maven and javac come from Debian; Spark comes from
+# Redis and Prometheus (promtool, and a real server for the scrape test), Maven, javac and kcat (a plain reader of the
+# compacted view in the tests) come from Debian; Spark comes from
 # PyPI; Apache Kafka comes from Maven Central (local/jvm/pom.xml).
 APT_NEEDS := $(if $(shell command -v redis-server),,redis-server) $(if $(shell command -v prometheus),,prometheus) \
-	$(if $(shell command -v mvn),,maven) $(if $(shell command -v javac),,openjdk-17-jdk-headless)
+	$(if $(shell command -v mvn),,maven) $(if $(shell command -v javac),,openjdk-17-jdk-headless) \
+	$(if $(shell command -v kcat),,kcat)
 system-deps:
 	@if [ -n "$(strip $(APT_NEEDS))" ]; then $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(APT_NEEDS) >/dev/null; fi
@@ -75,6 +77,21 @@ test-slow: deps
 
 # The safety, nudge and compaction property tests with many more generated histories than `make test` runs, and the unit suite's
 # fuzz and property tests at 10 times their nominal examples (`make test` runs half of them).
+# The version matrix: the tests marked `versions` on another Apache Kafka line and mode (local/broker.py KafkaLine:
+# 4.4.0, 3.9.1, 3.6.2 in KRaft or ZooKeeper mode, 2.8.2 in ZooKeeper mode), its jars fetched on first use, e.g.
+#   make test-versions KAFKA_VERSION=3.9.1 KAFKA_MODE=zk
+# `make test-matrix` runs every line and mode one after another and writes tests/versions.json and the README's table.
+KAFKA_VERSION ?= 3.9.1
+KAFKA_MODE ?= kraft
+test-versions: deps
+	$(BIN)/python -m compileall -q -j 0 $(PACKAGE_DIRS) >/dev/null
+	COMPACTD_KAFKA_VERSION=$(KAFKA_VERSION) COMPACTD_KAFKA_MODE=$(KAFKA_MODE) \
+	  $(BIN)/pytest -q -n 3 --dist worksteal -m versions --durations=5
+
+test-matrix: deps
+	$(BIN)/python -m compileall -q -j 0 $(PACKAGE_DIRS) >/dev/null
+	$(BIN)/python tests/matrix.py --write
+
 soak: deps
 	COMPACTD_PROPERTY_EXAMPLES=$${EXAMPLES:-5000} $(BIN)/pytest -q tests/integration/test_safety_property.py \
 	  tests/integration/test_admin_safety_property.py \

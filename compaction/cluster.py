@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from compactd.errors import CompactdError
@@ -24,8 +24,24 @@ VIEW_TIMESTAMP_CONFIG = {
     "message.timestamp.before.max.ms": str(2**63 - 1),
     "message.timestamp.after.max.ms": str(2**63 - 1),
 }
+# Before Kafka 3.6 (KIP-937) one setting bounded a record's timestamp both ways; 2.8 to 3.5 refuse a topic config
+# they do not know ("Unknown topic config name"), so a view there gets this one instead.
+LEGACY_TIMESTAMP_BOUND = "message.timestamp.difference.max.ms"
+
+
+def view_timestamp_config(known: Collection[str] = ()) -> dict[str, str]:
+    """VIEW_TIMESTAMP_CONFIG in the terms of a broker whose topic configs are `known` (the names DescribeConfigs
+    lists; empty: the newest broker's)."""
+    if not known or "message.timestamp.before.max.ms" in known:
+        return dict(VIEW_TIMESTAMP_CONFIG)
+    out = {"message.timestamp.type": "CreateTime"}
+    if LEGACY_TIMESTAMP_BOUND in known:
+        out[LEGACY_TIMESTAMP_BOUND] = str(2**63 - 1)
+    return out
+
+
 # Only compactd removes generations: no time or size retention on a view.
-VIEW_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1", **VIEW_TIMESTAMP_CONFIG}
+VIEW_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
 # A view record is its winner plus compactd's headers: the view takes batches this much larger than its source does
 # (`max.message.bytes`), and the run's producers send them. With the broker's default (1 MiB) a source allowing 2 MiB
 # records could never be compacted: every run failed on RecordTooLargeException (issue 64).
@@ -53,6 +69,7 @@ class CompactionCluster:
         self._topics: Any = None  # kafka.topics.ClusterTopics, made on first use
         # topics `ensure_topic` found or made, and ("config", view) for views `ensure_view_config` checked
         self._ensured: set[str | tuple[str, str]] = set()  # `forget` after a failure
+        self.topic_config_names: frozenset[str] = frozenset()  # the topic configs the broker lists (source_configs)
 
     @property
     def log(self) -> Any:
@@ -97,6 +114,7 @@ class CompactionCluster:
             have = self.admin.describe_configs([res], request_timeout=self.timeout_s)[res].result(self.timeout_s)
         except KafkaException as exc:
             raise ClusterError(f"cannot describe the configs of {topic}: {exc.args[0].str()}") from None
+        self.topic_config_names = frozenset(have)  # what this broker's topics can be given (create_view)
         policy = have.get("cleanup.policy")
         size = have.get("max.message.bytes")
         source_bytes = int(size.value) if size is not None and str(size.value or "").isdigit() else 0
@@ -170,11 +188,13 @@ class CompactionCluster:
         return out
 
     def create_view(self, view: str, partitions: int, record_bytes: int = BROKER_MESSAGE_BYTES) -> None:
-        """The view topic: VIEW_TOPIC_CONFIG, taking batches of `record_bytes` (`source_configs`)."""
+        """The view topic: VIEW_TOPIC_CONFIG and the timestamp settings (`view_timestamp_config`, in the terms of the
+        broker `source_configs` described the source on), taking batches of `record_bytes` (`source_configs`)."""
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import NewTopic
 
-        config = {**VIEW_TOPIC_CONFIG, "max.message.bytes": str(record_bytes)}
+        config = {**VIEW_TOPIC_CONFIG, **view_timestamp_config(self.topic_config_names),
+                  "max.message.bytes": str(record_bytes)}  # fmt: skip
         futures = self.admin.create_topics(
             [NewTopic(view, partitions, self.replication_factor, config=config)],
             request_timeout=self.timeout_s,
@@ -223,7 +243,7 @@ class CompactionCluster:
         res = ConfigResource(ResourceType.TOPIC, view)
         try:
             have = self.admin.describe_configs([res], request_timeout=self.timeout_s)[res].result(self.timeout_s)
-            want = {**VIEW_TIMESTAMP_CONFIG, "max.message.bytes": str(record_bytes)}
+            want = {**view_timestamp_config(have), "max.message.bytes": str(record_bytes)}
             wrong = {k: v for k, v in want.items() if k not in have or have[k].value != v}
             if wrong:
                 log.info("view topic %s: setting %s", view, ", ".join(f"{k}={v}" for k, v in sorted(wrong.items())))

@@ -6,6 +6,12 @@ The jars come from Maven Central through the pom beside this module (`jvm/pom.xm
 new directory and never a mix. `make deps` fills it; the first broker start on a machine where it is empty fills it
 too, with one progress line.
 
+Older lines for the version matrix (`make test-versions`): `COMPACTD_KAFKA_VERSION` (3.9, 3.6, 2.8, or one of their
+pinned versions) picks another pom (`jvm/pom-<line>.xml`, fetched on first use), and `COMPACTD_KAFKA_MODE=zk` runs
+a line before 4.0 in ZooKeeper mode, its ZooKeeper (`ZooKeeper`, from the jars Kafka itself brings) started beside it.
+Kafka 2.8 runs in ZooKeeper mode only: its KRaft mode was an early access without transactions, ACLs or partition
+additions.
+
 The broker is tuned for tests, not for production: internal topics with one replica, no initial rebalance delay, the
 cleaner and retention checks every second, a small heap and a dedupe buffer to match. It logs to
 `<workdir>/logs/server.log` and nothing reaches the terminal. A stopped or killed broker starts again on the same log
@@ -122,18 +128,176 @@ KAFKA_SCRIPT_HEAP = "1g"
 READY_TIMEOUT_S = 60.0
 
 
-def _pom() -> Path:
-    return Path(str(resources.files("compactd.local.jvm").joinpath("pom.xml")))
+def _pom(name: str = "pom.xml") -> Path:
+    return Path(str(resources.files("compactd.local.jvm").joinpath(name)))
+
+
+@dataclass(frozen=True)
+class KafkaLine:
+    """A line of Apache Kafka releases the test broker runs: one pom in `jvm/`, pinning its version."""
+
+    pom: str
+
+    @property
+    def version(self) -> str:
+        """The version the pom pins (its `kafka.version` property)."""
+        return pom_property(_pom(self.pom), "kafka.version")
+
+    @property
+    def release(self) -> tuple[int, int]:
+        major, minor = self.version.split(".")[:2]
+        return int(major), int(minor)
+
+    @property
+    def has_zookeeper(self) -> bool:
+        return self.release < (4, 0)
+
+    @property
+    def log4j1(self) -> bool:
+        """Kafka before 4.0 logs through log4j 1 (`jvm/log4j.properties`), 4.x through log4j2 (`jvm/log4j2.xml`)."""
+        return self.release < (4, 0)
+
+    @property
+    def initial_task_delay(self) -> bool:
+        """Whether `log.initial.task.delay.ms` exists (3.9 on): before it, retention, log-start checkpoints and
+        deleted logs' removal start 30 s after the broker."""
+        return self.release >= (3, 9)
+
+    def jars(self, quiet: bool = False) -> Path:
+        """The line's jars (compactd/maven.py), fetched once."""
+        return maven.ensure_jars(_pom(self.pom), "kafka", self.version, f"Apache Kafka {self.version}", quiet=quiet)
+
+
+DEFAULT_LINE = KafkaLine("pom.xml")
+OLDER_LINES = {"3.9": KafkaLine("pom-3.9.xml"), "3.6": KafkaLine("pom-3.6.xml"), "2.8": KafkaLine("pom-2.8.xml")}
+MODES = ("kraft", "zk")
+
+
+def kafka_line(version: str | None = None) -> KafkaLine:
+    """The line for `version` ("3.9" or its pinned "3.9.1"; COMPACTD_KAFKA_VERSION when None; the default line, 4.x,
+    when that is unset too)."""
+    version = version if version is not None else os.environ.get("COMPACTD_KAFKA_VERSION", "")
+    if not version or version in (DEFAULT_LINE.version, ".".join(DEFAULT_LINE.version.split(".")[:2]), "4"):
+        return DEFAULT_LINE
+    line = OLDER_LINES.get(".".join(version.split(".")[:2]))
+    if line is None or (version.count(".") == 2 and version != line.version):
+        pinned = ", ".join([DEFAULT_LINE.version, *(ln.version for ln in OLDER_LINES.values())])
+        raise CompactdError(f"no test broker for Apache Kafka {version}: COMPACTD_KAFKA_VERSION is one of {pinned}")
+    return line
+
+
+def kafka_mode(line: KafkaLine, mode: str | None = None) -> str:
+    """ "kraft" or "zk" (COMPACTD_KAFKA_MODE when None, "kraft" when that is unset), checked against the line."""
+    mode = (mode if mode is not None else os.environ.get("COMPACTD_KAFKA_MODE", "")) or "kraft"
+    if mode not in MODES:
+        raise CompactdError(f"COMPACTD_KAFKA_MODE is kraft or zk, not {mode!r}")
+    if mode == "zk" and not line.has_zookeeper:
+        raise CompactdError(f"Apache Kafka {line.version} has no ZooKeeper mode: COMPACTD_KAFKA_MODE=kraft")
+    if mode == "kraft" and line.release < (3, 0):
+        raise CompactdError(f"Apache Kafka {line.version}'s KRaft mode was an early access (no transactions, ACLs "
+                            "or partition additions): COMPACTD_KAFKA_MODE=zk")  # fmt: skip
+    return mode
 
 
 def kafka_version() -> str:
-    """The Apache Kafka version the pom pins (its `kafka.version` property)."""
-    return pom_property(_pom(), "kafka.version")
+    """The Apache Kafka version of the default line (4.x: what the suite, the demo and the benchmarks run)."""
+    return DEFAULT_LINE.version
 
 
 def kafka_jars(quiet: bool = False) -> Path:
-    """The broker's jars (compactd/maven.py), fetched once."""
-    return maven.ensure_jars(_pom(), "kafka", kafka_version(), f"Apache Kafka {kafka_version()}", quiet=quiet)
+    """The default line's jars: the brokers' and the Java clients' the tests run (a Kafka Streams application, a
+    consumer of a KIP-848 group), whatever line the broker under test is."""
+    return DEFAULT_LINE.jars(quiet)
+
+
+def _java(jars: Path, heap: str, jvm_options: tuple[str, ...], logs: Path, log4j1: bool, main: str,
+          *args: str) -> list[str]:  # fmt: skip
+    """A JVM on Kafka's jars that logs to `logs`/server.log only."""
+    java = shutil.which("java")
+    if java is None:
+        raise CompactdError("java not found: Apache Kafka needs Java 17 (apt-get install openjdk-17-jre-headless)")
+    if log4j1:
+        logging_conf = (
+            f"-Dlog4j.configuration=file:{resources.files('compactd.local.jvm').joinpath('log4j.properties')}"
+        )
+    else:
+        logging_conf = f"-Dlog4j2.configurationFile={resources.files('compactd.local.jvm').joinpath('log4j2.xml')}"
+    return [java, f"-Xmx{heap}", f"-Xms{heap}", *jvm_options, "-Djava.awt.headless=true", logging_conf,
+            f"-Dkafka.logs.dir={logs}", "-cp", f"{jars}/*", main, *args]  # fmt: skip
+
+
+# ZooKeeper's session for a test broker: a broker killed with -9 holds its registration (/brokers/ids/N) until its
+# session expires, and a new process for the same id refuses to start before that (18 s by default)
+ZK_SESSION_MS = 4000
+
+
+class ZooKeeper:
+    """A standalone ZooKeeper for brokers in ZooKeeper mode (Kafka before 4.0), on 127.0.0.1, from the jars Kafka's
+    line brings (what Kafka's own zookeeper-server-start.sh runs). Its ticks are 0.5 s, so sessions of 1 to 10 s are
+    allowed (ZK_SESSION_MS). Started by the constructor; `stop()` and `start()` keep its data."""
+
+    name = "zookeeper"
+
+    def __init__(self, workdir: Path, jars: Path, log4j1: bool = True, jvm_options: tuple[str, ...] = ()) -> None:
+        self.workdir = workdir
+        self.jars = jars
+        self.log4j1 = log4j1
+        self.jvm_options = jvm_options or JVM_OPTIONS
+        self.port = _free_port()
+        self.logs = workdir / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.config = workdir / "zoo.cfg"
+        conf = {
+            "dataDir": workdir / "data",
+            "clientPort": self.port,
+            "clientPortAddress": "127.0.0.1",
+            "maxClientCnxns": 0,
+            "admin.enableServer": "false",
+            "tickTime": 500,
+            "4lw.commands.whitelist": "srvr",
+        }
+        self.config.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
+        self.proc: subprocess.Popen | None = None
+        self.start()
+
+    @property
+    def connect(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        from compactd.local.servers import wait_port
+
+        if self.running:
+            return
+        argv = _java(self.jars, "128m", self.jvm_options, self.logs, self.log4j1,
+                     "org.apache.zookeeper.server.ZooKeeperServerMain", str(self.config))  # fmt: skip
+        with open(self.logs / "stdout.log", "ab") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        wait_port(self.port, self.proc, "zookeeper", READY_TIMEOUT_S)
+
+    def stop(self) -> None:
+        _end(self.proc, signal.SIGTERM, 10)
+
+    def kill(self) -> None:
+        _end(self.proc, signal.SIGKILL, 10)
+
+
+def _end(proc: subprocess.Popen | None, sig: signal.Signals, timeout: float) -> None:
+    """Send `sig` to the process's group and wait for it; kill -9 what is still up after `timeout`."""
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
 
 
 def _free_port() -> int:
@@ -160,7 +324,8 @@ class Quorum:
 
 
 class KafkaBroker:
-    """One Apache Kafka process (broker and controller in one, KRaft) on 127.0.0.1, its data under `workdir`.
+    """One Apache Kafka process (broker and controller in one, KRaft; or a broker on its ZooKeeper, `mode` "zk") on
+    127.0.0.1, its data under `workdir`.
 
     Started by the constructor and ready when it returns: a metadata request has answered with this broker in it.
     `stop()` is a clean shutdown (SIGTERM, then SIGKILL after 30 s), `kill()` is kill -9, `restart()` starts it again
@@ -169,7 +334,11 @@ class KafkaBroker:
     `users` (name -> password): the client listener is SASL_PLAINTEXT with SASL/PLAIN and the broker enforces ACLs
     (KRaft's StandardAuthorizer, nothing allowed without an ACL). `admin` (ADMIN_PASSWORD) is a super user, and so is
     ANONYMOUS, which is how the controller listener (plaintext, loopback) authenticates the node to itself. Clients
-    connect with `client(user)`."""
+    connect with `client(user)`. In ZooKeeper mode the authorizer is AclAuthorizer, ZooKeeper's.
+
+    `line` and `mode` (`kafka_line()`, `kafka_mode()`: the environment's, 4.x in KRaft mode by default): the version
+    line and mode. A broker in ZooKeeper mode starts its own ZooKeeper beside it (stopped with it) unless it is given
+    one (`zookeeper`, a cluster's)."""
 
     name = "kafka"
 
@@ -184,6 +353,9 @@ class KafkaBroker:
         start: bool = True,
         jvm_options: tuple[str, ...] = JVM_OPTIONS,
         heap: str = HEAP,
+        line: KafkaLine | None = None,
+        mode: str | None = None,
+        zookeeper: ZooKeeper | None = None,
     ) -> None:
         """`node_id` and `quorum`: this node's place in a cluster of several (KafkaCluster); alone by default.
         `start` False: the process starts with `launch()` and is ready after `wait_ready()` (a cluster starts every
@@ -200,12 +372,19 @@ class KafkaBroker:
         self.log_dir = workdir / "data"
         self.logs = workdir / "logs"
         self.log = self.logs / "server.log"
-        self.jars = kafka_jars()
+        self.line = line or kafka_line()
+        self.mode = kafka_mode(self.line, mode)
+        self.jars = self.line.jars()
         self._extra = dict(extra or {})
         workdir.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
+        self._owns_zookeeper = self.mode == "zk" and zookeeper is None
+        self.zookeeper = zookeeper
+        if self._owns_zookeeper:
+            self.zookeeper = ZooKeeper(workdir / "zookeeper", self.jars, self.line.log4j1, jvm_options)
+        self._killed_at: float | None = None
         self._write_config()
-        if not (self.log_dir / "meta.properties").exists():
+        if self.mode == "kraft" and not (self.log_dir / "meta.properties").exists():
             self._format()
         self.proc: subprocess.Popen | None = None
         if start:
@@ -216,15 +395,25 @@ class KafkaBroker:
         return f"127.0.0.1:{self.port}"
 
     def _write_config(self) -> None:
+        if self.mode == "zk":
+            assert self.zookeeper is not None
+            # no process.roles, node.id or controller listener: a line before 4.0 refuses them in ZooKeeper mode
+            node = {"broker.id": str(self.node_id), "zookeeper.connect": self.zookeeper.connect,
+                    "zookeeper.session.timeout.ms": str(ZK_SESSION_MS), "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+                    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT"}  # fmt: skip
+        else:
+            node = {
+                "process.roles": "broker,controller",
+                "node.id": str(self.node_id),
+                "controller.quorum.voters": self.quorum.voters_config(),
+                "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+                "controller.listener.names": "CONTROLLER",
+                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            }
         props = {
-            "process.roles": "broker,controller",
-            "node.id": str(self.node_id),
-            "controller.quorum.voters": self.quorum.voters_config(),
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            **node,
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-            "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             "log.dirs": str(self.log_dir),
             **TEST_SETTINGS,
             **(self._sasl() if self.users is not None else {}),
@@ -241,15 +430,19 @@ class KafkaBroker:
             "org.apache.kafka.common.security.plain.PlainLoginModule required "
             f'username="admin" password="{ADMIN_PASSWORD}" {users};'
         )
+        zk = self.mode == "zk"
+        controller = "" if zk else f",CONTROLLER://127.0.0.1:{self.controller_port}"
         return {
-            "listeners": f"SASL_PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "listeners": f"SASL_PLAINTEXT://127.0.0.1:{self.port}{controller}",
             "advertised.listeners": f"SASL_PLAINTEXT://127.0.0.1:{self.port}",
             "inter.broker.listener.name": "SASL_PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "listener.security.protocol.map": ("" if zk else "CONTROLLER:PLAINTEXT,") + "SASL_PLAINTEXT:SASL_PLAINTEXT",
             "sasl.enabled.mechanisms": "PLAIN",
             "sasl.mechanism.inter.broker.protocol": "PLAIN",
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
-            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"
+            if zk
+            else "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": "User:admin;User:ANONYMOUS",
             "allow.everyone.if.no.acl.found": "false",
         }
@@ -263,23 +456,7 @@ class KafkaBroker:
         return conf
 
     def _java(self, main: str, *args: str, heap: str | None = None) -> list[str]:
-        java = shutil.which("java")
-        if java is None:
-            raise CompactdError("java not found: Apache Kafka needs Java 17 (apt-get install openjdk-17-jre-headless)")
-        log4j = resources.files("compactd.local.jvm").joinpath("log4j2.xml")
-        return [
-            java,
-            f"-Xmx{heap or self.heap}",
-            f"-Xms{heap or self.heap}",
-            *self.jvm_options,
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={log4j}",
-            f"-Dkafka.logs.dir={self.logs}",
-            "-cp",
-            f"{self.jars}/*",
-            main,
-            *args,
-        ]
+        return _java(self.jars, heap or self.heap, self.jvm_options, self.logs, self.line.log4j1, main, *args)
 
     def _format(self) -> None:
         cluster_id = self.quorum.cluster_id  # may start with "-": one argument
@@ -305,9 +482,16 @@ class KafkaBroker:
             raise
 
     def launch(self) -> None:
-        """The process started, not yet ready."""
+        """The process started, not yet ready. In ZooKeeper mode its ZooKeeper first, and after a kill -9 the old
+        process's session expired (its registration is gone: a new one would be refused)."""
         if self.running:
             return
+        if self.zookeeper is not None:
+            if self._owns_zookeeper:
+                self.zookeeper.start()
+            if self._killed_at is not None:
+                time.sleep(max(0.0, self._killed_at + ZK_SESSION_MS / 1000 + 1 - time.monotonic()))
+        self._killed_at = None
         with open(self.logs / "stdout.log", "ab") as out:
             self.proc = subprocess.Popen(
                 self._java("kafka.Kafka", str(self.config)),
@@ -341,7 +525,13 @@ class KafkaBroker:
             time.sleep(0.1)
 
     def stop(self, timeout: float = 30.0) -> None:
-        """A clean shutdown: SIGTERM (Kafka's controlled shutdown, its logs flushed and closed), kill -9 if it hangs."""
+        """A clean shutdown: SIGTERM (Kafka's controlled shutdown, its logs flushed and closed), kill -9 if it hangs;
+        then the broker's own ZooKeeper."""
+        self._stop(timeout)
+        if self._owns_zookeeper and self.zookeeper is not None:
+            self.zookeeper.stop()
+
+    def _stop(self, timeout: float) -> None:
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
@@ -353,16 +543,23 @@ class KafkaBroker:
             self.kill()
 
     def kill(self) -> None:
-        """kill -9: the log dir is left as a crash leaves it (recovered on the next start)."""
+        """kill -9: the log dir is left as a crash leaves it (recovered on the next start). Its ZooKeeper runs on."""
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
+        self._killed_at = time.monotonic()
+
+    def close(self) -> None:
+        """kill -9 the broker and its own ZooKeeper (a teardown after a failure)."""
+        self.kill()
+        if self._owns_zookeeper and self.zookeeper is not None:
+            self.zookeeper.kill()
 
     def restart(self) -> None:
-        self.stop()
+        self._stop(30.0)
         self.start()
 
     def rss_bytes(self) -> int:
@@ -384,12 +581,28 @@ class KafkaCluster:
 
     name = "kafka"
 
-    def __init__(self, workdir: Path, nodes: int = 3, extra: Mapping[str, str] | None = None) -> None:
+    def __init__(self, workdir: Path, nodes: int = 3, extra: Mapping[str, str] | None = None,
+                 line: KafkaLine | None = None, mode: str | None = None) -> None:  # fmt: skip
+        """`line` and `mode`: as KafkaBroker's; in ZooKeeper mode one ZooKeeper serves every node."""
         self.workdir = workdir
         self.quorum = Quorum.of(nodes)
+        self.line = line or kafka_line()
+        self.mode = kafka_mode(self.line, mode)
+        self.zookeeper = (
+            ZooKeeper(workdir / "zookeeper", self.line.jars(), self.line.log4j1) if self.mode == "zk" else None
+        )
         settings = {**REPLICATED, **(extra or {})}
         self.nodes = [
-            KafkaBroker(workdir / f"node{n}", extra=settings, node_id=n, quorum=self.quorum, start=False)
+            KafkaBroker(
+                workdir / f"node{n}",
+                extra=settings,
+                node_id=n,
+                quorum=self.quorum,
+                start=False,
+                line=self.line,
+                mode=self.mode,
+                zookeeper=self.zookeeper,
+            )
             for n in range(1, nodes + 1)
         ]
         try:
@@ -424,10 +637,14 @@ class KafkaCluster:
                 node.proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 node.kill()
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
 
     def kill(self) -> None:
         for node in self.nodes:
             node.kill()
+        if self.zookeeper is not None:
+            self.zookeeper.kill()
 
 
 # librdkafka's logger for the readiness probe: a broker still starting is expected, not news

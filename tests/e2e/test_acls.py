@@ -29,7 +29,7 @@ from compactd.settings import Settings, TopicNames
 from tests.support import kraft
 from tests.support.events import old_segments
 from tests.support.fixtures import Cluster
-from tests.support.groups import consume_and_commit
+from tests.support.groups import consume_and_commit, newest_protocol
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.spark
@@ -91,6 +91,7 @@ def apply(cluster: Cluster, add: list[AclBinding] = (), remove: list[AclBinding]
     kraft.apply_acls(cluster.conn, add, remove)
 
 
+@pytest.mark.versions
 def test_the_acl_table_is_what_compactd_needs_and_each_missing_grant_is_named(
     spark, sasl_broker, redis_url, tmp_path, caplog, capsys
 ) -> None:
@@ -106,7 +107,7 @@ def test_the_acl_table_is_what_compactd_needs_and_each_missing_grant_is_named(
     admin_cluster.create(compact, 1, {"cleanup.policy": "compact"})
     admin_cluster.fill(data, 400)
     group = admin_cluster.name("billing")
-    consume_and_commit(sasl_broker.bootstrap, group, data, 400, "consumer", extra=sasl_broker.client())
+    consume_and_commit(sasl_broker.bootstrap, group, data, 400, newest_protocol(), extra=sasl_broker.client())
     bindings = grants(f"compactd-{prefix}.")
     apply(admin_cluster, add=bindings)
 
@@ -188,7 +189,7 @@ def test_the_acl_table_is_what_compactd_needs_and_each_missing_grant_is_named(
 
     # short of Describe on the group its topic holds its deletes (nothing unsafe)
     admin_cluster.fill(data, 100)
-    consume_and_commit(sasl_broker.bootstrap, group, data, 500, "consumer", extra=sasl_broker.client())
+    consume_and_commit(sasl_broker.bootstrap, group, data, 500, newest_protocol(), extra=sasl_broker.client())
     admin_cluster.send(names["segments"], old_segments(data, [100, 200, 300, 400, 500], now)[-1:])
     # Kafka's ACLs only add up: a DENY takes Describe on this one group away, `*` stays for compactd's own consumers
     deny = AclBinding(ResourceType.GROUP, group, ResourcePatternType.LITERAL, USER, "*", AclOperation.DESCRIBE,
@@ -316,8 +317,8 @@ def test_offsets_source_admin_without_describe_on_the_cluster_refuses_to_start_a
     data, visible, hidden = cluster.name("orders"), cluster.name("visible"), cluster.name("hidden")
     cluster.create(data, 1, {"cleanup.policy": "delete"})
     cluster.fill(data, 400)
-    consume_and_commit(sasl_broker.bootstrap, visible, data, 400, "consumer", extra=sasl_broker.client())
-    consume_and_commit(sasl_broker.bootstrap, hidden, data, 100, "consumer", extra=sasl_broker.client())
+    consume_and_commit(sasl_broker.bootstrap, visible, data, 400, newest_protocol(), extra=sasl_broker.client())
+    consume_and_commit(sasl_broker.bootstrap, hidden, data, 100, newest_protocol(), extra=sasl_broker.client())
     user, lit = f"User:{LISTER}", ResourcePatternType.LITERAL
     mine = [
         AclBinding(ResourceType.GROUP, visible, lit, user, "*", AclOperation.DESCRIBE, ANY),

@@ -33,6 +33,7 @@ def segment(topic: str, partition: int, end: int, now: int) -> dict:
     }
 
 
+@pytest.mark.versions
 @pytest.mark.spark
 def test_the_job_compacts_a_topic_turned_on_by_a_config_event(
     spark, cluster, job_settings, redis_url, monkeypatch, capsys

@@ -13,6 +13,7 @@ pytestmark = pytest.mark.spark
 HOUR = 3_600_000
 
 
+@pytest.mark.versions
 def test_once_run_deletes_consumed_segments_and_compacts_overdue(spark, cluster, job_settings, redis_url) -> None:
     now = int(time.time() * 1000)
     orders, ctopic = cluster.name("orders"), cluster.name("ctopic")

@@ -68,6 +68,7 @@ def cleaned_up_to(log_dir: Path, topic: str) -> int:
     return read_checkpoint(log_dir / "cleaner-offset-checkpoint").get((topic, 0), -1)
 
 
+@pytest.mark.versions
 def test_kafka_cleaner_answers_the_nudge_and_the_nudge_is_put_back(spark, kafka, cluster, job_settings) -> None:
     topic = cluster.name("gdpr")
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})

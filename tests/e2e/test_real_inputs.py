@@ -128,6 +128,7 @@ def test_readiness_gate_skips_deletes_until_caught_up(cluster, rclient) -> None:
     assert cluster.watermarks(topic) == (100, 300)
 
 
+@pytest.mark.versions
 @pytest.mark.spark
 def test_agent_new_segment_file_moves_earliest_uncompacted(spark, cluster, job_settings, redis_url, tmp_path) -> None:
     t0 = int(time.time() * 1000) - 10 * H

@@ -50,6 +50,7 @@ def records(batches: list[Batch]) -> int:
     return sum(n for b in batches for n in b.collected.counts.values())
 
 
+@pytest.mark.versions
 def test_an_open_transaction_bounds_the_batch_and_its_records_follow_its_commit(
     spark, cluster: Cluster, job_settings, tmp_path: Path
 ) -> None:

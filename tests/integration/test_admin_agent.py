@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from confluent_kafka import Producer, TopicPartition
 
 from compactd.agent.admin_agent import AdminAgent
@@ -24,6 +25,7 @@ def produce(bootstrap: str, topic: str, n: int, partition: int = 0) -> None:
     p.flush(10)
 
 
+@pytest.mark.versions
 def test_polls_turn_the_clusters_answers_into_the_jobs_events(cluster) -> None:
     topic = cluster.name("orders")
     cluster.create(topic, 2)

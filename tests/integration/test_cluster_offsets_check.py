@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import redis
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import CollectorRegistry
@@ -71,6 +72,7 @@ def g2_behind(cluster) -> tuple[str, str, str, str]:
     return topic, actions, g1, g2
 
 
+@pytest.mark.versions
 def test_a_kafka_group_compactd_never_saw_stops_a_delete_past_its_offset(cluster, rclient) -> None:
     topic, actions, g1, g2 = g2_behind(cluster)  # g2 never reaches compactd's state
     clock = [int(time.time() * 1000)]

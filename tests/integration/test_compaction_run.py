@@ -54,6 +54,7 @@ def strip(recs: list[Record]) -> list[tuple]:
     [(250_000, 256), (9, 256), (9, 1)],
     ids=["one-pass-jvm", "two-pass-jvm", "reduced-by-shuffle"],  # 1 MiB: no map fits, the Python path takes it
 )
+@pytest.mark.versions
 def test_full_then_incremental_run_equals_the_model(
     cluster, job_settings, redis_url, spark, task_records, map_mb
 ) -> None:
@@ -261,6 +262,7 @@ def test_a_users_read_uncommitted_never_lets_an_aborted_record_win(cluster, job_
         assert won == [(b"a", b"committed")], (table_mode, won)
 
 
+@pytest.mark.versions
 @pytest.mark.parametrize("task_records", [250_000, 1], ids=["one-pass", "two-pass"])
 def test_aborted_records_never_win_and_an_open_transaction_holds_the_horizon(
     cluster, job_settings, redis_url, spark, task_records
@@ -331,6 +333,7 @@ class Killed(BaseException):
     """A run that dies where `on_phase` names, as a kill -9 after it wrote the view (nothing in the run catches it)."""
 
 
+@pytest.mark.versions
 @pytest.mark.parametrize("kind", ["header", "timestamp"])
 def test_a_plain_reader_of_the_view_reads_each_keys_kip280_winner_after_every_run(
     cluster, job_settings, redis_url, spark, kind: str

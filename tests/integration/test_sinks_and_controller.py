@@ -41,6 +41,7 @@ def delete(topic: str, before: int, partition: int = 0) -> ActionRecord:
     )
 
 
+@pytest.mark.versions
 def test_delete_records_guards(cluster, rclient) -> None:
     topic, compacted, both = cluster.name("d"), cluster.name("c"), cluster.name("cd")
     cluster.create(topic, 1, {"cleanup.policy": "delete"})
@@ -103,6 +104,7 @@ def segment_batch(topic: str, *segs: Segment) -> BatchChanges:
     return c
 
 
+@pytest.mark.versions
 def test_compaction_nudge_retry_and_restore(cluster, rclient) -> None:
     topic = cluster.name("gdpr")
     cluster.create(topic, 1, {"cleanup.policy": "compact", "max.compaction.lag.ms": "86400000"})

@@ -85,6 +85,7 @@ class WithoutIds(ClusterTopics):
         return None if f is None else LogFacts(None, f.low, f.high)
 
 
+@pytest.mark.versions
 @pytest.mark.parametrize("ids", ["topic_ids", "no_ids"])
 def test_recreated_topic_keeps_its_new_records(cluster, rclient, ids: str) -> None:
     topic = cluster.name("orders")
@@ -252,6 +253,7 @@ def test_a_rebuild_binds_its_state_to_the_topic_ids_on_the_ledger(cluster, rclie
     ledger.close()
 
 
+@pytest.mark.versions
 def test_a_commit_naming_the_old_incarnations_topic_id_never_counts_for_the_new_topic(cluster, rclient) -> None:
     """OffsetCommitValue v4 names the topic ID a commit was made on. The topic is deleted and created again (Kafka
     gives it a new ID) and its state bound to the new one; a commit of the old incarnation, with a far higher offset
@@ -298,6 +300,7 @@ def uuid_of(topic_id: str | None) -> str | None:
     return None if raw is None else str(uuid.UUID(bytes=raw))
 
 
+@pytest.mark.versions
 def test_an_open_transaction_is_not_a_recreated_topic(cluster, rclient) -> None:
     """A transaction left open across a segment roll (Flink or Streams exactly-once, a hanging transaction) holds the
     last stable offset below segment ends compactd knows. The log ends at its high watermark, not at the LSO: the

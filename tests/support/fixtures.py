@@ -149,8 +149,21 @@ class Cluster:
         self.producer = Producer(self.conn.client("producer", {"linger.ms": 1, "acks": "all"}))
         self.delete(topic)
         new = NewTopic(topic, partitions, self.replication, config=config or {})
-        for fut in self.admin.create_topics([new]).values():
-            fut.result(30)
+
+        def create() -> bool:
+            """A broker in ZooKeeper mode (the version matrix) deletes a topic after Metadata stopped listing it, and
+            refuses the name meanwhile (TOPIC_ALREADY_EXISTS: "marked for deletion" on 3.x, "already exists" on
+            2.8): asked again until it takes it."""
+            try:
+                for fut in self.admin.create_topics([new]).values():
+                    fut.result(30)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+                return False
+            return True
+
+        wait_until(f"topic {topic} created again", create, lambda done: done, kraft.WITHIN_S)
         kraft.until_recreated(self.conn, topic, old, partitions)
 
     def grow(self, topic: str, partitions: int) -> None:

@@ -18,6 +18,23 @@ from tests.support.kraft import not_yet, unanswered
 from tests.support.waiting import wait_until
 
 
+def newest_protocol() -> str:
+    """The newest consumer-group protocol of the broker under test (the version matrix: COMPACTD_KAFKA_VERSION):
+    KIP-848's `consumer` from Kafka 4.0 on, `classic` before (3.9's KIP-848 was a preview, off unless the broker is
+    told)."""
+    from compactd.local.broker import kafka_line
+
+    return "consumer" if kafka_line().release >= (4, 0) else "classic"
+
+
+def writes_topic_ids() -> bool:
+    """Whether the broker under test writes commits as OffsetCommitValue v4, with the topic's ID (Kafka 4.x), or as
+    v3 without it (2.8 to 3.9)."""
+    from compactd.local.broker import kafka_line
+
+    return kafka_line().release >= (4, 0)
+
+
 def consume_and_commit(
     bootstrap: str, group: str, topic: str, upto: int, protocol: str = "classic", extra: dict | None = None
 ) -> None:
