@@ -25,7 +25,6 @@ def commit(group: str, topic: str, offset: int, now: int) -> dict:
     return {"type": "offset_commit", "group": group, "topic": topic, "partition": 0, "offset": offset, "ts": now}
 
 
-@pytest.mark.versions
 @pytest.mark.soak  # `make test` kills a node of three under a running job (test_replicated_cluster.py)
 def test_broker_killed_and_restarted_under_a_running_job(spark, job_settings, tmp_path: Path) -> None:
     broker = kafka_broker(tmp_path / "broker")
