@@ -226,12 +226,38 @@ def _java(jars: Path, heap: str, jvm_options: tuple[str, ...], logs: Path, log4j
             f"-Dkafka.logs.dir={logs}", "-cp", f"{jars}/*", main, *args]  # fmt: skip
 
 
+def _end(proc: subprocess.Popen | None, sig: signal.Signals, timeout: float) -> bool:
+    """Send `sig` to the process's group and wait for it; kill -9 what is still up after `timeout`. Returns whether
+    the process died of a kill -9 (asked for, or forced)."""
+    if proc is None or proc.poll() is not None:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    return proc.returncode == -signal.SIGKILL
+
+
+class _Process:
+    """A JVM this module started, in a process group of its own."""
+
+    proc: subprocess.Popen | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
 # ZooKeeper's session for a test broker: a broker killed with -9 holds its registration (/brokers/ids/N) until its
 # session expires, and a new process for the same id refuses to start before that (18 s by default)
 ZK_SESSION_MS = 4000
 
 
-class ZooKeeper:
+class ZooKeeper(_Process):
     """A standalone ZooKeeper for brokers in ZooKeeper mode (Kafka before 4.0), on 127.0.0.1, from the jars Kafka's
     line brings (what Kafka's own zookeeper-server-start.sh runs). Its ticks are 0.5 s, so sessions of 1 to 10 s are
     allowed (ZK_SESSION_MS). Started by the constructor; `stop()` and `start()` keep its data."""
@@ -264,10 +290,6 @@ class ZooKeeper:
     def connect(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def start(self) -> None:
         from compactd.local.servers import wait_port
 
@@ -284,20 +306,6 @@ class ZooKeeper:
 
     def kill(self) -> None:
         _end(self.proc, signal.SIGKILL, 10)
-
-
-def _end(proc: subprocess.Popen | None, sig: signal.Signals, timeout: float) -> None:
-    """Send `sig` to the process's group and wait for it; kill -9 what is still up after `timeout`."""
-    if proc is None or proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, sig)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
 
 
 def _free_port() -> int:
@@ -323,7 +331,7 @@ class Quorum:
         return ",".join(f"{n}@127.0.0.1:{port}" for n, port in sorted(self.voters.items()))
 
 
-class KafkaBroker:
+class KafkaBroker(_Process):
     """One Apache Kafka process (broker and controller in one, KRaft; or a broker on its ZooKeeper, `mode` "zk") on
     127.0.0.1, its data under `workdir`.
 
@@ -467,10 +475,6 @@ class KafkaBroker:
         if proc.returncode != 0:
             raise CompactdError(f"formatting Kafka's log dir {self.log_dir} failed: {proc.stderr.strip()[-300:]}")
 
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def start(self) -> None:
         if self.running:
             return
@@ -532,25 +536,13 @@ class KafkaBroker:
             self.zookeeper.stop()
 
     def _stop(self, timeout: float) -> None:
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        if _end(self.proc, signal.SIGTERM, timeout):  # it hung and was killed: its session outlives it
+            self._killed_at = time.monotonic()
 
     def kill(self) -> None:
         """kill -9: the log dir is left as a crash leaves it (recovered on the next start). Its ZooKeeper runs on."""
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        self._killed_at = time.monotonic()
+        if _end(self.proc, signal.SIGKILL, 10):
+            self._killed_at = time.monotonic()
 
     def close(self) -> None:
         """kill -9 the broker and its own ZooKeeper (a teardown after a failure)."""

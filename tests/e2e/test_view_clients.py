@@ -25,16 +25,12 @@ import redis
 from compactd.compaction.service import Compactor, Overrides
 from compactd.compaction.strategy import Strategy
 from compactd.compaction.view import CompactedReader, table
-from tests.support.compaction import Event, produce
+from tests.support.compaction import Event, produce, run_killed_after_writing
 from tests.support.view_clients import console_table, kcat_table, spark_table, streams_table
 
 pytestmark = pytest.mark.spark
 PARTITIONS = 3
 CLIENTS = ("ktable", "global", "kcat", "console", "spark")
-
-
-class Killed(BaseException):
-    """A run that dies after it wrote the view (nothing in the run catches it), as a kill -9 there."""
 
 
 def keyed(seed: int, n: int, keys: int, version_base: int) -> list[Event]:
@@ -102,11 +98,6 @@ def test_a_real_client_of_the_view_reads_what_compactd_reads(
     for p, recs in produce(cluster, topic, keyed(3, 150, 60, -10), partitions=PARTITIONS).items():
         sent[p] += recs
 
-    def killed(phase: str) -> None:
-        if phase == "written":
-            raise Killed(phase)
-
-    with pytest.raises(Killed):
-        comp.run(topic, overrides, killed)
+    run_killed_after_writing(comp, topic, overrides)
     comp.run(topic, overrides)
     check("killed and completed")

@@ -7,6 +7,7 @@ import random
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from compactd.compaction.reduce import Record
 
@@ -134,3 +135,20 @@ def produce_stamped(cluster, topic: str, records: list[tuple[int, bytes, bytes, 
     for (p, k, v, ts), offset in zip(records, offsets, strict=True):
         out.setdefault(p, []).append(Record(offset, ts, k, v))
     return out
+
+
+class Killed(BaseException):
+    """A run that dies where its `on_phase` names, as a kill -9 there (nothing in the run catches it)."""
+
+
+def run_killed_after_writing(comp: Any, topic: str, overrides: Any) -> None:
+    """A compaction run that dies once it has written the view, before it publishes (what a kill -9 of the job then
+    leaves: the dead run's records in the view topic, the manifest unchanged)."""
+    import pytest
+
+    def killed(phase: str) -> None:
+        if phase == "written":
+            raise Killed(phase)
+
+    with pytest.raises(Killed):
+        comp.run(topic, overrides, killed)

@@ -235,6 +235,18 @@ class Cluster:
         c.close()
         return out
 
+    def stable_end(self, topic: str, partition: int = 0) -> int:
+        """The last stable offset: where a read_committed reader's log ends (an open transaction's first record)."""
+        c = Consumer(self.conn.client("consumer", forced={"group.id": "wm", "isolation.level": "read_committed"}))
+        try:
+            return wait_until(
+                f"{topic}[{partition}]'s last stable offset",
+                lambda: c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)[1],
+                tolerate=kraft.not_yet,
+            )
+        finally:
+            c.close()
+
     def watermarks(self, topic: str, partition: int = 0) -> tuple[int, int]:
         """(log start, log end): the high watermark, not the last stable offset a read_committed client gets."""
         c = Consumer(self.conn.client("consumer", forced={"group.id": "wm", "isolation.level": "read_uncommitted"}))
