@@ -57,11 +57,13 @@ def run(version: str, mode: str, workers: int) -> dict:
         suite = ET.parse(report).getroot()
         suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
         assert suite is not None
-        failed, skipped = [], []
+        failed, skipped, why = [], [], {}
         for case in suite.iter("testcase"):
             name = f"{case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}"
-            if case.find("failure") is not None or case.find("error") is not None:
+            bad = case.find("failure") if case.find("failure") is not None else case.find("error")
+            if bad is not None:
                 failed.append(name)
+                why[name] = (bad.get("message") or "").strip().splitlines()[0][:300] if bad.get("message") else ""
             elif (skip := case.find("skipped")) is not None:
                 skipped.append(f"{name}: {skip.get('message', '')}")
         total = int(suite.get("tests", 0))
@@ -70,6 +72,7 @@ def run(version: str, mode: str, workers: int) -> dict:
             "mode": mode,
             "passed": total - len(failed) - len(skipped),
             "failed": failed,
+            "why": why,  # each failure's first line (the CI log shows it; the table names the test)
             "skipped": skipped,
             "seconds": round(seconds),
             "when": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
